@@ -1,0 +1,42 @@
+"""The `spotreel` command: one argparse tree; each subcommand lives in the module that owns it."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Callable, Sequence
+
+from spotreel.settings import Settings
+
+# Each registrar adds its subparsers and sets `func(args, settings) -> int` on them.
+Registrar = Callable[[argparse._SubParsersAction], None]
+
+
+def _registrars() -> list[Registrar]:
+    from spotreel.infra.cli import register as infra
+
+    return [infra]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="spotreel", description="spotreel: text-to-video job backend")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for register in _registrars():
+        register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        settings = Settings.from_env()
+    except ValueError as exc:
+        print(f"spotreel: {exc}", file=sys.stderr)
+        return 2
+    return int(args.func(args, settings) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

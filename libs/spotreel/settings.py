@@ -1,0 +1,97 @@
+"""Settings for every spotreel process, read from SPOTREEL_* environment variables.
+
+One frozen dataclass, built once by an entrypoint and passed down; nothing reads the environment later.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+
+def _default_home() -> Path:
+    return Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "spotreel"
+
+
+def _default_cache() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "spotreel"
+
+
+@dataclass(frozen=True)
+class Settings:
+    # Where the local stack keeps data, logs and pid files (one directory, wiped by `up --fresh`).
+    home: Path = field(default_factory=_default_home)
+    # Downloaded jars live outside the repo and outside `home`, so `--fresh` never refetches them.
+    cache_dir: Path = field(default_factory=_default_cache)
+    host: str = "127.0.0.1"
+
+    kafka_version: str = "3.9.1"
+    kafka_port: int = 19092
+    kafka_controller_port: int = 19093
+    kafka_heap: str = "768m"
+
+    cassandra_version: str = "5.0.6"
+    cassandra_port: int = 19042
+    cassandra_storage_port: int = 17000
+    cassandra_heap: str = "1g"
+    cassandra_keyspace: str = "spotreel"
+
+    s3_port: int = 18333
+    s3_master_port: int = 19333
+    s3_volume_port: int = 18080
+    s3_filer_port: int = 18888
+    s3_access_key: str = "spotreel"
+    s3_secret_key: str = "spotreel-secret"
+    s3_region: str = "us-east-1"
+    s3_bucket_artifacts: str = "spotreel-artifacts"
+    s3_bucket_checkpoints: str = "spotreel-checkpoints"
+
+    gateway_port: int = 18700
+    dev_api_key: str = "sr_dev_local_key_not_secret"
+
+    topic_prefix: str = "spotreel"
+    partitions: int = 6
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return f"{self.host}:{self.kafka_port}"
+
+    @property
+    def s3_endpoint(self) -> str:
+        return f"http://{self.host}:{self.s3_port}"
+
+    @property
+    def gateway_url(self) -> str:
+        return f"http://{self.host}:{self.gateway_port}"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.home / "logs"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.home / "run"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.home / "data"
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
+        env = dict(os.environ if env is None else env)
+        kwargs: dict[str, object] = {}
+        for f in fields(cls):
+            raw = env.get(f"SPOTREEL_{f.name.upper()}")
+            if raw is None:
+                continue
+            if f.type == "Path":
+                kwargs[f.name] = Path(raw).expanduser()
+            elif f.type == "int":
+                try:
+                    kwargs[f.name] = int(raw)
+                except ValueError:
+                    raise ValueError(f"SPOTREEL_{f.name.upper()} must be an integer, got {raw!r}") from None
+            else:
+                kwargs[f.name] = raw
+        return cls(**kwargs)
