@@ -1,0 +1,56 @@
+# spotreel developer entry points. Everything runs from the project's virtualenv in .venv.
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+SPOTREEL := $(BIN)/spotreel
+PYTEST_ARGS ?=
+
+.PHONY: setup up down status fresh demo test test-unit test-integration lint bench clean
+
+# Idempotent: a stamp file records the pyproject.toml that was installed.
+$(VENV)/.installed: pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "setup: $(PYTHON) not found (spotreel needs Python 3.11)"; exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	@touch $@
+
+setup: $(VENV)/.installed
+
+up: setup
+	$(SPOTREEL) infra up
+
+fresh: setup
+	$(SPOTREEL) infra up --fresh
+
+down: setup
+	$(SPOTREEL) infra down
+
+status: setup
+	$(SPOTREEL) infra status
+
+# The main job: bring the whole stack up and prove it answers.
+demo: up
+	$(SPOTREEL) infra status
+
+# The whole suite: unit (pure, hypothesis), integration against the real servers, e2e and chaos.
+test: setup
+	$(SPOTREEL) infra up
+	$(BIN)/lint-imports
+	$(BIN)/pytest --cov=spotreel.domain --cov-report=term-missing:skip-covered $(PYTEST_ARGS)
+
+test-unit: setup
+	$(BIN)/pytest -m unit --cov=spotreel.domain --cov-report=term-missing:skip-covered $(PYTEST_ARGS)
+
+test-integration: up
+	$(BIN)/pytest -m "integration or e2e or chaos" $(PYTEST_ARGS)
+
+lint: setup
+	$(BIN)/lint-imports
+	$(BIN)/spotreel schemas check
+
+bench: setup
+	$(BIN)/python bench/codec_bench.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis .coverage

@@ -1,0 +1,52 @@
+"""Session-wide test harness: markers by directory, and the real servers for integration tests.
+
+A test that needs a server and cannot get one FAILS; nothing here ever skips.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from spotreel.settings import Settings
+from tests.harness.stack import Endpoints, StackUnavailable, container_stack, docker_reachable, local_stack
+
+_MARK_BY_DIR = {"unit": "unit", "integration": "integration", "e2e": "e2e", "chaos": "chaos"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = Path(__file__).parent
+    for item in items:
+        try:
+            top = Path(item.fspath).relative_to(root).parts[0]
+        except ValueError:
+            continue
+        marker = _MARK_BY_DIR.get(top)
+        if marker and marker not in item.keywords:
+            item.add_marker(getattr(pytest.mark, marker))
+
+
+@pytest.fixture(scope="session")
+def settings() -> Settings:
+    return Settings.from_env()
+
+
+@pytest.fixture(scope="session")
+def stack(settings: Settings) -> Iterator[Endpoints]:
+    try:
+        if docker_reachable():
+            with container_stack(settings) as endpoints:
+                yield endpoints
+            return
+        yield local_stack(settings)
+    except StackUnavailable as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture
+def unique() -> str:
+    """A short unique token for topic, keyspace, bucket and group names, so tests never share state."""
+    return "t" + uuid.uuid4().hex[:12]
