@@ -1,0 +1,307 @@
+"""Commands: what someone asks the scheduler to do. Each may be accepted or rejected by `decide`.
+
+Every command is a flat frozen dataclass whose fields are limited to str, int, float, bool, optionals of
+those and tuple[str, ...], because the codec maps them field by field onto the Avro records in `schemas/`
+(record name = class name, same field order). Times are epoch milliseconds in `*_ms` ints.
+
+Job commands carry `command_id` (unique per request; it becomes the `causation_id` of the events it
+produces) and `job_id` (the Kafka key). Commands sent by a worker also carry the fencing `epoch` and the
+`worker_id` of the lease they act under. Schedule commands are keyed by `schedule_id` instead of `job_id`
+because a cron schedule is its own aggregate.
+
+Adding a field: append it at the end with a default, and add it with the same default to the .avsc, so the
+schema stays BACKWARD compatible.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# ---------------------------------------------------------------------------------------------------------
+# Client and internal-service commands
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SubmitJob:
+    """Accept a video job. `job_id` must equal `ids.job_id_for(tenant, idempotency_key)`.
+
+    `request_hash` is `ids.request_hash` of the client's body: the same key with the same hash is a no-op,
+    the same key with another hash is rejected. The settings after `callback_url` are the job's policy;
+    the gateway fills them from its settings so the domain never reads configuration.
+    """
+
+    command_id: str
+    job_id: str
+    tenant: str
+    idempotency_key: str
+    request_hash: str
+    model: str
+    gpu_type: str
+    prompt: str
+    duration_s: float
+    resolution: str
+    fps: int
+    seed: int
+    num_steps: int
+    priority: int = 0
+    callback_url: str | None = None
+    run_at_ms: int | None = None
+    parents: tuple[str, ...] = ()
+    dag_policy: str = "fail_fast"
+    max_attempts: int = 5
+    max_preemptions: int = 50
+    keep_checkpoints: int = 3
+    backoff_base_ms: int = 2_000
+    backoff_max_ms: int = 300_000
+    poison_threshold: int = 3
+    poison_window_ms: int = 60_000
+    schedule_id: str | None = None
+    occurrence_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class CancelJob:
+    command_id: str
+    job_id: str
+    reason: str = "user"
+
+
+@dataclass(frozen=True)
+class PauseJob:
+    command_id: str
+    job_id: str
+    reason: str = "user"
+
+
+@dataclass(frozen=True)
+class ResumeJob:
+    command_id: str
+    job_id: str
+
+
+@dataclass(frozen=True)
+class Reprioritize:
+    command_id: str
+    job_id: str
+    priority: int
+
+
+@dataclass(frozen=True)
+class RequeueJob:
+    """Operator action: put a failed or dead-lettered job back in the queue with a fresh attempt budget."""
+
+    command_id: str
+    job_id: str
+    reason: str = "manual"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Scheduler-internal commands (timers and dispatch)
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GrantLease:
+    """Turn a worker's request for work into a lease on this job. The epoch is chosen by `decide`."""
+
+    command_id: str
+    job_id: str
+    worker_id: str
+    pool: str
+    lease_ttl_ms: int
+
+
+@dataclass(frozen=True)
+class ExpireLease:
+    """Lease timer. Names the epoch it was armed for, so a timer left over from an older lease is refused."""
+
+    command_id: str
+    job_id: str
+    epoch: int
+
+
+@dataclass(frozen=True)
+class ActivateJob:
+    """Run-at timer: the job's run_at or retry backoff is over."""
+
+    command_id: str
+    job_id: str
+
+
+@dataclass(frozen=True)
+class ResolveParent:
+    """A DAG parent of this job reached a terminal state. `outcome` is that parent's terminal status."""
+
+    command_id: str
+    job_id: str
+    parent_id: str
+    outcome: str
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Worker commands: each one acts under a lease and is fenced by its epoch
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RenewLease:
+    command_id: str
+    job_id: str
+    epoch: int
+    worker_id: str
+
+
+@dataclass(frozen=True)
+class ReportProgress:
+    """`progress_pct` is the worker's own estimate (0..100) for the whole job, not for this lease."""
+
+    command_id: str
+    job_id: str
+    epoch: int
+    worker_id: str
+    step: int
+    progress_pct: float
+    phase: str = "denoising"
+
+
+@dataclass(frozen=True)
+class RecordCheckpoint:
+    """A checkpoint object is durable in the store; only an accepted CheckpointRecorded makes it count."""
+
+    command_id: str
+    job_id: str
+    epoch: int
+    worker_id: str
+    checkpoint_key: str
+    step: int
+    progress_pct: float
+    checksum: str
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class CompleteJob:
+    command_id: str
+    job_id: str
+    epoch: int
+    worker_id: str
+    artifact_key: str
+    artifact_checksum: str
+    artifact_size_bytes: int
+
+
+@dataclass(frozen=True)
+class FailJob:
+    """A visible failure. `invalid_checkpoint_key` names a resume checkpoint the worker could not load
+    (bad checksum, wrong fingerprint) so the next lease resumes from an older one."""
+
+    command_id: str
+    job_id: str
+    epoch: int
+    worker_id: str
+    error_code: str
+    error_message: str
+    retryable: bool = True
+    invalid_checkpoint_key: str | None = None
+
+
+@dataclass(frozen=True)
+class ReleaseLease:
+    """Graceful hand-back (spot warning, drain, or acknowledging a cancel/pause). Not a failure."""
+
+    command_id: str
+    job_id: str
+    epoch: int
+    worker_id: str
+    reason: str = "preempted"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Cron schedule aggregate (keyed by schedule_id)
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CreateSchedule:
+    """A cron schedule that submits one job per occurrence. The fields from `model` on are the job template
+    (same meaning as in SubmitJob). `missed_policy`: skip | run_once | run_all (see schedules.py)."""
+
+    command_id: str
+    schedule_id: str
+    tenant: str
+    cron: str
+    timezone: str
+    missed_policy: str
+    model: str
+    gpu_type: str
+    prompt: str
+    duration_s: float
+    resolution: str
+    fps: int
+    seed: int
+    num_steps: int
+    priority: int = 0
+    callback_url: str | None = None
+    start_ms: int | None = None
+    grace_ms: int = 60_000
+    max_catchup: int = 100
+    max_attempts: int = 5
+    max_preemptions: int = 50
+    keep_checkpoints: int = 3
+    backoff_base_ms: int = 2_000
+    backoff_max_ms: int = 300_000
+    poison_threshold: int = 3
+    poison_window_ms: int = 60_000
+
+
+@dataclass(frozen=True)
+class DeleteSchedule:
+    command_id: str
+    schedule_id: str
+
+
+@dataclass(frozen=True)
+class FireOccurrence:
+    """Schedule timer: the next occurrence is due (or overdue, after downtime)."""
+
+    command_id: str
+    schedule_id: str
+
+
+JobCommand = (
+    SubmitJob
+    | CancelJob
+    | PauseJob
+    | ResumeJob
+    | Reprioritize
+    | RequeueJob
+    | GrantLease
+    | ExpireLease
+    | ActivateJob
+    | ResolveParent
+    | RenewLease
+    | ReportProgress
+    | RecordCheckpoint
+    | CompleteJob
+    | FailJob
+    | ReleaseLease
+)
+ScheduleCommand = CreateSchedule | DeleteSchedule | FireOccurrence
+
+WORKER_COMMANDS = (RenewLease, ReportProgress, RecordCheckpoint, CompleteJob, FailJob, ReleaseLease)
+JOB_COMMANDS = (
+    SubmitJob,
+    CancelJob,
+    PauseJob,
+    ResumeJob,
+    Reprioritize,
+    RequeueJob,
+    GrantLease,
+    ExpireLease,
+    ActivateJob,
+    ResolveParent,
+    *WORKER_COMMANDS,
+)
+SCHEDULE_COMMANDS = (CreateSchedule, DeleteSchedule, FireOccurrence)
+ALL_COMMANDS = (*JOB_COMMANDS, *SCHEDULE_COMMANDS)

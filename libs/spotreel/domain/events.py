@@ -1,0 +1,510 @@
+"""Events: facts the scheduler recorded. Only `decide` creates them; `evolve` folds them into state.
+
+Job events start with the same four fields:
+  job_id        the aggregate (and Kafka key)
+  version       1-based position in the job's history. Every accepted event takes the next slot.
+                CommandRejected is the exception: it carries the version the command was judged against
+                and takes no slot, because a rejection changes nothing (a job nobody submitted has version 0).
+  at_ms         the partition owner's clock when it decided (never a worker's clock)
+  causation_id  the command_id that produced it
+Schedule events have the same shape with `schedule_id` in place of `job_id`.
+
+Fields carry the values `decide` computed (new counters, new expiry, pruned checkpoints) so that `evolve`
+copies instead of recomputing and replay cannot diverge from the original decision.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# ---------------------------------------------------------------------------------------------------------
+# Lifecycle
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobSubmitted:
+    job_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    tenant: str
+    idempotency_key: str
+    request_hash: str
+    model: str
+    gpu_type: str
+    pool: str
+    prompt: str
+    duration_s: float
+    resolution: str
+    fps: int
+    seed: int
+    num_steps: int
+    priority: int
+    callback_url: str | None
+    run_at_ms: int | None
+    parents: tuple[str, ...]
+    dag_policy: str
+    max_attempts: int
+    max_preemptions: int
+    keep_checkpoints: int
+    backoff_base_ms: int
+    backoff_max_ms: int
+    poison_threshold: int
+    poison_window_ms: int
+    schedule_id: str | None = None
+    occurrence_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class JobScheduled:
+    """Not runnable before `run_at_ms`. reason: run_at | backoff."""
+
+    job_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    run_at_ms: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class JobWaiting:
+    """Waiting for DAG parents; `pending_parents` are those without an outcome yet."""
+
+    job_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    pending_parents: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class JobQueued:
+    """Runnable: eligible for a lease. reason: submitted | due | parents_resolved."""
+
+    job_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class JobRequeued:
+    """Back in the queue after a lost lease, a graceful release, or a manual requeue.
+
+    `budget_reset` is true for a manual requeue: attempts, preemptions and the poison window start over."""
+
+    job_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    reason: str
+    budget_reset: bool
+
+
+@dataclass(frozen=True)
+class CancelRequested:
+    """The job is leased: the worker holding `epoch` must confirm (release/fail) or let the lease expire."""
+
+    job_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    reason: str
+    epoch: int
+
+
+@dataclass(frozen=True)
+class JobCancelled:
+    job_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class PauseRequested:
+    """Like CancelRequested but the job comes back on ResumeJob; the lease holder should checkpoint and release."""
+
+    job_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    reason: str
+    epoch: int
+
+
+@dataclass(frozen=True)
+class JobPaused:
+    job_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class JobResumed:
+    """`status` is where the job goes: queued, scheduled, waiting, or (a pause withdrawn before the worker
+    released) leased/running."""
+
+    job_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    status: str
+
+
+@dataclass(frozen=True)
+class JobReprioritized:
+    job_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    priority: int
+    previous_priority: int
+
+
+@dataclass(frozen=True)
+class ParentResolved:
+    job_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    parent_id: str
+    outcome: str
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Leases
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobLeased:
+    """A lease under a new fencing `epoch`. `attempt` counts leases (runs) of this job, 1-based.
+
+    The resume_* fields name the newest valid checkpoint, which the worker must load; None means start from
+    step 0."""
+
+    job_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    worker_id: str
+    pool: str
+    epoch: int
+    attempt: int
+    lease_ttl_ms: int
+    lease_expires_at_ms: int
+    resume_checkpoint_key: str | None
+    resume_step: int | None
+    resume_progress_pct: float | None
+
+
+@dataclass(frozen=True)
+class LeaseRenewed:
+    job_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    epoch: int
+    lease_expires_at_ms: int
+
+
+@dataclass(frozen=True)
+class ProgressReported:
+    """Progress also proves the worker alive, so it extends the lease like a renewal."""
+
+    job_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    epoch: int
+    step: int
+    progress_pct: float
+    phase: str
+    lease_expires_at_ms: int
+
+
+@dataclass(frozen=True)
+class CheckpointRecorded:
+    """`pruned_keys` fall out of the keep-latest-N window; a garbage collector may delete those objects."""
+
+    job_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    epoch: int
+    checkpoint_key: str
+    step: int
+    progress_pct: float
+    checksum: str
+    size_bytes: int
+    pruned_keys: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LeaseExpired:
+    """The owner's clock passed the lease expiry. `preemptions` is the new count (unchanged when the lease
+    was only being held to confirm a cancel or pause)."""
+
+    job_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    epoch: int
+    worker_id: str
+    preemptions: int
+
+
+@dataclass(frozen=True)
+class LeaseReleased:
+    job_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    epoch: int
+    worker_id: str
+    reason: str
+    preemptions: int
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Outcomes
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AttemptFailed:
+    """A visible failure under `epoch`; ends that lease. `attempts_used` is the new count against
+    max_attempts (unchanged when the failure only confirmed a cancel)."""
+
+    job_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    epoch: int
+    worker_id: str
+    error_code: str
+    error_message: str
+    retryable: bool
+    attempts_used: int
+    invalid_checkpoint_key: str | None
+
+
+@dataclass(frozen=True)
+class JobSucceeded:
+    job_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    epoch: int
+    artifact_key: str
+    artifact_checksum: str
+    artifact_size_bytes: int
+
+
+@dataclass(frozen=True)
+class JobFailed:
+    job_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    reason: str
+    error_code: str
+
+
+@dataclass(frozen=True)
+class JobDeadLettered:
+    """reason: max_attempts | poison | max_preemptions."""
+
+    job_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    reason: str
+    attempts_used: int
+    preemptions: int
+
+
+@dataclass(frozen=True)
+class CommandRejected:
+    """A command `decide` refused. It changes no state and takes no version slot (see module doc).
+    `epoch_given` is the command's epoch if it had one; `current_epoch` the job's highest epoch, or None
+    for an unknown job."""
+
+    job_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    command_id: str
+    command_type: str
+    reason: str
+    detail: str
+    epoch_given: int | None
+    current_epoch: int | None
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Cron schedule aggregate
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScheduleCreated:
+    schedule_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    tenant: str
+    cron: str
+    timezone: str
+    missed_policy: str
+    grace_ms: int
+    max_catchup: int
+    next_occurrence_ms: int
+    model: str
+    gpu_type: str
+    prompt: str
+    duration_s: float
+    resolution: str
+    fps: int
+    seed: int
+    num_steps: int
+    priority: int
+    callback_url: str | None
+    max_attempts: int
+    max_preemptions: int
+    keep_checkpoints: int
+    backoff_base_ms: int
+    backoff_max_ms: int
+    poison_threshold: int
+    poison_window_ms: int
+
+
+@dataclass(frozen=True)
+class OccurrenceFired:
+    """One job for one occurrence. `job_id` = ids.job_id_for(tenant, idempotency_key) with the key
+    derived from (schedule_id, occurrence_ms), so firing twice can never create two jobs."""
+
+    schedule_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    occurrence_ms: int
+    job_id: str
+    idempotency_key: str
+    late: bool
+
+
+@dataclass(frozen=True)
+class OccurrencesSkipped:
+    """Missed occurrences the policy chose not to run (first..last, `count` of them)."""
+
+    schedule_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    first_occurrence_ms: int
+    last_occurrence_ms: int
+    count: int
+
+
+@dataclass(frozen=True)
+class ScheduleAdvanced:
+    """The schedule's timer moves to `next_occurrence_ms` (after firing and/or skipping)."""
+
+    schedule_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    next_occurrence_ms: int
+
+
+@dataclass(frozen=True)
+class ScheduleDeleted:
+    schedule_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+
+
+@dataclass(frozen=True)
+class ScheduleCommandRejected:
+    schedule_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    command_id: str
+    command_type: str
+    reason: str
+    detail: str
+
+
+JOB_EVENTS = (
+    JobSubmitted,
+    JobScheduled,
+    JobWaiting,
+    JobQueued,
+    JobRequeued,
+    CancelRequested,
+    JobCancelled,
+    PauseRequested,
+    JobPaused,
+    JobResumed,
+    JobReprioritized,
+    ParentResolved,
+    JobLeased,
+    LeaseRenewed,
+    ProgressReported,
+    CheckpointRecorded,
+    LeaseExpired,
+    LeaseReleased,
+    AttemptFailed,
+    JobSucceeded,
+    JobFailed,
+    JobDeadLettered,
+    CommandRejected,
+)
+SCHEDULE_EVENTS = (
+    ScheduleCreated,
+    OccurrenceFired,
+    OccurrencesSkipped,
+    ScheduleAdvanced,
+    ScheduleDeleted,
+    ScheduleCommandRejected,
+)
+ALL_EVENTS = (*JOB_EVENTS, *SCHEDULE_EVENTS)
+
+JobEvent = (
+    JobSubmitted
+    | JobScheduled
+    | JobWaiting
+    | JobQueued
+    | JobRequeued
+    | CancelRequested
+    | JobCancelled
+    | PauseRequested
+    | JobPaused
+    | JobResumed
+    | JobReprioritized
+    | ParentResolved
+    | JobLeased
+    | LeaseRenewed
+    | ProgressReported
+    | CheckpointRecorded
+    | LeaseExpired
+    | LeaseReleased
+    | AttemptFailed
+    | JobSucceeded
+    | JobFailed
+    | JobDeadLettered
+    | CommandRejected
+)
+ScheduleEvent = (
+    ScheduleCreated | OccurrenceFired | OccurrencesSkipped | ScheduleAdvanced | ScheduleDeleted | ScheduleCommandRejected
+)

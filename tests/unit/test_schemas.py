@@ -1,0 +1,81 @@
+"""The .avsc files and the message dataclasses must agree field by field, since the codec maps one onto the
+other generically and outside consumers read the topics with the .avsc files alone."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from pathlib import Path
+
+import fastavro
+import pytest
+
+from spotreel.domain import commands, events
+
+pytestmark = pytest.mark.unit
+
+SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
+MESSAGES = (*commands.ALL_COMMANDS, *events.ALL_EVENTS)
+
+
+def _avro_type(t: object) -> object:
+    simple = {str: "string", int: "long", float: "double", bool: "boolean"}
+    if t in simple:
+        return simple[t]
+    if typing.get_origin(t) in (typing.Union, types.UnionType):
+        (inner,) = [a for a in typing.get_args(t) if a is not type(None)]
+        return ["null", _avro_type(inner)]
+    if typing.get_origin(t) is tuple and typing.get_args(t) == (str, Ellipsis):
+        return {"type": "array", "items": "string"}
+    raise AssertionError(f"field type {t!r} is not allowed in a message")
+
+
+def _load(cls: type) -> dict:
+    return json.loads((SCHEMAS / f"{cls.__name__}.avsc").read_text())
+
+
+@pytest.mark.parametrize("cls", MESSAGES, ids=lambda c: c.__name__)
+def test_schema_matches_dataclass(cls: type) -> None:
+    schema = _load(cls)
+    assert schema["type"] == "record"
+    assert schema["name"] == cls.__name__
+    assert schema["namespace"] == "spotreel.v1"
+    hints = typing.get_type_hints(cls)
+    fields = dataclasses.fields(cls)
+    assert [f["name"] for f in schema["fields"]] == [f.name for f in fields]
+    for spec, field in zip(schema["fields"], fields, strict=True):
+        assert spec["type"] == _avro_type(hints[field.name]), field.name
+        if isinstance(spec["type"], list):
+            assert "default" in spec and spec["default"] is None, f"{field.name} needs default null"
+        if field.default is not dataclasses.MISSING:
+            want = list(field.default) if isinstance(field.default, tuple) else field.default
+            assert spec.get("default", "<none>") == want, field.name
+    fastavro.parse_schema(schema)
+
+
+@pytest.mark.parametrize("cls", MESSAGES, ids=lambda c: c.__name__)
+def test_messages_are_frozen(cls: type) -> None:
+    assert dataclasses.is_dataclass(cls)
+    assert cls.__dataclass_params__.frozen
+
+
+def test_every_schema_file_has_a_message() -> None:
+    names = {p.stem for p in SCHEMAS.glob("*.avsc")}
+    assert names == {c.__name__ for c in MESSAGES}
+
+
+def test_job_commands_and_events_carry_the_common_fields() -> None:
+    for cls in commands.JOB_COMMANDS:
+        names = [f.name for f in dataclasses.fields(cls)]
+        assert names[:2] == ["command_id", "job_id"], cls
+    for cls in commands.WORKER_COMMANDS:
+        names = {f.name for f in dataclasses.fields(cls)}
+        assert {"epoch", "worker_id"} <= names, cls
+    for cls in events.JOB_EVENTS:
+        names = [f.name for f in dataclasses.fields(cls)]
+        assert names[:4] == ["job_id", "version", "at_ms", "causation_id"], cls
+    for cls in events.SCHEDULE_EVENTS:
+        names = [f.name for f in dataclasses.fields(cls)]
+        assert names[:4] == ["schedule_id", "version", "at_ms", "causation_id"], cls
