@@ -13,9 +13,10 @@ Registrar = Callable[[argparse._SubParsersAction], None]
 
 
 def _registrars() -> list[Registrar]:
+    from spotreel.codec.cli import register as schemas
     from spotreel.infra.cli import register as infra
 
-    return [infra]
+    return [infra, schemas]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,198 @@
+"""Frozen dataclasses <-> Avro record dicts, derived once per class from its type hints.
+
+The Avro record name is the class name (namespace `spotreel.v1`) and the fields are the dataclass fields in
+order. Type mapping:
+
+    str -> string      int -> long       float -> double     bool -> boolean    bytes -> bytes
+    X | None -> ["null", X]              tuple[X, ...] / frozenset[X] -> array of X
+    dict[str, X] -> map of X             Enum -> enum (symbols are the member names)
+    nested dataclass -> record
+
+Most messages are flat, and for those a conversion is nearly free: the instance's own `__dict__` is
+handed to the writer and the reader's dict is splatted into the constructor. Only fields that need a
+change (list -> tuple, enum, nested record) get a converter, and the plan is cached per class.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, Callable
+
+NAMESPACE = "spotreel.v1"
+
+Convert = Callable[[Any], Any]
+
+_PRIMITIVE_AVRO = {str: "string", int: "long", float: "double", bool: "boolean", bytes: "bytes"}
+
+
+class MappingError(TypeError):
+    """A dataclass uses a field type the codec cannot map onto Avro. Raised when a class is registered."""
+
+
+def _optional_inner(hint: Any) -> Any | None:
+    """X for `X | None` / `Optional[X]`, else None."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) == 1 and len(typing.get_args(hint)) == 2:
+            return args[0]
+        raise MappingError(f"{hint}: only `X | None` unions map onto Avro here")
+    return None
+
+
+def _sequence_item(hint: Any) -> tuple[type, Any] | None:
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple, args[0]
+        raise MappingError(f"{hint}: only variable-length tuple[X, ...] maps onto an Avro array")
+    if origin is frozenset:
+        return frozenset, args[0]
+    return None
+
+
+def _map_value(hint: Any) -> Any | None:
+    if typing.get_origin(hint) is dict:
+        key, value = typing.get_args(hint)
+        if key is not str:
+            raise MappingError(f"{hint}: Avro map keys are strings")
+        return value
+    return None
+
+
+def avro_type_of(hint: Any) -> str:
+    """A compact description of the Avro type a hint maps to, comparable with `describe_schema_type`."""
+    inner = _optional_inner(hint)
+    if inner is not None:
+        return f"null|{avro_type_of(inner)}"
+    seq = _sequence_item(hint)
+    if seq is not None:
+        return f"array<{avro_type_of(seq[1])}>"
+    value = _map_value(hint)
+    if value is not None:
+        return f"map<{avro_type_of(value)}>"
+    if hint in _PRIMITIVE_AVRO:
+        return _PRIMITIVE_AVRO[hint]
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return f"{NAMESPACE}.{hint.__name__}"
+    if dataclasses.is_dataclass(hint):
+        return f"{NAMESPACE}.{hint.__name__}"
+    raise MappingError(f"{hint!r} has no Avro mapping")
+
+
+def describe_schema_type(schema: Any) -> str:
+    """The same compact description for a fastavro-parsed field type."""
+    if isinstance(schema, list):
+        return "|".join(describe_schema_type(b) for b in schema)
+    if isinstance(schema, str):
+        return schema
+    kind = schema["type"]
+    if kind == "array":
+        return f"array<{describe_schema_type(schema['items'])}>"
+    if kind == "map":
+        return f"map<{describe_schema_type(schema['values'])}>"
+    if kind in ("record", "enum", "fixed"):
+        # Just the name: a second use of a named type inside one schema is only its name anyway.
+        return str(schema["name"])
+    return str(kind)
+
+
+# Converters. `None` means "leave the value as it is", which is what keeps flat messages cheap.
+
+
+def _to_avro(hint: Any) -> Convert | None:
+    inner = _optional_inner(hint)
+    if inner is not None:
+        conv = _to_avro(inner)
+        return None if conv is None else (lambda v: None if v is None else conv(v))
+    seq = _sequence_item(hint)
+    if seq is not None:
+        container, item = seq
+        conv = _to_avro(item)
+        if container is frozenset:
+            # Sorted, so equal sets always encode to equal bytes.
+            return (lambda v: sorted(v)) if conv is None else (lambda v: sorted(conv(x) for x in v))
+        return None if conv is None else (lambda v: [conv(x) for x in v])
+    value = _map_value(hint)
+    if value is not None:
+        conv = _to_avro(value)
+        return None if conv is None else (lambda v: {k: conv(x) for k, x in v.items()})
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return lambda v: v.name
+    if dataclasses.is_dataclass(hint):
+        return mapping_for(hint).to_record
+    if hint in _PRIMITIVE_AVRO:
+        return None
+    raise MappingError(f"{hint!r} has no Avro mapping")
+
+
+def _from_avro(hint: Any) -> Convert | None:
+    inner = _optional_inner(hint)
+    if inner is not None:
+        conv = _from_avro(inner)
+        return None if conv is None else (lambda v: None if v is None else conv(v))
+    seq = _sequence_item(hint)
+    if seq is not None:
+        container, item = seq
+        conv = _from_avro(item)
+        return (lambda v: container(v)) if conv is None else (lambda v: container(conv(x) for x in v))
+    value = _map_value(hint)
+    if value is not None:
+        conv = _from_avro(value)
+        return None if conv is None else (lambda v: {k: conv(x) for k, x in v.items()})
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        return lambda v: hint[v]
+    if dataclasses.is_dataclass(hint):
+        return mapping_for(hint).from_record
+    if hint in _PRIMITIVE_AVRO:
+        return None
+    raise MappingError(f"{hint!r} has no Avro mapping")
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    name: str
+    hint: Any
+    avro_type: str
+
+
+class DataclassMapping:
+    def __init__(self, cls: type) -> None:
+        if not (isinstance(cls, type) and dataclasses.is_dataclass(cls)):
+            raise MappingError(f"{cls!r} is not a dataclass")
+        hints = typing.get_type_hints(cls)
+        self.cls = cls
+        self.full_name = f"{NAMESPACE}.{cls.__name__}"
+        self.fields = tuple(
+            FieldSpec(f.name, hints[f.name], avro_type_of(hints[f.name])) for f in dataclasses.fields(cls)
+        )
+        self._names = tuple(f.name for f in self.fields)
+        self._to = tuple((f.name, c) for f in self.fields if (c := _to_avro(f.hint)) is not None)
+        self._from = tuple((f.name, c) for f in self.fields if (c := _from_avro(f.hint)) is not None)
+
+    def to_record(self, obj: Any) -> dict[str, Any]:
+        state = getattr(obj, "__dict__", None)
+        if not self._to and state is not None and len(state) == len(self._names):
+            # Read-only use by the writer, so the instance's own attribute dict is safe to pass as is.
+            return state
+        record = {name: getattr(obj, name) for name in self._names}
+        for name, conv in self._to:
+            record[name] = conv(record[name])
+        return record
+
+    def from_record(self, record: dict[str, Any]) -> Any:
+        for name, conv in self._from:
+            if name in record:
+                record[name] = conv(record[name])
+        return self.cls(**record)
+
+
+@functools.cache
+def mapping_for(cls: type) -> DataclassMapping:
+    """The mapping plan for a dataclass, built on first use and shared by every codec after that."""
+    return DataclassMapping(cls)
