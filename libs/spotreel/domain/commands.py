@@ -225,7 +225,9 @@ class ReleaseLease:
 @dataclass(frozen=True)
 class CreateSchedule:
     """A cron schedule that submits one job per occurrence. The fields from `model` on are the job template
-    (same meaning as in SubmitJob). `missed_policy`: skip | run_once | run_all (see schedules.py)."""
+    (same meaning as in SubmitJob). `missed_policy`: skip | run_once | run_all (see schedules.py).
+    `timezone` must be "UTC" for now; the field exists so local-time schedules can come without a new
+    record. Occurrences at or after `start_ms` count (default: from creation on)."""
 
     command_id: str
     schedule_id: str

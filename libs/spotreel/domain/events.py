@@ -403,7 +403,8 @@ class OccurrenceFired:
 
 @dataclass(frozen=True)
 class OccurrencesSkipped:
-    """Missed occurrences the policy chose not to run (first..last, `count` of them)."""
+    """Missed occurrences the policy chose not to run: every occurrence from first to last (inclusive)
+    that no OccurrenceFired of the same decision names. Not counted, since a long outage may hold many."""
 
     schedule_id: str
     version: int
@@ -411,17 +412,18 @@ class OccurrencesSkipped:
     causation_id: str
     first_occurrence_ms: int
     last_occurrence_ms: int
-    count: int
 
 
 @dataclass(frozen=True)
 class ScheduleAdvanced:
-    """The schedule's timer moves to `next_occurrence_ms` (after firing and/or skipping)."""
+    """Occurrences up to and including `through_ms` are dealt with (fired or skipped); the timer moves to
+    `next_occurrence_ms`, the first occurrence after `through_ms`."""
 
     schedule_id: str
     version: int
     at_ms: int
     causation_id: str
+    through_ms: int
     next_occurrence_ms: int
 
 

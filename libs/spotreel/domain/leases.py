@@ -1,0 +1,222 @@
+"""Decisions about leases: granting one, and every command a worker sends under one.
+
+Fencing (DESIGN §2.2): a lease's epoch is the job's highest epoch + 1, so epochs strictly increase and are
+never reused. A worker command is accepted only if its epoch is the current lease's, its worker_id is the
+holder's and the partition owner's clock (`now_ms`) has not passed the lease's expiry. Everything else is
+a CommandRejected that changes nothing. A lease past its expiry is dead even before the ExpireLease timer
+is processed; the timer then requeues the job.
+
+The lease timer (ExpireLease) names the epoch it was armed for. Renewals push the expiry out, so a timer
+that fires before the current expiry is refused with lease_not_expired and the owner re-arms from state.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spotreel.domain import commands as cmd
+from spotreel.domain import events as ev
+from spotreel.domain import retry
+from spotreel.domain.outcomes import Head, Reason, rejected
+from spotreel.domain.progress import valid_pct
+from spotreel.domain.state import JobState
+
+Events = tuple[Any, ...]
+
+
+def _fence(state: JobState, epoch: int) -> str | None:
+    if epoch > state.epoch:
+        return Reason.UNKNOWN_EPOCH
+    if epoch < state.epoch or state.lease is None:
+        return Reason.STALE_EPOCH
+    return None
+
+
+def _worker_fence(state: JobState, c: Any, now_ms: int) -> str | None:
+    reason = _fence(state, c.epoch)
+    if reason is not None:
+        return reason
+    assert state.lease is not None
+    if c.worker_id != state.lease.worker_id:
+        return Reason.WORKER_MISMATCH
+    if now_ms >= state.lease.expires_at_ms:
+        return Reason.LEASE_EXPIRED
+    return None
+
+
+def grant(state: JobState, c: cmd.GrantLease, h: Head, now_ms: int) -> Events:
+    if state.status != "queued":
+        return rejected(state, c, now_ms, Reason.NOT_QUEUED, f"status is {state.status}")
+    if c.pool != state.pool:
+        return rejected(state, c, now_ms, Reason.POOL_MISMATCH, f"job runs in {state.pool}")
+    if c.lease_ttl_ms <= 0 or not c.worker_id:
+        return rejected(state, c, now_ms, Reason.INVALID_REQUEST, "lease_ttl_ms must be > 0 and worker_id set")
+    resume = state.resume_point
+    return (
+        h.event(
+            ev.JobLeased,
+            worker_id=c.worker_id,
+            pool=c.pool,
+            epoch=state.epoch + 1,
+            attempt=state.attempt + 1,
+            lease_ttl_ms=c.lease_ttl_ms,
+            lease_expires_at_ms=now_ms + c.lease_ttl_ms,
+            resume_checkpoint_key=resume.key if resume else None,
+            resume_step=resume.step if resume else None,
+            resume_progress_pct=resume.progress_pct if resume else None,
+        ),
+    )
+
+
+def worker_command(state: JobState, c: Any, h: Head, now_ms: int) -> Events:
+    reason = _worker_fence(state, c, now_ms)
+    if reason is not None:
+        return rejected(state, c, now_ms, reason)
+    assert state.lease is not None
+    renewed_until = now_ms + state.lease.ttl_ms
+    match c:
+        case cmd.RenewLease():
+            return (h.event(ev.LeaseRenewed, epoch=c.epoch, lease_expires_at_ms=renewed_until),)
+        case cmd.ReportProgress():
+            if not valid_pct(c.progress_pct) or c.step < 0:
+                return rejected(state, c, now_ms, Reason.INVALID_PROGRESS, "progress_pct in 0..100, step >= 0")
+            return (
+                h.event(
+                    ev.ProgressReported,
+                    epoch=c.epoch,
+                    step=c.step,
+                    progress_pct=float(c.progress_pct),
+                    phase=c.phase,
+                    lease_expires_at_ms=renewed_until,
+                ),
+            )
+        case cmd.RecordCheckpoint():
+            return _checkpoint(state, c, h, now_ms)
+        case cmd.CompleteJob():
+            if state.cancel_requested:
+                return rejected(state, c, now_ms, Reason.CANCEL_REQUESTED, "the job was cancelled while running")
+            return (
+                h.event(
+                    ev.JobSucceeded,
+                    epoch=c.epoch,
+                    artifact_key=c.artifact_key,
+                    artifact_checksum=c.artifact_checksum,
+                    artifact_size_bytes=c.artifact_size_bytes,
+                ),
+            )
+        case cmd.FailJob():
+            return _fail(state, c, h, now_ms)
+    # ReleaseLease: the only worker command left.
+    return lease_ended(state, c, h, now_ms, released=True)
+
+
+def expire(state: JobState, c: cmd.ExpireLease, h: Head, now_ms: int) -> Events:
+    reason = _fence(state, c.epoch)
+    if reason is not None:
+        return rejected(state, c, now_ms, reason)
+    assert state.lease is not None
+    if now_ms < state.lease.expires_at_ms:
+        return rejected(state, c, now_ms, Reason.LEASE_NOT_EXPIRED, f"expires at {state.lease.expires_at_ms}")
+    return lease_ended(state, c, h, now_ms, released=False)
+
+
+def lease_ended(state: JobState, c: Any, h: Head, now_ms: int, *, released: bool) -> Events:
+    """A lease lost or handed back. It is a preemption unless it only confirms a requested cancel/pause."""
+    assert state.lease is not None
+    confirming = state.cancel_requested or state.pause_requested
+    preemptions = state.preemptions if confirming else state.preemptions + 1
+    ended: Any
+    if released:
+        ended = h.event(
+            ev.LeaseReleased,
+            epoch=state.lease.epoch,
+            worker_id=state.lease.worker_id,
+            reason=c.reason,
+            preemptions=preemptions,
+        )
+    else:
+        ended = h.event(
+            ev.LeaseExpired, epoch=state.lease.epoch, worker_id=state.lease.worker_id, preemptions=preemptions
+        )
+    if state.cancel_requested:
+        return ended, h.event(ev.JobCancelled, reason=state.cancel_reason or "user")
+    if state.pause_requested:
+        return ended, h.event(ev.JobPaused, reason=state.pause_reason or "user")
+    if retry.preemptions_exhausted(preemptions, state.max_preemptions):
+        return ended, h.event(
+            ev.JobDeadLettered,
+            reason=retry.DeadLetterReason.MAX_PREEMPTIONS,
+            attempts_used=state.attempts_used,
+            preemptions=preemptions,
+        )
+    return ended, h.event(ev.JobRequeued, reason="released" if released else "lease_expired", budget_reset=False)
+
+
+def _checkpoint(state: JobState, c: cmd.RecordCheckpoint, h: Head, now_ms: int) -> Events:
+    if not c.checkpoint_key or c.step < 0 or c.size_bytes < 0 or not valid_pct(c.progress_pct):
+        return rejected(state, c, now_ms, Reason.INVALID_REQUEST, "checkpoint_key, step, size or progress invalid")
+    newest = state.resume_point
+    if newest is not None and c.step <= newest.step:
+        return rejected(state, c, now_ms, Reason.CHECKPOINT_NOT_NEWER, f"newest is at step {newest.step}")
+    if any(cp.key == c.checkpoint_key for cp in state.checkpoints):
+        return rejected(state, c, now_ms, Reason.CHECKPOINT_NOT_NEWER, "checkpoint key already recorded")
+    keep = max(1, state.keep_checkpoints)
+    overflow = len(state.checkpoints) + 1 - keep
+    pruned = tuple(cp.key for cp in state.checkpoints[: max(0, overflow)])
+    return (
+        h.event(
+            ev.CheckpointRecorded,
+            epoch=c.epoch,
+            checkpoint_key=c.checkpoint_key,
+            step=c.step,
+            progress_pct=float(c.progress_pct),
+            checksum=c.checksum,
+            size_bytes=c.size_bytes,
+            pruned_keys=pruned,
+        ),
+    )
+
+
+def _fail(state: JobState, c: cmd.FailJob, h: Head, now_ms: int) -> Events:
+    known_bad = c.invalid_checkpoint_key if any(cp.key == c.invalid_checkpoint_key for cp in state.checkpoints) else None
+
+    def failed(attempts_used: int) -> Any:
+        return h.event(
+            ev.AttemptFailed,
+            epoch=c.epoch,
+            worker_id=c.worker_id,
+            error_code=c.error_code,
+            error_message=c.error_message,
+            retryable=c.retryable,
+            attempts_used=attempts_used,
+            invalid_checkpoint_key=known_bad,
+        )
+
+    if state.cancel_requested:
+        # The worker stopped because we asked it to: confirms the cancel, costs no attempt.
+        return failed(state.attempts_used), h.event(ev.JobCancelled, reason=state.cancel_reason or "user")
+    d = retry.on_visible_failure(
+        job_id=state.job_id,
+        retryable=c.retryable,
+        attempts_used=state.attempts_used,
+        max_attempts=state.max_attempts,
+        recent_failures_ms=state.recent_failures_ms,
+        now_ms=now_ms,
+        poison_threshold=state.poison_threshold,
+        poison_window_ms=state.poison_window_ms,
+        backoff_base_ms=state.backoff_base_ms,
+        backoff_max_ms=state.backoff_max_ms,
+    )
+    if d.outcome == retry.FailureOutcome.FAILED:
+        return failed(d.attempts_used), h.event(ev.JobFailed, reason=d.reason or "non_retryable", error_code=c.error_code)
+    if d.outcome == retry.FailureOutcome.DEAD_LETTER:
+        return failed(d.attempts_used), h.event(
+            ev.JobDeadLettered, reason=d.reason or "", attempts_used=d.attempts_used, preemptions=state.preemptions
+        )
+    out: Events = (
+        failed(d.attempts_used),
+        h.event(ev.JobScheduled, run_at_ms=now_ms + d.backoff_ms, reason="backoff"),
+    )
+    if state.pause_requested:
+        out = (*out, h.event(ev.JobPaused, reason=state.pause_reason or "user"))
+    return out

@@ -1,0 +1,148 @@
+"""The state of one job: what `evolve` builds from its events and what `decide` judges commands against.
+
+State is never stored as the system of record (events are); it is a cache that can be rebuilt with
+`evolve.fold`. It may therefore hold nested dataclasses and tuples of tuples that messages may not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class Status:
+    # Only between JobSubmitted and the JobQueued/JobScheduled/JobWaiting that `decide` always emits with
+    # it in the same batch, so nobody observes it after a batch is applied.
+    SUBMITTED = "submitted"
+    SCHEDULED = "scheduled"
+    WAITING = "waiting"
+    QUEUED = "queued"
+    LEASED = "leased"
+    RUNNING = "running"
+    PAUSED = "paused"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    DEAD_LETTERED = "dead_lettered"
+
+    TERMINAL = frozenset({SUCCEEDED, FAILED, CANCELLED, DEAD_LETTERED})
+    HOLDING_LEASE = frozenset({LEASED, RUNNING})
+    REQUEUEABLE = frozenset({FAILED, DEAD_LETTERED})
+    # Nothing runs yet, so a cancel or pause takes effect at once.
+    IDLE = frozenset({SUBMITTED, SCHEDULED, WAITING, QUEUED})
+
+
+class DagPolicy:
+    FAIL_FAST = "fail_fast"
+    CONTINUE = "continue"
+    ALL = frozenset({FAIL_FAST, CONTINUE})
+
+
+@dataclass(frozen=True)
+class Lease:
+    epoch: int
+    worker_id: str
+    pool: str
+    granted_at_ms: int
+    ttl_ms: int
+    expires_at_ms: int
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    key: str
+    step: int
+    progress_pct: float
+    epoch: int
+    checksum: str
+    size_bytes: int
+    at_ms: int
+
+
+@dataclass(frozen=True)
+class JobState:
+    job_id: str
+    version: int
+    status: str
+    submitted_at_ms: int
+    updated_at_ms: int
+
+    # What was asked for (from JobSubmitted; priority may change later).
+    tenant: str
+    idempotency_key: str
+    request_hash: str
+    model: str
+    gpu_type: str
+    pool: str
+    prompt: str
+    duration_s: float
+    resolution: str
+    fps: int
+    seed: int
+    num_steps: int
+    priority: int
+    callback_url: str | None
+    parents: tuple[str, ...]
+    dag_policy: str
+    max_attempts: int
+    max_preemptions: int
+    keep_checkpoints: int
+    backoff_base_ms: int
+    backoff_max_ms: int
+    poison_threshold: int
+    poison_window_ms: int
+    schedule_id: str | None
+    occurrence_ms: int | None
+
+    # Not runnable before this (the submitted run_at, later a retry backoff's end).
+    run_at_ms: int | None = None
+
+    # Leases. `epoch` is the highest ever issued for this job, so the next lease gets epoch + 1 and an
+    # epoch is never reused, whatever happens in between. `lease` is set exactly while leased/running.
+    epoch: int = 0
+    lease: Lease | None = None
+    attempt: int = 0
+
+    # Retry accounting (reset by a manual requeue).
+    attempts_used: int = 0
+    preemptions: int = 0
+    recent_failures_ms: tuple[int, ...] = ()
+    last_error_code: str | None = None
+    last_error_message: str | None = None
+
+    # Oldest first; at most keep_checkpoints of them; the last one is the resume point.
+    checkpoints: tuple[Checkpoint, ...] = ()
+
+    # Progress, see progress.py for the exact semantics.
+    progress_pct: float = 0.0
+    reported_pct: float = 0.0
+    step: int = 0
+    phase: str = "pending"
+    resuming: bool = False
+    resume_from_pct: float | None = None
+
+    # DAG.
+    pending_parents: tuple[str, ...] = ()
+    parent_outcomes: tuple[tuple[str, str], ...] = ()
+
+    # A cancel or pause asked of a leased job, waiting for the lease to end.
+    cancel_requested: bool = False
+    cancel_reason: str | None = None
+    pause_requested: bool = False
+    pause_reason: str | None = None
+
+    # Outcome.
+    terminal_reason: str | None = None
+    artifact_key: str | None = None
+    artifact_checksum: str | None = None
+    artifact_size_bytes: int | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in Status.TERMINAL
+
+    @property
+    def resume_point(self) -> Checkpoint | None:
+        return self.checkpoints[-1] if self.checkpoints else None
+
+    def lease_valid_at(self, now_ms: int) -> bool:
+        return self.lease is not None and now_ms < self.lease.expires_at_ms
