@@ -22,16 +22,29 @@ def _default_cache() -> Path:
 class Settings:
     # Where the local stack keeps data, logs and pid files (one directory, wiped by `up --fresh`).
     home: Path = field(default_factory=_default_home)
+    # Non-zero: CLIs show tracebacks of unexpected errors instead of one summarising line.
+    debug: int = 0
     # Downloaded jars live outside the repo and outside `home`, so `--fresh` never refetches them.
     cache_dir: Path = field(default_factory=_default_cache)
     host: str = "127.0.0.1"
 
-    kafka_version: str = "3.9.1"
+    # Tools the local stack runs; names on PATH or absolute paths.
+    java_bin: str = "java"
+    maven_bin: str = "mvn"
+    # Empty: Maven's own configuration decides (Central, or the user's mirror in ~/.m2/settings.xml).
+    maven_repo_url: str = ""
+    # Seconds `up` waits for a server to answer; Cassandra's cold start on 2 cores is the long pole.
+    start_timeout: int = 240
+    # Seconds `down` waits after SIGTERM before SIGKILL.
+    stop_timeout: int = 60
+
+    # Pinned: both exist on Maven Central (latest patch releases of 3.9 and 5.0 when pinned).
+    kafka_version: str = "3.9.2"
     kafka_port: int = 19092
     kafka_controller_port: int = 19093
     kafka_heap: str = "768m"
 
-    cassandra_version: str = "5.0.6"
+    cassandra_version: str = "5.0.9"
     cassandra_port: int = 19042
     cassandra_storage_port: int = 17000
     cassandra_heap: str = "1g"
@@ -41,6 +54,8 @@ class Settings:
     s3_master_port: int = 19333
     s3_volume_port: int = 18080
     s3_filer_port: int = 18888
+    # `weed mini` always runs its admin server; pin its port so it cannot collide with anything else.
+    s3_admin_port: int = 18646
     s3_access_key: str = "spotreel"
     s3_secret_key: str = "spotreel-secret"
     s3_region: str = "us-east-1"
@@ -52,6 +67,9 @@ class Settings:
 
     topic_prefix: str = "spotreel"
     partitions: int = 6
+    # Faust tables of the scheduler whose compacted changelog topics `infra up` declares ahead of time
+    # (comma-separated); see spotreel.infra.topics.changelog_topic for the naming convention.
+    scheduler_tables: str = "jobs"
 
     @property
     def kafka_bootstrap(self) -> str:

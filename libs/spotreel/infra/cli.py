@@ -1,14 +1,113 @@
-"""`spotreel infra fetch|up|down|status`: placeholder until the infra tooling lands."""
+"""`spotreel infra fetch|up|down|status`: the local stack from the command line.
+
+Every failure ends as one clear line on stderr (plus optional indented hints) and a non-zero exit,
+never as a traceback: InfraError carries the line, anything unexpected is summarised the same way.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import sys
+import traceback
+from typing import Callable, NoReturn
+
+from spotreel.infra.errors import InfraError
+from spotreel.settings import Settings
+
+ACTIONS = ("fetch", "up", "down", "status")
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _fetch(args: argparse.Namespace, settings: Settings) -> int:
+    from spotreel.infra.maven import fetch
+
+    fetch(settings, _say)
+    return 0
+
+
+def _up(args: argparse.Namespace, settings: Settings) -> int:
+    from spotreel.infra.stack import up
+
+    up(settings, fresh=args.fresh, say=_say)
+    return 0
+
+
+def _down(args: argparse.Namespace, settings: Settings) -> int:
+    from spotreel.infra.stack import down
+
+    down(settings, say=_say)
+    return 0
+
+
+def _status(args: argparse.Namespace, settings: Settings) -> int:
+    from spotreel.infra.status import collect, render_json, render_text
+
+    report = collect(settings)
+    print(render_json(report) if args.json else render_text(report), flush=True)
+    return 0 if report["healthy"] else 1
+
+
+def _quiet_client_libraries() -> None:
+    # The drivers log every refused connection while a server starts; our own lines say what matters.
+    for name in ("cassandra", "botocore", "boto3", "urllib3", "s3transfer"):
+        lib = logging.getLogger(name)
+        lib.addHandler(logging.NullHandler())
+        lib.propagate = False
+
+
+def _guarded(action: str, handler: Callable[[argparse.Namespace, Settings], int]):
+    def run(args: argparse.Namespace, settings: Settings) -> int:
+        _quiet_client_libraries()
+        try:
+            return handler(args, settings)
+        except InfraError as exc:
+            for line in exc.lines():
+                print(line, file=sys.stderr, flush=True)
+            return 1
+        except KeyboardInterrupt:
+            print(f"spotreel infra {action}: interrupted", file=sys.stderr)
+            return 130
+        except Exception as exc:
+            print(f"spotreel infra {action}: unexpected {type(exc).__name__}: {exc}", file=sys.stderr)
+            if settings.debug:
+                traceback.print_exc()
+            else:
+                print("  set SPOTREEL_DEBUG=1 to see the traceback", file=sys.stderr)
+            return 1
+
+    return run
+
+
+def _one_line_error(prog: str) -> Callable[[str], NoReturn]:
+    def error(message: str) -> NoReturn:
+        if "invalid choice" in message:
+            bad = message.split("invalid choice:", 1)[1].split("(", 1)[0].strip()
+            message = f"unknown command {bad} (choose from {', '.join(ACTIONS)})"
+        print(f"{prog}: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+    return error
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    infra = sub.add_parser("infra", help="run the local stack: Kafka, Cassandra, S3")
+    infra = sub.add_parser("infra", help="run the local stack: Kafka, Cassandra, S3",
+                           description="Run the local stack (Kafka, Cassandra, SeaweedFS S3) under SPOTREEL_HOME.")
+    # argparse would print the whole usage block before its error; a wrong action deserves one line.
+    infra.error = _one_line_error("spotreel infra")  # type: ignore[method-assign]
     isub = infra.add_subparsers(dest="infra_command", metavar="ACTION")
     isub.required = True
-    for name in ("fetch", "up", "down", "status"):
-        p = isub.add_parser(name)
-        p.set_defaults(func=lambda args, settings: 1)
+
+    p = isub.add_parser("fetch", help="download the Kafka and Cassandra jars into the cache (once)")
+    p.set_defaults(func=_guarded("fetch", _fetch))
+    p = isub.add_parser("up", help="start everything and wait until it answers (no-op when it runs)")
+    p.add_argument("--fresh", action="store_true", help="stop the stack and wipe its data first")
+    p.set_defaults(func=_guarded("up", _up))
+    p = isub.add_parser("down", help="stop what `up` started; no listener is left on our ports")
+    p.set_defaults(func=_guarded("down", _down))
+    p = isub.add_parser("status", help="health, address, pid and log of each component; exit 0 when all healthy")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_guarded("status", _status))

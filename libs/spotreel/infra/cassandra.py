@@ -1,0 +1,153 @@
+"""Apache Cassandra 5.0, one node from the Maven jars, on Java 17 with a small heap."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from spotreel.infra import ports as portlib
+from spotreel.infra.errors import InfraError, ProbeFailed
+from spotreel.infra.java import common_jvm_options, java_bin
+from spotreel.infra.maven import cassandra_bundle
+from spotreel.infra.render import render, write_if_changed
+from spotreel.infra.server import Say, Server
+from spotreel.settings import Settings
+
+# From Cassandra's conf/jvm17-server.options: without these the JVM dies at start-up on Java 17.
+JAVA17_MODULE_OPTIONS = [
+    "--add-exports", "java.base/jdk.internal.misc=ALL-UNNAMED",
+    "--add-exports", "java.management.rmi/com.sun.jmx.remote.internal.rmi=ALL-UNNAMED",
+    "--add-exports", "java.rmi/sun.rmi.registry=ALL-UNNAMED",
+    "--add-exports", "java.rmi/sun.rmi.server=ALL-UNNAMED",
+    "--add-exports", "java.sql/java.sql=ALL-UNNAMED",
+    "--add-exports", "java.base/java.lang.ref=ALL-UNNAMED",
+    "--add-exports", "jdk.unsupported/sun.misc=ALL-UNNAMED",
+    "--add-exports", "jdk.compiler/com.sun.tools.javac.file=ALL-UNNAMED",
+    "--add-exports", "jdk.attach/sun.tools.attach=ALL-UNNAMED",
+    "--add-opens", "java.base/java.lang.module=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.loader=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.ref=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.reflect=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.math=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.module=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.util.jar=ALL-UNNAMED",
+    "--add-opens", "jdk.management/com.sun.management.internal=ALL-UNNAMED",
+    "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED",
+    "--add-opens", "java.base/java.io=ALL-UNNAMED",
+    "--add-opens", "java.base/java.lang.reflect=ALL-UNNAMED",
+    "--add-opens", "jdk.compiler/com.sun.tools.javac=ALL-UNNAMED",
+    "--add-opens", "java.base/java.lang=ALL-UNNAMED",
+    "--add-opens", "java.base/java.util=ALL-UNNAMED",
+    "--add-opens", "java.base/java.nio=ALL-UNNAMED",
+    "-Djdk.attach.allowAttachSelf=true",
+    "-Dio.netty.tryReflectionSetAccessible=true",
+    "-Dio.netty.allocator.useCacheForAllThreads=true",
+    "-Dio.netty.allocator.maxOrder=11",
+]
+
+
+@contextmanager
+def cql_session(settings: Settings, timeout: float = 10.0, keyspace: str | None = None) -> Iterator[object]:
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster, ExecutionProfile
+    from cassandra.policies import WhiteListRoundRobinPolicy
+
+    profile = ExecutionProfile(load_balancing_policy=WhiteListRoundRobinPolicy([settings.host]),
+                               request_timeout=max(timeout, 10.0))
+    cluster = Cluster([settings.host], port=settings.cassandra_port, protocol_version=5,
+                      execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+                      connect_timeout=timeout, control_connection_timeout=timeout)
+    try:
+        session = cluster.connect(keyspace)
+        yield session
+    finally:
+        cluster.shutdown()
+
+
+class Cassandra(Server):
+    name = "cassandra"
+    # Logged on every start without JMX (we run none: no nodetool, one port fewer).
+    harmless = ("JMX is not enabled", "cassandra.jmx.local.port missing", "unable to start local JMX")
+
+    def address(self) -> str:
+        return f"{self.settings.host}:{self.settings.cassandra_port}"
+
+    def ports(self) -> list[int]:
+        return [self.settings.cassandra_port, self.settings.cassandra_storage_port]
+
+    def main_log(self) -> Path:
+        return self.logs_dir / "system.log"
+
+    @property
+    def yaml_path(self) -> Path:
+        return self.conf_dir / "cassandra.yaml"
+
+    @property
+    def logback_path(self) -> Path:
+        return self.conf_dir / "logback.xml"
+
+    def render_yaml(self) -> str:
+        s = self.settings
+        return render("cassandra.yaml", host=s.host, storage_port=s.cassandra_storage_port,
+                      native_port=s.cassandra_port, data_dir=self.data_dir)
+
+    def render_logback(self) -> str:
+        return render("cassandra-logback.xml", log_file=self.main_log())
+
+    def prepare(self, say: Say) -> None:
+        for sub in ("data", "commitlog", "saved_caches", "hints", "cdc_raw"):
+            (self.data_dir / sub).mkdir(parents=True, exist_ok=True)
+        (self.conf_dir / "triggers").mkdir(parents=True, exist_ok=True)
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        write_if_changed(self.yaml_path, self.render_yaml())
+        write_if_changed(self.logback_path, self.render_logback())
+
+    def command(self) -> list[str]:
+        s = self.settings
+        bundle = cassandra_bundle(s)
+        heap = s.cassandra_heap
+        return [
+            java_bin(s, self.name), f"-Xms{heap}", f"-Xmx{heap}", "-Xss256k",
+            "-XX:+UseG1GC", "-XX:+ParallelRefProcEnabled", "-XX:MaxTenuringThreshold=1",
+            "-XX:MaxGCPauseMillis=300", "-XX:InitiatingHeapOccupancyPercent=70",
+            *common_jvm_options(self.logs_dir), "-Djava.net.preferIPv4Stack=true",
+            *JAVA17_MODULE_OPTIONS,
+            # jamm measures object sizes for memtable accounting; Cassandra refuses to run without it.
+            f"-javaagent:{bundle.jar(s, 'jamm-')}",
+            f"-Dcassandra.config=file://{self.yaml_path}",
+            f"-Dcassandra.storagedir={self.data_dir}",
+            f"-Dcassandra.logdir={self.logs_dir}",
+            f"-Dlogback.configurationFile={self.logback_path}",
+            "-Dcassandra-foreground=yes",
+            f"-Dcassandra.triggers_dir={self.conf_dir / 'triggers'}",
+            # Cassandra 5.0 installs a SecurityManager (for UDFs); Java 17 warns unless it is allowed.
+            "-Djava.security.manager=allow",
+            # One node: no peers whose gossip could settle, so do not wait for it.
+            "-Dcassandra.skip_wait_for_gossip_to_settle=0",
+            "-cp", bundle.classpath(s), "org.apache.cassandra.service.CassandraDaemon",
+        ]
+
+    def probe(self, timeout: float) -> str:
+        s = self.settings
+        if not portlib.listening(s.host, s.cassandra_port, timeout=min(timeout, 1.0)):
+            raise ProbeFailed(f"nothing listening on {self.address()}")
+        try:
+            with cql_session(s, timeout) as session:
+                row = session.execute("SELECT release_version FROM system.local", timeout=timeout).one()
+        except Exception as exc:  # the driver raises many unrelated types for "not ready yet"
+            raise ProbeFailed(f"CQL query failed: {type(exc).__name__}: {str(exc)[:200]}") from None
+        return f"Cassandra {row.release_version}"
+
+    def setup(self, say: Say) -> None:
+        from spotreel.infra.migrate import migrate
+        from spotreel.infra.seed import seed_dev_tenant
+
+        try:
+            with cql_session(self.settings, 20.0) as session:
+                migrate(session, self.settings.cassandra_keyspace, say)
+                seed_dev_tenant(session, self.settings, say)
+        except InfraError:
+            raise
+        except Exception as exc:
+            raise InfraError(f"cassandra: schema setup failed: {type(exc).__name__}: {str(exc)[:300]}",
+                             [f"log: {self.main_log()}"]) from None

@@ -1,0 +1,32 @@
+"""The JVM both Kafka and Cassandra run on, and the options every one of our JVMs shares."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from spotreel.infra.errors import InfraError
+from spotreel.settings import Settings
+
+
+def java_bin(settings: Settings, component: str) -> str:
+    found = shutil.which(settings.java_bin)
+    if found is None and "JAVA_HOME" in os.environ:
+        candidate = Path(os.environ["JAVA_HOME"]) / "bin" / "java"
+        found = str(candidate) if candidate.is_file() else None
+    if found is None:
+        raise InfraError(f"{component}: Java not found ({settings.java_bin!r} is not on PATH)",
+                         ["install Java 17 (Debian: apt-get install openjdk-17-jre-headless) "
+                          "or set SPOTREEL_JAVA_BIN"])
+    return found
+
+
+def common_jvm_options(logs_dir: Path) -> list[str]:
+    return [
+        "-Djava.awt.headless=true",
+        # No hsperfdata files in /tmp: all our state stays under SPOTREEL_HOME.
+        "-XX:+PerfDisableSharedMem",
+        f"-XX:ErrorFile={logs_dir / 'hs_err_pid%p.log'}",
+        "-XX:+ExitOnOutOfMemoryError",
+    ]

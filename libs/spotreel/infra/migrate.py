@@ -1,0 +1,99 @@
+"""Versioned CQL migrations: migrations/NNNN_name.cql, applied in order, recorded in schema_migrations.
+
+Applying twice is a no-op. A migration that was edited after it was applied is refused (its checksum
+no longer matches), because the database would silently differ from what the file says.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+from spotreel.infra.errors import InfraError
+
+_FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.cql$")
+_KEYSPACE = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    cql: str
+
+    @property
+    def checksum(self) -> str:
+        return hashlib.sha256(self.cql.encode()).hexdigest()
+
+    @property
+    def label(self) -> str:
+        return f"{self.version:04d}_{self.name}"
+
+
+def load_migrations(package: str = "spotreel.infra") -> list[Migration]:
+    found: dict[int, Migration] = {}
+    for entry in resources.files(package).joinpath("migrations").iterdir():
+        m = _FILE.match(entry.name)
+        if not m:
+            continue
+        version = int(m.group(1))
+        if version in found:
+            raise InfraError(f"cassandra: two migrations numbered {version:04d}")
+        found[version] = Migration(version, m.group(2), entry.read_text(encoding="utf-8"))
+    return [found[v] for v in sorted(found)]
+
+
+def statements(cql: str) -> list[str]:
+    lines = []
+    for line in cql.splitlines():
+        code = line.split("--", 1)[0].rstrip()
+        if code.strip():
+            lines.append(code)
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+
+
+def keyspace_cql(keyspace: str) -> str:
+    if not _KEYSPACE.match(keyspace):
+        raise InfraError(f"cassandra: invalid keyspace name {keyspace!r} (letters, digits, _; max 48)")
+    return (f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = "
+            "{'class': 'SimpleStrategy', 'replication_factor': 1}")
+
+
+def migrate(session, keyspace: str, say=print, migrations: list[Migration] | None = None) -> list[str]:
+    """Apply what is missing; returns the labels applied by this call."""
+    migrations = load_migrations() if migrations is None else migrations
+    session.execute(keyspace_cql(keyspace))
+    session.set_keyspace(keyspace)
+    session.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations "
+        "(version int PRIMARY KEY, name text, checksum text, applied_at timestamp)"
+    )
+    applied = {row.version: row for row in session.execute("SELECT version, name, checksum FROM schema_migrations")}
+    done = []
+    for m in migrations:
+        row = applied.get(m.version)
+        if row is not None:
+            if row.checksum != m.checksum:
+                raise InfraError(
+                    f"cassandra: migration {m.label} changed after it was applied to keyspace {keyspace}",
+                    ["add a new migration file instead of editing an applied one",
+                     "(or start over with `spotreel infra up --fresh`)"],
+                )
+            continue
+        for stmt in statements(m.cql):
+            # Every statement is IF NOT EXISTS, so a migration interrupted half-way can simply rerun.
+            session.execute(stmt)
+        session.execute(
+            "INSERT INTO schema_migrations (version, name, checksum, applied_at) "
+            "VALUES (%s, %s, %s, toTimestamp(now())) IF NOT EXISTS",
+            (m.version, m.name, m.checksum),
+        )
+        done.append(m.label)
+    total = len(migrations)
+    if done:
+        say(f"cassandra: keyspace {keyspace}: applied {', '.join(done)} ({total} migrations)")
+    else:
+        say(f"cassandra: keyspace {keyspace}: schema up to date ({total} migrations)")
+    return done

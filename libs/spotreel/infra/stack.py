@@ -1,0 +1,153 @@
+"""The local stack as a whole: which components, `up` (in parallel) and `down`."""
+
+from __future__ import annotations
+
+import fcntl
+import shutil
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Iterator
+
+from spotreel.infra import maven
+from spotreel.infra import ports as portlib
+from spotreel.infra.cassandra import Cassandra
+from spotreel.infra.errors import InfraError
+from spotreel.infra.kafka import Kafka
+from spotreel.infra.layout import Layout
+from spotreel.infra.seaweed import Seaweed
+from spotreel.infra.server import Say, Server
+from spotreel.settings import Settings
+
+LOCK_WAIT_S = 600
+
+
+def components(settings: Settings) -> list[Server]:
+    """Everything `up` starts and `status` reports, in start order. Services append themselves here."""
+    return [Kafka(settings), Cassandra(settings), Seaweed(settings)]
+
+
+def locked_say(say: Say) -> Say:
+    lock = threading.Lock()
+
+    def _say(line: str) -> None:
+        with lock:
+            say(line)
+
+    return _say
+
+
+@contextmanager
+def infra_lock(layout: Layout, say: Say) -> Iterator[None]:
+    """One `up`/`down` at a time per home: two racing `up`s would start two brokers on one data dir."""
+    layout.run_root.mkdir(parents=True, exist_ok=True)
+    with open(layout.lockfile, "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"waiting for another `spotreel infra` command on {layout.home} to finish")
+            deadline = time.monotonic() + LOCK_WAIT_S
+            while True:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise InfraError(f"another `spotreel infra` command still holds {layout.lockfile}") from None
+                    time.sleep(0.5)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def combine(errors: list[InfraError]) -> InfraError:
+    first, rest = errors[0], errors[1:]
+    hints = list(first.hints)
+    for e in rest:
+        hints += [e.message, *(f"  {h}" for h in e.hints)]
+    return InfraError(first.message, hints)
+
+
+def up(settings: Settings, *, fresh: bool = False, say: Say = print) -> list[str]:
+    """Bring every component to answering; returns the names this call started."""
+    say = locked_say(say)
+    t0 = time.monotonic()
+    layout = Layout.of(settings)
+    layout.ensure_writable()
+    with infra_lock(layout, say):
+        comps = components(settings)
+        if fresh:
+            _stop_all(comps, say)
+            shutil.rmtree(layout.data_root, ignore_errors=True)
+            layout.data_root.mkdir(parents=True, exist_ok=True)
+            say(f"fresh: wiped {layout.data_root}")
+        to_start = [c for c in comps if c.running() is None]
+        conflicts = [line for c in to_start for line in c.port_conflicts()]
+        if conflicts:
+            raise InfraError(conflicts[0], [*conflicts[1:],
+                             "stop that process, or move spotreel to other ports (SPOTREEL_*_PORT settings)"])
+        if any(isinstance(c, (Kafka, Cassandra)) for c in to_start):
+            maven.fetch(settings, say, report_cached=False)
+        errors: list[InfraError] = []
+        started: list[str] = []
+        with ThreadPoolExecutor(max_workers=len(comps), thread_name_prefix="infra-up") as pool:
+            futures = [(c, pool.submit(c.ensure_up, say)) for c in comps]
+            for comp, fut in futures:
+                try:
+                    if fut.result():
+                        started.append(comp.name)
+                except InfraError as exc:
+                    errors.append(exc)
+                except Exception as exc:  # a bug or an unexpected client error: still one clear line
+                    errors.append(InfraError(f"{comp.name}: {type(exc).__name__}: {str(exc)[:300]}",
+                                             [f"log: {comp.main_log()}"]))
+        if errors:
+            raise combine(errors)
+    what = f"started {', '.join(started)}" if started else "nothing to start"
+    say(f"stack up in {time.monotonic() - t0:.1f} s ({what}); `spotreel infra status` shows it")
+    return started
+
+
+def _stop_all(comps: list[Server], say: Say) -> list[InfraError]:
+    errors: list[InfraError] = []
+    with ThreadPoolExecutor(max_workers=len(comps), thread_name_prefix="infra-down") as pool:
+        for fut in [pool.submit(c.stop, say) for c in reversed(comps)]:
+            try:
+                fut.result()
+            except InfraError as exc:
+                errors.append(exc)
+    return errors
+
+
+def down(settings: Settings, *, say: Say = print) -> None:
+    """Stop exactly what our pid files name, then prove none of our ports has a listener left."""
+    say = locked_say(say)
+    t0 = time.monotonic()
+    layout = Layout.of(settings)
+    comps = components(settings)
+    if layout.run_root.is_dir():
+        try:
+            with infra_lock(layout, say):
+                was_running = [c.name for c in comps if c.running() is not None]
+                errors = _stop_all(comps, say)
+        except OSError as exc:
+            raise InfraError(f"cannot stop the stack in {layout.home}: {exc.strerror}") from None
+        if errors:
+            raise combine(errors)
+    else:
+        was_running = []
+    leftovers = []
+    for comp in comps:
+        for port in comp.ports():
+            if portlib.listening(settings.host, port, timeout=0.3):
+                who = portlib.holder(port)
+                leftovers.append(f"{comp.name}: port {port} on {settings.host} is still in use by a process "
+                                 "that spotreel infra did not start" + (f" (pid {who[0]}: {who[1]})" if who else ""))
+    if leftovers:
+        raise InfraError(leftovers[0], leftovers[1:])
+    if was_running:
+        say(f"stack down in {time.monotonic() - t0:.1f} s (stopped {', '.join(was_running)})")
+    else:
+        say("stack down: nothing was running")
