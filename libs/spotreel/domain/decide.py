@@ -77,6 +77,7 @@ def _route(state: JobState, c: Any, h: Head, now_ms: int) -> Events:  # noqa: C9
 def submission_problem(c: cmd.SubmitJob) -> str | None:
     checks = (
         (bool(c.tenant) and bool(c.idempotency_key), "tenant and idempotency_key are required"),
+        ("\x00" not in c.tenant + c.idempotency_key, "tenant and idempotency_key must not contain NUL"),
         (bool(c.model) and bool(c.gpu_type), "model and gpu_type are required"),
         (c.num_steps >= 1 and c.fps >= 1, "num_steps and fps must be >= 1"),
         (math.isfinite(c.duration_s) and c.duration_s > 0, "duration_s must be > 0"),

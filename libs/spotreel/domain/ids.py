@@ -7,8 +7,8 @@ cron timer firing twice all resolve to one job.
     job_id = "j" + hex(sha256("spotreel/job/v1" NUL tenant NUL idempotency_key))[:32]
 
 A 128-bit prefix of SHA-256 (33 characters, URL-safe). The "v1" salt is part of the contract: changing it
-would change every id, so it must never change. NUL separators keep ("a", "b\\0c") and ("a\\0b", "c") apart;
-tenants and keys are rejected at the gateway if they contain NUL.
+would change every id, so it must never change. The NUL separator is unambiguous because `decide` refuses a
+SubmitJob whose tenant or idempotency key contains NUL.
 """
 
 from __future__ import annotations

@@ -58,6 +58,9 @@ class Head:
 
 
 def number(state: JobState | None, events: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Consecutive versions after the state's. A rejection is returned as built (it takes no slot)."""
+    if len(events) == 1 and isinstance(events[0], CommandRejected):
+        return events
     base = state.version if state is not None else 0
     return tuple(replace(e, version=base + i) for i, e in enumerate(events, start=1))
 

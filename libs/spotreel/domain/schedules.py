@@ -96,7 +96,9 @@ def _rejected(state: ScheduleState | None, c: Any, now_ms: int, reason: str, det
     )
 
 
-def _numbered(state: ScheduleState | None, events: Iterable[Any]) -> tuple[Any, ...]:
+def _numbered(state: ScheduleState | None, events: tuple[Any, ...]) -> tuple[Any, ...]:
+    if len(events) == 1 and isinstance(events[0], ev.ScheduleCommandRejected):
+        return events
     base = state.version if state is not None else 0
     return tuple(replace(e, version=base + i) for i, e in enumerate(events, start=1))
 
