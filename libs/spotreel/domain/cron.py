@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from enum import StrEnum
 
-from croniter import CroniterBadCronError, CroniterBadDateError, CroniterError, croniter
+from croniter import CroniterBadDateError, croniter
 
 # uuid5(NAMESPACE_URL, "https://spotreel.invalid/ns/cron-occurrence"); a literal so it can never drift.
 OCCURRENCE_NAMESPACE = uuid.UUID("02d1b278-2c0f-552e-ba72-36e12196f4ef")
@@ -71,7 +71,7 @@ def validate(expr: str) -> str:
         croniter(normalized, _PROBE).get_next(datetime)
     except CroniterBadDateError:
         raise CronError(f"cron expression {expr!r} never fires (no such date)") from None
-    except (CroniterBadCronError, CroniterError, ValueError, KeyError) as err:
+    except (ValueError, KeyError, TypeError) as err:  # croniter raises all three for malformed fields
         raise CronError(f"invalid cron expression {expr!r}: {err}") from None
     return normalized
 
