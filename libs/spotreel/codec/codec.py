@@ -26,6 +26,9 @@ from spotreel.codec.validate import Check, compile_check
 MARKER = b"\xc3\x01"
 HEADER_SIZE = len(MARKER) + 8
 MESSAGE_MODULES = ("spotreel.domain.commands", "spotreel.domain.events")
+# Records in schemas/ that no domain dataclass mirrors: adapter-level envelopes such as the dead-letter
+# record, which wraps bytes that by definition did not decode as a message.
+NON_MESSAGE_SCHEMAS = frozenset({"spotreel.v1.DeadLetteredCommand"})
 
 
 @dataclass(frozen=True)
@@ -172,9 +175,11 @@ class Codec:
         body.seek(HEADER_SIZE)
         try:
             record = schemaless_reader(body, plan.writer, plan.reader)
-        except EOFError as exc:
-            raise CodecError("truncated", f"{plan.full_name} body ends early: {exc}") from exc
         except Exception as exc:  # fastavro raises whatever the bad bytes provoke; there is one error out
+            # A short read is not always an EOFError (a cut-off double surfaces as IndexError), but it
+            # always leaves the reader at the end of the input.
+            if isinstance(exc, EOFError) or body.tell() >= size:
+                raise CodecError("truncated", f"{plan.full_name} body ends early: {type(exc).__name__}: {exc}") from exc
             raise CodecError("bad_body", f"{plan.full_name}: {type(exc).__name__}: {exc}") from exc
         if body.tell() != size:
             raise CodecError("bad_body", f"{plan.full_name}: {size - body.tell()} bytes after the record")

@@ -70,8 +70,55 @@ def make_entry(raw: Any, source: str, version: int | None = None) -> SchemaEntry
         parsed = parse_schema(raw, {})
     except Exception as exc:  # fastavro raises several unrelated types for bad schemas
         raise SchemaLoadError(f"{source}: {type(exc).__name__}: {exc}") from exc
+    _binary_defaults_to_bytes(parsed, set(), parsed.get("__named_schemas", {}))
     canonical, fp = fingerprint_of(parsed)
     return SchemaEntry(full_name, fp, canonical, parsed, raw, source, version)
+
+
+def _binary_defaults_to_bytes(schema: Any, seen: set[str], named: Mapping[str, Any]) -> None:
+    """Turn the JSON-string defaults of bytes/fixed fields into bytes, in the parsed schema.
+
+    The Avro spec writes such defaults as strings whose code points 0-255 are the bytes; fastavro passes the
+    string through untouched, so the writer fails on a missing bytes field and the reader fills one in
+    with a str. Defaults are not part of the canonical form, so the fingerprint is unaffected.
+    """
+    if isinstance(schema, list):
+        for branch in schema:
+            _binary_defaults_to_bytes(branch, seen, named)
+    elif isinstance(schema, dict):
+        kind = schema.get("type")
+        if kind == "array":
+            _binary_defaults_to_bytes(schema["items"], seen, named)
+        elif kind == "map":
+            _binary_defaults_to_bytes(schema["values"], seen, named)
+        elif kind == "record" and schema["name"] not in seen:
+            seen.add(schema["name"])
+            for field in schema["fields"]:
+                _binary_defaults_to_bytes(field["type"], seen, named)
+                if "default" in field:
+                    field["default"] = _default_value(field["type"], field["default"], named)
+
+
+def _default_value(schema: Any, value: Any, named: Mapping[str, Any]) -> Any:
+    if isinstance(schema, list):  # a union's default belongs to its first branch
+        return _default_value(schema[0], value, named)
+    if isinstance(schema, str):
+        if schema == "bytes":
+            return value.encode("latin-1") if isinstance(value, str) else value
+        schema = named.get(schema, schema)
+        if isinstance(schema, str):
+            return value
+    kind = schema["type"]
+    if kind in ("bytes", "fixed") and isinstance(value, str):
+        return value.encode("latin-1")
+    if kind == "array" and isinstance(value, list):
+        return [_default_value(schema["items"], v, named) for v in value]
+    if kind == "map" and isinstance(value, dict):
+        return {k: _default_value(schema["values"], v, named) for k, v in value.items()}
+    if kind == "record" and isinstance(value, dict):
+        types = {f["name"]: f["type"] for f in schema["fields"]}
+        return {k: _default_value(types[k], v, named) if k in types else v for k, v in value.items()}
+    return value
 
 
 def _read_json(item: Traversable | Path) -> Any:
