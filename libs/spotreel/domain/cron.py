@@ -1,24 +1,31 @@
 """Cron schedules: validation, next occurrence, and what to fire after a gap.
 
-Times are UTC epoch milliseconds in and out; expressions are the classic five fields (minute hour
-day-of-month month day-of-week, with croniter's usual day-of-month OR day-of-week rule) or one of
-``@yearly @annually @monthly @weekly @daily @midnight @hourly``. Occurrences fall on whole minutes.
+Times are UTC epoch milliseconds in and out; occurrences fall on whole minutes. Expressions are the classic
+five fields (minute hour day-of-month month day-of-week) or one of ``@yearly @annually @monthly @weekly
+@daily @midnight @hourly``. Each field is a list of ``*``, ``N``, ``A-B`` (A <= B), optionally ``/STEP``;
+``N/STEP`` means N to the field's maximum. Month and weekday names (JAN, MON) and 7 for Sunday are
+accepted; ``?`` means ``*`` in the day fields. Two extras are accepted alone in their field while the other
+day field is ``*``: ``L`` (last day of the month) as day-of-month, ``D#K`` (K-th weekday D of the month) as
+day-of-week. Day-of-month and day-of-week combine with OR when both are restricted (allow fewer than all
+values), else with AND, as in classic cron.
 
-croniter's hashed (``H``) and random (``R``) fields are refused: a schedule must produce the same
-occurrences on every replay and on every partition owner.
+The fields are parsed here, not by croniter: croniter 5.0.1 reads a one-value range such as ``3-3`` as
+``*`` and gets ``3-3/2`` wrong, which would turn "03:00 daily" into "every minute". croniter only ever
+sees explicit value lists. Hashed (``H``) and random (``R``) fields are refused: a schedule must produce
+the same occurrences on every replay and on every partition owner.
 
 A scheduler keeps ``last_ms`` per schedule (the ``now_ms`` of its previous tick, or the creation time) and
 calls ``CronSchedule.tick(last_ms, now_ms, ...)`` whenever its run-at timer fires or it takes a partition
 over. The window is ``(last_ms, now_ms]``; then it stores ``last_ms = now_ms`` and sets its timer to
-``next_ms``. Every fired occurrence becomes one job whose id is ``occurrence_id(schedule_id, occurrence)``,
-so a tick that is replayed after a crash creates nothing new.
+``next_ms``. Every fired occurrence becomes one job with an id derived from (schedule, occurrence), e.g.
+``occurrence_id``, so a tick that is replayed after a crash creates nothing new.
 """
 
 from __future__ import annotations
 
 import re
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from enum import StrEnum
 
@@ -30,9 +37,24 @@ OCCURRENCE_NAMESPACE = uuid.UUID("02d1b278-2c0f-552e-ba72-36e12196f4ef")
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MS = timedelta(milliseconds=1)
 _SECOND_MS = 1000
-_MACROS = frozenset({"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"})
+_MACROS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
 _FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week")
-_NONDETERMINISTIC = re.compile(r"^[hr](\(\d+-\d+\))?(/\d+)?$", re.IGNORECASE)
+_BOUNDS = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 7))
+_MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
+_DAYS = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
+_NAMES = ({}, {}, {}, {n: i + 1 for i, n in enumerate(_MONTHS)}, {n: i for i, n in enumerate(_DAYS)})
+_ITEM = re.compile(r"^(?:(\*)|([0-9A-Z]+)(?:-([0-9A-Z]+))?)(?:/([0-9]+))?$")
+_HASHED = re.compile(r"^[HR](\(|/|$)")
+_NTH = re.compile(r"^([0-9A-Z]+)#([1-5])$")
+_DOM, _DOW = 2, 4
 # Any start works to prove that an expression can fire at all; a fixed one keeps validation replayable.
 _PROBE = datetime(2000, 1, 1, tzinfo=timezone.utc)
 
@@ -47,8 +69,64 @@ class MissedPolicy(StrEnum):
     RUN_ALL = "run_all"
 
 
-def validate(expr: str) -> str:
-    """The normalized expression (trimmed, single spaces, macros lower-cased), or CronError saying why not."""
+def _value(index: int, token: str) -> int:
+    lo, hi = _BOUNDS[index]
+    number = _NAMES[index].get(token)
+    if number is None:
+        if not token.isdigit():
+            raise CronError(f"{_FIELDS[index]} value {token!r} is not a number or name")
+        number = int(token)
+    if not lo <= number <= hi:
+        raise CronError(f"{_FIELDS[index]} value {token} is outside {lo}-{hi}")
+    return number
+
+
+def _values(index: int, text: str) -> set[int]:
+    lo, hi = _BOUNDS[index]
+    allowed: set[int] = set()
+    for item in text.split(","):
+        if _HASHED.match(item):
+            raise CronError(f"{_FIELDS[index]} item {item!r} is hashed/random; schedules must be deterministic")
+        match = _ITEM.match(item)
+        if match is None:
+            raise CronError(f"{_FIELDS[index]} item {item!r} is not of the form *, N, A-B, */S, N/S or A-B/S")
+        star, first, last, step = match.groups()
+        start = lo if star else _value(index, first)
+        stop = hi if star or (step and last is None) else _value(index, last) if last else start
+        if start > stop:
+            raise CronError(f"{_FIELDS[index]} range {item!r} runs backwards")
+        if step is not None and int(step) == 0:
+            raise CronError(f"{_FIELDS[index]} step in {item!r} must be at least 1")
+        allowed.update(range(start, stop + 1, int(step or 1)))
+    if index == _DOW and 7 in allowed:
+        allowed = (allowed - {7}) | {0}
+    return allowed
+
+
+def _canonical(fields: list[str]) -> str:
+    """The expression as croniter should see it: explicit sorted values, or * for a full field."""
+    out = []
+    for index, text in enumerate(fields):
+        if index in (_DOM, _DOW) and text == "?":
+            text = "*"
+        if index == _DOM and text == "L" or index == _DOW and _NTH.match(text):
+            other = fields[_DOW if index == _DOM else _DOM]
+            if other not in ("*", "?"):
+                raise CronError(f"{_FIELDS[index]} {text!r} needs the other day field to be *")
+            if index == _DOW:
+                day, nth = _NTH.match(text).groups()  # type: ignore[union-attr]
+                text = f"{_value(_DOW, day) % 7}#{nth}"
+            out.append(text)
+            continue
+        lo, hi = _BOUNDS[index]
+        allowed = _values(index, text)
+        full = set(range(lo, 7 if index == _DOW else hi + 1))
+        out.append("*" if allowed == full else ",".join(map(str, sorted(allowed))))
+    return " ".join(out)
+
+
+def _parse(expr: str) -> tuple[str, str]:
+    """(normalized text, canonical croniter expression), or CronError saying why not."""
     if not isinstance(expr, str) or not expr.strip():
         raise CronError("cron expression is empty")
     fields = expr.split()
@@ -56,24 +134,25 @@ def validate(expr: str) -> str:
         macro = fields[0].lower()
         if macro not in _MACROS:
             raise CronError(f"unknown cron macro {fields[0]!r}; expected one of {', '.join(sorted(_MACROS))}")
-        return macro
+        return macro, _MACROS[macro]
     if len(fields) != len(_FIELDS):
         raise CronError(
             f"cron expression {expr!r} has {len(fields)} fields; expected 5 ({' '.join(_FIELDS)})"
         )
-    for name, value in zip(_FIELDS, fields):
-        if _NONDETERMINISTIC.match(value):
-            raise CronError(
-                f"{name} field {value!r} is a hashed/random field; schedules must be deterministic"
-            )
-    normalized = " ".join(fields)
     try:
-        croniter(normalized, _PROBE).get_next(datetime)
+        canonical = _canonical([f.upper() for f in fields])
+    except CronError as err:
+        raise CronError(f"invalid cron expression {expr!r}: {err}") from None
+    try:
+        croniter(canonical, _PROBE).get_next(datetime)
     except CroniterBadDateError:
         raise CronError(f"cron expression {expr!r} never fires (no such date)") from None
-    except (ValueError, KeyError, TypeError) as err:  # croniter raises all three for malformed fields
-        raise CronError(f"invalid cron expression {expr!r}: {err}") from None
-    return normalized
+    return " ".join(fields), canonical
+
+
+def validate(expr: str) -> str:
+    """The normalized expression (trimmed, single spaces, macros lower-cased), or CronError saying why not."""
+    return _parse(expr)[0]
 
 
 def _to_dt(ms: int) -> datetime:
@@ -99,19 +178,22 @@ class CronTick:
 @dataclass(frozen=True)
 class CronSchedule:
     expr: str
+    _canonical: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "expr", validate(self.expr))
+        normalized, canonical = _parse(self.expr)
+        object.__setattr__(self, "expr", normalized)
+        object.__setattr__(self, "_canonical", canonical)
 
     # Occurrences are whole minutes, so comparing against the containing whole second is exact and
     # keeps croniter away from sub-second start times.
     def next_after(self, after_ms: int) -> int:
         """The first occurrence strictly after ``after_ms``."""
         start = _to_dt(after_ms // _SECOND_MS * _SECOND_MS)
-        return _to_ms(croniter(self.expr, start).get_next(datetime))
+        return _to_ms(croniter(self._canonical, start).get_next(datetime))
 
     def _backwards_from(self, at_ms: int) -> croniter:
-        return croniter(self.expr, _to_dt(at_ms // _SECOND_MS * _SECOND_MS + _SECOND_MS))
+        return croniter(self._canonical, _to_dt(at_ms // _SECOND_MS * _SECOND_MS + _SECOND_MS))
 
     def latest_at_or_before(self, at_ms: int) -> int:
         return _to_ms(self._backwards_from(at_ms).get_prev(datetime))
