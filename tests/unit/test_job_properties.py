@@ -1,0 +1,374 @@
+"""Properties of the job core under random command sequences.
+
+A hypothesis state machine plays scheduler, workers, timers and users at once: the clock moves forward by
+random amounts, commands carry current, stale or invented epochs, old commands are delivered again
+(duplicates and reordering). After every step the invariants of DESIGN §2 are checked on what `decide`
+returned and on the folded state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import hypothesis
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from spotreel.domain import commands as c
+from spotreel.domain import events as ev
+from spotreel.domain import ids
+from spotreel.domain.decide import decide
+from spotreel.domain.evolve import evolve, fold
+from spotreel.domain.state import JobState, Status
+from tests.unit.jobkit import POOL, T0, submit
+
+pytestmark = pytest.mark.unit
+
+WORKERS = ("w1", "w2", "w3")
+PARENTS = ("p1", "p2")
+LEASE_ENDS = (ev.LeaseExpired, ev.LeaseReleased, ev.AttemptFailed, ev.JobSucceeded)
+# Weighted towards the current lease so that runs get deep into the lifecycle, yet every run also sees
+# stale, invented and zero epochs and intruding workers.
+EPOCH_CHOICE = st.sampled_from(("current",) * 6 + ("stale", "future", "zero"))
+WORKER_CHOICE = st.sampled_from(("holder",) * 6 + ("other",))
+
+
+class JobMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.state: JobState | None = None
+        self.now = T0
+        self.history: list[Any] = []
+        self.sent: list[Any] = []
+        self.counter = 0
+        self.job_id = ""
+        self.max_epoch_seen = 0
+        self.high_water = 0.0
+
+    # --- plumbing -----------------------------------------------------------------------------------------
+
+    def _id(self) -> str:
+        self.counter += 1
+        return f"c{self.counter}"
+
+    def send(self, command: Any) -> tuple[Any, ...]:
+        before = self.state
+        out = decide(before, command, self.now)  # must never raise
+        assert isinstance(out, tuple)
+        self.sent.append(command)
+        rejected = len(out) == 1 and isinstance(out[0], ev.CommandRejected)
+        if rejected:
+            rej = out[0]
+            assert rej.causation_id == rej.command_id == command.command_id
+            assert rej.version == (before.version if before else 0)
+        for e in out:
+            assert not isinstance(e, ev.CommandRejected) or rejected, "a rejection is always alone"
+        self._check_decision(before, command, out, rejected)
+        for e in out:
+            self.state = evolve(self.state, e)
+            hypothesis.event(type(e).__name__ if not rejected else f"rejected: {e.reason}")
+        if rejected:
+            assert self.state == before, "a rejection never changes state"
+        else:
+            self.history.extend(out)
+        return out
+
+    def _check_decision(self, before: JobState | None, command: Any, out: tuple[Any, ...], rejected: bool) -> None:
+        if rejected or not out:
+            if before is not None and not out:
+                assert isinstance(command, c.SubmitJob), "only a repeated submission is a silent no-op"
+            return
+        base = before.version if before else 0
+        assert [e.version for e in out] == list(range(base + 1, base + 1 + len(out)))
+        assert all(e.at_ms == self.now and e.causation_id == command.command_id for e in out)
+        if before is not None and before.is_terminal:
+            assert isinstance(command, c.RequeueJob) and before.status in Status.REQUEUEABLE
+            assert [type(e) for e in out] == [ev.JobRequeued]
+        if isinstance(command, c.WORKER_COMMANDS) or isinstance(command, c.ExpireLease):
+            # Fencing: only the current, live lease's epoch is ever accepted.
+            assert before is not None and before.lease is not None
+            assert command.epoch == before.lease.epoch == before.epoch
+            if isinstance(command, c.WORKER_COMMANDS):
+                assert command.worker_id == before.lease.worker_id
+                assert self.now < before.lease.expires_at_ms, "a lease is dead once the owner's clock passes it"
+            else:
+                assert self.now >= before.lease.expires_at_ms
+        kinds = {type(e) for e in out}
+        if kinds & {ev.LeaseExpired, ev.LeaseReleased}:
+            assert before is not None
+            after = fold(out, before)
+            assert after is not None and after.attempts_used == before.attempts_used, "preemption used an attempt"
+        for e in out:
+            if isinstance(e, ev.JobLeased):
+                assert e.epoch > self.max_epoch_seen, "epochs strictly increase and are never reused"
+                self.max_epoch_seen = e.epoch
+            if isinstance(e, ev.JobDeadLettered) and e.reason == "max_attempts":
+                assert ev.AttemptFailed in kinds
+
+    # --- rules --------------------------------------------------------------------------------------------
+
+    @initialize(
+        max_attempts=st.integers(1, 4),
+        max_preemptions=st.integers(1, 6),
+        keep=st.integers(1, 3),
+        parents=st.sampled_from(((),) * 6 + (("p1",), PARENTS)),
+        policy=st.sampled_from(("fail_fast", "continue")),
+        run_at=st.one_of(st.none(), st.none(), st.integers(-10_000, 120_000)),
+        poison=st.integers(2, 4),
+        lease_at_once=st.booleans(),
+    )
+    def submit_job(self, max_attempts: int, max_preemptions: int, keep: int, parents: tuple, policy: str,
+                   run_at: int | None, poison: int, lease_at_once: bool) -> None:
+        cmd = submit(
+            max_attempts=max_attempts,
+            max_preemptions=max_preemptions,
+            keep_checkpoints=keep,
+            parents=parents,
+            dag_policy=policy,
+            run_at_ms=None if run_at is None else T0 + run_at,
+            poison_threshold=poison,
+            backoff_base_ms=1_000,
+            backoff_max_ms=20_000,
+        )
+        self.job_id = cmd.job_id
+        out = self.send(cmd)
+        assert [type(e) for e in out][0] is ev.JobSubmitted
+        if lease_at_once and self.state is not None and self.state.status == Status.QUEUED:
+            self.send(c.GrantLease(self._id(), self.job_id, "w1", POOL, 30_000))
+
+    @rule(dt=st.one_of(st.integers(0, 5_000), st.integers(0, 5_000), st.integers(5_000, 90_000)))
+    def tick(self, dt: int) -> None:
+        self.now += dt
+
+    @rule(
+        worker=st.sampled_from(WORKERS),
+        ttl=st.one_of(st.integers(20_000, 60_000), st.integers(1, 20_000)),
+        right_pool=st.sampled_from((True,) * 5 + (False,)),
+    )
+    def grant(self, worker: str, ttl: int, right_pool: bool) -> None:
+        self.send(c.GrantLease(self._id(), self.job_id, worker, POOL if right_pool else "x@y", ttl))
+
+    def _epoch(self, choice: str) -> int:
+        current = self.state.epoch if self.state else 0
+        return {"current": current, "stale": max(0, current - 1), "future": current + 1, "zero": 0}[choice]
+
+    def _worker(self, choice: str) -> str:
+        lease = self.state.lease if self.state else None
+        return lease.worker_id if (lease and choice == "holder") else "intruder"
+
+    @rule(
+        kind=st.sampled_from(("renew", "progress", "checkpoint", "complete", "fail", "release")),
+        epoch=EPOCH_CHOICE,
+        worker=WORKER_CHOICE,
+        pct=st.floats(-5.0, 105.0, allow_nan=False),
+        step=st.integers(-1, 60),
+        retryable=st.booleans(),
+    )
+    def worker_command(self, kind: str, epoch: str, worker: str, pct: float, step: int, retryable: bool) -> None:
+        e, w, i, j = self._epoch(epoch), self._worker(worker), self._id(), self.job_id
+        cmd: Any = {
+            "renew": lambda: c.RenewLease(i, j, e, w),
+            "progress": lambda: c.ReportProgress(i, j, e, w, step, pct),
+            "checkpoint": lambda: c.RecordCheckpoint(i, j, e, w, ids.checkpoint_key(j, e, step), step, pct, "s", 1),
+            "complete": lambda: c.CompleteJob(i, j, e, w, ids.artifact_key(j, e), "s", 1),
+            "fail": lambda: c.FailJob(i, j, e, w, "err", "msg", retryable),
+            "release": lambda: c.ReleaseLease(i, j, e, w),
+        }[kind]()
+        self.send(cmd)
+
+    # Worker traffic dominates a real job's history; a second rule doubles its share of steps.
+    worker_command_again = rule(
+        kind=st.sampled_from(("renew", "progress", "checkpoint", "complete", "fail", "release")),
+        epoch=EPOCH_CHOICE,
+        worker=WORKER_CHOICE,
+        pct=st.floats(-5.0, 105.0, allow_nan=False),
+        step=st.integers(-1, 60),
+        retryable=st.booleans(),
+    )(lambda self, **kw: JobMachine.worker_command(self, **kw))
+
+    @rule(epoch=EPOCH_CHOICE)
+    def expire(self, epoch: str) -> None:
+        self.send(c.ExpireLease(self._id(), self.job_id, self._epoch(epoch)))
+
+    @rule(
+        kind=st.sampled_from(("cancel", "pause", "resume", "requeue", "activate", "reprioritize", "parent", "resubmit")),
+        priority=st.integers(-3, 3),
+        parent=st.sampled_from((*PARENTS, "stranger")),
+        outcome=st.sampled_from(sorted(Status.TERMINAL)),
+        same_body=st.booleans(),
+    )
+    def user_or_timer(self, kind: str, priority: int, parent: str, outcome: str, same_body: bool) -> None:
+        i, j = self._id(), self.job_id
+        if kind == "resubmit":
+            self._resubmit(same_body)
+            return
+        cmd = {
+            "cancel": lambda: c.CancelJob(i, j),
+            "pause": lambda: c.PauseJob(i, j),
+            "resume": lambda: c.ResumeJob(i, j),
+            "requeue": lambda: c.RequeueJob(i, j),
+            "activate": lambda: c.ActivateJob(i, j),
+            "reprioritize": lambda: c.Reprioritize(i, j, priority),
+            "parent": lambda: c.ResolveParent(i, j, parent, outcome),
+        }[kind]()
+        self.send(cmd)
+
+    def _resubmit(self, same_body: bool) -> None:
+        assert self.state is not None
+        cmd = submit(request_hash=self.state.request_hash if same_body else "different", command_id=self._id())
+        out = self.send(cmd)
+        if same_body:
+            assert out == ()
+        else:
+            assert out[0].reason == "idempotency_key_reused"
+
+    @rule(data=st.data())
+    def redeliver(self, data: st.DataObject) -> None:
+        """An old command arrives again (Kafka redelivery, a slow worker, a reordered partition)."""
+        old = data.draw(st.sampled_from(self.sent))
+        if isinstance(old, c.SubmitJob) and old.request_hash == "different":
+            return
+        self.send(old)
+
+    # --- invariants ---------------------------------------------------------------------------------------
+
+    @invariant()
+    def lease_iff_holding_status(self) -> None:
+        s = self.state
+        if s is None:
+            return
+        assert (s.lease is not None) == (s.status in Status.HOLDING_LEASE)
+        if s.lease is not None:
+            assert s.lease.epoch == s.epoch
+        assert s.status != Status.SUBMITTED
+
+    @invariant()
+    def at_most_one_lease_in_history(self) -> None:
+        open_lease = False
+        for e in self.history:
+            if isinstance(e, ev.JobLeased):
+                assert not open_lease, "a second lease while one was still valid"
+                open_lease = True
+            elif isinstance(e, LEASE_ENDS):
+                open_lease = False
+
+    @invariant()
+    def counters(self) -> None:
+        s = self.state
+        if s is None:
+            return
+        assert s.epoch == self.max_epoch_seen
+        assert sum(isinstance(e, ev.JobSucceeded) for e in self.history) <= 1, "completed twice"
+        assert s.progress_pct >= self.high_water, "visible progress went backwards"
+        self.high_water = s.progress_pct
+        assert 0 <= s.attempts_used <= s.max_attempts
+        assert 0 <= s.preemptions <= s.max_preemptions
+        assert len(s.checkpoints) <= s.keep_checkpoints
+        assert [e.version for e in self.history] == list(range(1, len(self.history) + 1))
+
+    def teardown(self) -> None:
+        if not self.history:
+            return
+        assert fold(self.history) == self.state
+        n = len(self.history)
+        for split in {0, 1, n // 3, n // 2, n - 1, n}:
+            assert fold(self.history[split:], fold(self.history[:split])) == self.state
+
+
+JobMachine.TestCase.settings = settings(
+    max_examples=1000,
+    stateful_step_count=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestJobMachine = JobMachine.TestCase
+
+
+# --- the same properties over plain random command lists ------------------------------------------------
+
+def _command(draw: st.DrawFn, job_id: str, epoch_hint: int) -> Any:
+    i = f"r{draw(st.integers(0, 10**6))}"
+    kind = draw(st.integers(0, 14))
+    if kind >= 7:
+        return [
+            lambda: c.ExpireLease(i, job_id, draw(st.integers(0, epoch_hint + 1))),
+            lambda: c.CancelJob(i, job_id),
+            lambda: c.PauseJob(i, job_id),
+            lambda: c.ResumeJob(i, job_id),
+            lambda: c.RequeueJob(i, job_id),
+            lambda: c.ActivateJob(i, job_id),
+            lambda: c.Reprioritize(i, job_id, draw(st.integers(-2, 2))),
+            lambda: c.ResolveParent(i, job_id, "p1", draw(st.sampled_from(sorted(Status.TERMINAL)))),
+        ][kind - 7]()
+    w = draw(st.sampled_from(WORKERS))
+    if kind == 0:
+        return c.GrantLease(i, job_id, w, POOL, draw(st.integers(1, 40_000)))
+    e = draw(st.integers(0, epoch_hint + 1))
+    n = draw(st.integers(0, 50))
+    return [
+        lambda: c.RenewLease(i, job_id, e, w),
+        lambda: c.ReportProgress(i, job_id, e, w, n, float(n * 2)),
+        lambda: c.RecordCheckpoint(i, job_id, e, w, f"k{n}", n, float(n * 2), "s", 1),
+        lambda: c.CompleteJob(i, job_id, e, w, "a", "s", 1),
+        lambda: c.FailJob(i, job_id, e, w, "e", "m", n % 5 != 0),
+        lambda: c.ReleaseLease(i, job_id, e, w),
+    ][kind - 1]()
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> tuple[list[Any], JobState | None]:
+    """A history produced by deciding random commands at random, non-decreasing times."""
+    first = submit(
+        parents=draw(st.sampled_from(((), ("p1",)))),
+        max_attempts=draw(st.integers(1, 3)),
+        max_preemptions=draw(st.integers(1, 4)),
+        keep_checkpoints=draw(st.integers(1, 3)),
+    )
+    now, state, events = T0, None, []
+    for command in [first, *[None] * draw(st.integers(0, 30))]:
+        if command is None:
+            command = _command(draw, first.job_id, state.epoch if state else 0)
+        now += draw(st.integers(0, 45_000))
+        out = decide(state, command, now)
+        for e in out:
+            state = evolve(state, e)
+        events.extend(e for e in out if not isinstance(e, ev.CommandRejected))
+    return events, state
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(histories(), st.data())
+def test_fold_of_a_split_history_is_the_fold_of_the_whole(history: tuple[list[Any], Any], data: st.DataObject) -> None:
+    events, state = history
+    split = data.draw(st.integers(0, len(events)))
+    assert fold(events) == state
+    assert fold(events[split:], fold(events[:split])) == state
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(st.sampled_from(ev.JOB_EVENTS), max_size=12), st.integers(0, 10**6))
+def test_evolve_never_raises_on_events_out_of_place(kinds: list[type], seed: int) -> None:
+    """Replay must not fail, even for an order decide would never produce."""
+    state = fold([ev.JobSubmitted(**_fill(ev.JobSubmitted, 1, seed))])
+    for version, cls in enumerate(kinds, start=2):
+        state = evolve(state, cls(**_fill(cls, version, seed)))
+    assert state is not None and state.version >= 1
+
+
+def _fill(cls: type, version: int, seed: int) -> dict[str, Any]:
+    values = {str: "x", int: seed % 97, float: float(seed % 101), bool: bool(seed % 2)}
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        t = f.type if isinstance(f.type, str) else f.type.__name__
+        base = t.split(" | ")[0]
+        out[f.name] = {"str": "x", "int": seed % 97, "float": float(seed % 101), "bool": bool(seed % 2)}.get(
+            base, ("x",) if base.startswith("tuple") else None
+        )
+    out.update(job_id="j", version=version, at_ms=T0 + version)
+    if "status" in out:
+        out["status"] = Status.RUNNING
+    del values
+    return out
