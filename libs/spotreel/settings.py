@@ -37,6 +37,10 @@ class Settings:
     start_timeout: int = 240
     # Seconds `down` waits after SIGTERM before SIGKILL.
     stop_timeout: int = 60
+    # 1: the JVMs skip the C2 compiler, which halves start-up on 2 cores; 0 for benchmarks of peak speed.
+    jvm_fast_start: int = 1
+    # Extra options for every JVM the local stack starts (space-separated), e.g. to attach a profiler.
+    jvm_extra_opts: str = ""
 
     # Pinned: both exist on Maven Central (latest patch releases of 3.9 and 5.0 when pinned).
     kafka_version: str = "3.9.2"

@@ -110,7 +110,7 @@ class Cassandra(Server):
             java_bin(s, self.name), f"-Xms{heap}", f"-Xmx{heap}", "-Xss256k",
             "-XX:+UseG1GC", "-XX:+ParallelRefProcEnabled", "-XX:MaxTenuringThreshold=1",
             "-XX:MaxGCPauseMillis=300", "-XX:InitiatingHeapOccupancyPercent=70",
-            *common_jvm_options(self.logs_dir), "-Djava.net.preferIPv4Stack=true",
+            *common_jvm_options(self.settings, self.logs_dir), "-Djava.net.preferIPv4Stack=true",
             *JAVA17_MODULE_OPTIONS,
             # jamm measures object sizes for memtable accounting; Cassandra refuses to run without it.
             f"-javaagent:{bundle.jar(s, 'jamm-')}",

@@ -87,6 +87,8 @@ def _one_line_error(prog: str) -> Callable[[str], NoReturn]:
         if "invalid choice" in message:
             bad = message.split("invalid choice:", 1)[1].split("(", 1)[0].strip()
             message = f"unknown command {bad} (choose from {', '.join(ACTIONS)})"
+        elif "required" in message:
+            message = f"missing command (choose from {', '.join(ACTIONS)})"
         print(f"{prog}: {message}", file=sys.stderr)
         raise SystemExit(2)
 

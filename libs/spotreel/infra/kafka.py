@@ -88,7 +88,7 @@ class Kafka(Server):
         return [
             java_bin(self.settings, self.name), f"-Xms{heap}", f"-Xmx{heap}",
             "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:InitiatingHeapOccupancyPercent=35",
-            "-XX:+ExplicitGCInvokesConcurrent", *common_jvm_options(self.logs_dir),
+            "-XX:+ExplicitGCInvokesConcurrent", *common_jvm_options(self.settings, self.logs_dir),
             f"-Dkafka.logs.dir={self.logs_dir}", f"-Dlog4j.configuration=file:{self.log4j_properties}",
             "-cp", kafka_bundle(self.settings).classpath(self.settings), main_class, *args,
         ]

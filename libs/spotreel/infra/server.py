@@ -149,8 +149,11 @@ class Server:
             pause = min(pause * 1.5, 1.0)
 
     def _why(self, marks: list[LogMark]) -> list[str]:
-        text = "\n".join(m.new_text() for m in marks)
-        return [*gist(text, ignore=self.harmless), f"log: {self.main_log()}"]
+        texts = [(m.path, m.new_text()) for m in marks]
+        lines = gist("\n".join(t for _, t in texts), ignore=self.harmless)
+        # Point at every log this start wrote to: a JVM that dies early only writes to stdout.log.
+        wrote = [p for p, t in texts if gist(t)] or [self.main_log()]
+        return [*lines, *(f"log: {p}" for p in wrote)]
 
     def stop(self, say: Say) -> None:
         running = self.running()
