@@ -1,0 +1,176 @@
+"""Golden histories: recorded event streams that must keep folding to the recorded states.
+
+Each file under golden/ holds the commands' outcome as events (rejections included, which must fold to
+nothing) and the state they fold to. Two checks:
+  * replay: the stored events fold to the stored state, so a change in `evolve` that would rebuild a
+    different state from history already in Kafka fails here;
+  * decide: running the scenario's commands today yields the same events, so a change in `decide` is seen.
+A deliberate change regenerates the files: SPOTREEL_UPDATE_GOLDEN=1 pytest tests/unit/test_job_golden.py,
+and the diff goes through review like code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spotreel.domain import commands as c
+from spotreel.domain import events as ev
+from spotreel.domain.evolve import fold
+from spotreel.domain.schedules import decide_schedule, fold_schedule
+from tests.unit.jobkit import T0, Driver, leased_job
+
+pytestmark = pytest.mark.unit
+
+GOLDEN = Path(__file__).parent / "golden"
+BY_NAME = {cls.__name__: cls for cls in ev.ALL_EVENTS}
+
+
+def encode_event(event: Any) -> dict[str, Any]:
+    return {"type": type(event).__name__, **json.loads(json.dumps(dataclasses.asdict(event)))}
+
+
+def decode_event(record: dict[str, Any]) -> Any:
+    cls = BY_NAME[record["type"]]
+    hints = typing.get_type_hints(cls)
+    fields = {}
+    for f in dataclasses.fields(cls):
+        value = record[f.name]
+        fields[f.name] = tuple(value) if typing.get_origin(hints[f.name]) is tuple else value
+    return cls(**fields)
+
+
+def encode_state(state: Any) -> Any:
+    return json.loads(json.dumps(dataclasses.asdict(state))) if state is not None else None
+
+
+# --- scenarios ---------------------------------------------------------------------------------------------
+
+
+def happy_path() -> list[Any]:
+    d = leased_job()
+    d.progress(25.0, step=5)
+    d.checkpoint(5, 25.0)
+    d.progress(80.0, step=16, phase="encoding")
+    d.complete()
+    return d.history
+
+
+def preempted_and_resumed() -> list[Any]:
+    d = leased_job(keep_checkpoints=2)
+    for step in (2, 4, 6):
+        d.progress(step * 5.0, step=step)
+        d.checkpoint(step, step * 5.0)
+    d.progress(40.0, step=8)
+    d.expire()
+    d.grant(worker="w2")
+    d.progress(35.0, step=7)
+    d.release(reason="spot_interruption")
+    d.grant(worker="w3")
+    d.progress(45.0, step=9)
+    d.renew()
+    d.complete(epoch=1, worker="w1")  # a stale worker finishing late: rejected
+    d.complete()
+    return d.history
+
+
+def retries_dead_letter_and_requeue() -> list[Any]:
+    d = leased_job(max_attempts=2, poison_threshold=5)
+    d.fail()
+    d.activate(advance=10 * 60_000)
+    d.grant(worker="w2")
+    d.fail()
+    d.requeue()
+    d.grant(worker="w3")
+    d.complete()
+    return d.history
+
+
+def cancel_while_running() -> list[Any]:
+    d = leased_job()
+    d.progress(10.0, step=2)
+    d.cancel("user")
+    d.complete()  # rejected: cancel requested
+    d.release(reason="cancelled")
+    return d.history
+
+
+def dag_pause_and_failure() -> list[Any]:
+    d = Driver()
+    d.submit(parents=("p1", "p2"), dag_policy="continue", run_at_ms=T0 + 30_000)
+    d.pause()
+    d.resolve("p1", "failed")
+    d.resolve("p2", "succeeded")
+    d.resume()
+    d.activate(advance=30_000)
+    d.send(c.Reprioritize("prio", d.job_id, 4))
+    d.grant()
+    d.checkpoint(3, 15.0)
+    d.pause()
+    d.release(reason="paused")
+    d.resume()
+    d.grant(worker="w2")
+    d.fail(retryable=False)
+    return d.history
+
+
+def cron_schedule() -> list[Any]:
+    hour = 3_600_000
+    t = T0 // hour * hour
+    create = c.CreateSchedule(
+        "create", "hourly", "acme", "0 * * * *", "UTC", "run_all", "tiny-t2v", "h100", "clouds", 2.0,
+        "512x512", 8, 3, 10, max_catchup=2,
+    )
+    state, history = None, []
+    for command, now in (
+        (create, t + 60_000),
+        (c.FireOccurrence("f1", "hourly"), t + hour + 5),
+        (c.FireOccurrence("f2", "hourly"), t + hour + 6),
+        (c.FireOccurrence("f3", "hourly"), t + 5 * hour + 7),
+        (c.DeleteSchedule("del", "hourly"), t + 5 * hour + 8),
+    ):
+        out = decide_schedule(state, command, now)
+        state = fold_schedule(out, state)
+        history.extend(out)
+    return history
+
+
+JOB_SCENARIOS: dict[str, Callable[[], list[Any]]] = {
+    f.__name__: f
+    for f in (happy_path, preempted_and_resumed, retries_dead_letter_and_requeue, cancel_while_running,
+              dag_pause_and_failure)
+}
+SCENARIOS: dict[str, Callable[[], list[Any]]] = {**JOB_SCENARIOS, "cron_schedule": cron_schedule}
+
+
+def _fold(name: str, events: list[Any]) -> Any:
+    return fold_schedule(events) if name == "cron_schedule" else fold(events)
+
+
+def _path(name: str) -> Path:
+    return GOLDEN / f"{name}.json"
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_golden_history(name: str) -> None:
+    events = SCENARIOS[name]()
+    if os.environ.get("SPOTREEL_UPDATE_GOLDEN") == "1":
+        GOLDEN.mkdir(exist_ok=True)
+        record = {"events": [encode_event(e) for e in events], "state": encode_state(_fold(name, events))}
+        _path(name).write_text(json.dumps(record, indent=1, sort_keys=False) + "\n")
+    recorded = json.loads(_path(name).read_text())
+    replayed = _fold(name, [decode_event(r) for r in recorded["events"]])
+    assert encode_state(replayed) == recorded["state"], f"replaying {name} no longer gives the recorded state"
+    assert [encode_event(e) for e in events] == recorded["events"], f"decide now records {name} differently"
+
+
+def test_golden_histories_cover_every_event_type() -> None:
+    seen = {r["type"] for name in SCENARIOS for r in json.loads(_path(name).read_text())["events"]}
+    assert {cls.__name__ for cls in ev.ALL_EVENTS} - seen == set()
