@@ -68,6 +68,8 @@ def test_message_round_trips(cls: type) -> None:
         back = CODEC.decode_message(data)
         assert type(back) is cls
         assert back == message
+        assert hash(back) == hash(message)
+        assert dataclasses.replace(back) == message  # behaves as if built through __init__
         assert CODEC.encode_message(back) == data  # canonical: equal messages, equal bytes
 
     round_trip()

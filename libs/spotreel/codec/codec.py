@@ -204,6 +204,7 @@ class Codec:
         if mapping is None:
             raise CodecError("not_a_message", f"{name} decodes, but is not a registered message class")
         try:
-            return mapping.from_record(record)
+            # _register verified that this schema's fields are the class's fields, name for name.
+            return mapping.from_record(record, exact_fields=True)
         except Exception as exc:  # a constructor that validates may refuse what the bytes say
             raise CodecError("bad_body", f"{name}: {type(exc).__name__}: {exc}") from exc

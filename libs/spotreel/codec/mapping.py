@@ -174,6 +174,15 @@ class DataclassMapping:
         self._names = tuple(f.name for f in self.fields)
         self._to = tuple((f.name, c) for f in self.fields if (c := _to_avro(f.hint)) is not None)
         self._from = tuple((f.name, c) for f in self.fields if (c := _from_avro(f.hint)) is not None)
+        self._keys = frozenset(self._names)
+        # A plain frozen dataclass's __init__ only stores its arguments (one object.__setattr__ each); when
+        # nothing else runs in it, adopting the decoded dict as the instance dict builds the same object
+        # several times faster. Anything with __post_init__, slots or init=False fields goes through __init__.
+        self._adopt_dict = (
+            not hasattr(cls, "__post_init__")
+            and "__slots__" not in cls.__dict__
+            and all(f.init for f in dataclasses.fields(cls))
+        )
 
     def to_record(self, obj: Any) -> dict[str, Any]:
         state = getattr(obj, "__dict__", None)
@@ -185,11 +194,24 @@ class DataclassMapping:
             record[name] = conv(record[name])
         return record
 
-    def from_record(self, record: dict[str, Any]) -> Any:
+    def from_record(self, record: dict[str, Any], *, exact_fields: bool = False) -> Any:
+        """Build the instance from a decoded record dict (which it takes over and may modify).
+
+        `exact_fields` vouches that the keys are exactly the dataclass fields, as they are for a record
+        fastavro read with a schema already checked against this class; it skips re-checking them.
+        """
         for name, conv in self._from:
             if name in record:
                 record[name] = conv(record[name])
+        if self._adopt_dict and (exact_fields or record.keys() == self._keys):
+            obj = _new(self.cls)
+            _setattr(obj, "__dict__", record)
+            return obj
         return self.cls(**record)
+
+
+_new = object.__new__
+_setattr = object.__setattr__
 
 
 @functools.cache

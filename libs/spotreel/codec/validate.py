@@ -80,6 +80,40 @@ _PRIMITIVES: dict[str, Check] = {
 }
 
 
+# Primitive tests as Python expressions over `x`, for the generated record checks; same rules as above.
+_INLINE = {
+    "null": "x is None",
+    "boolean": "x is True or x is False",
+    "int": f"type(x) is int and {_INT_RANGE[0]} <= x <= {_INT_RANGE[1]}",
+    "long": f"type(x) is int and {_LONG_RANGE[0]} <= x <= {_LONG_RANGE[1]}",
+    "float": "type(x) is float or type(x) is int",
+    "double": "type(x) is float or type(x) is int",
+    "string": "isinstance(x, str)",
+    "bytes": "isinstance(x, (bytes, bytearray))",
+}
+
+
+def _inline_test(schema: Any) -> str | None:
+    """An expression for a primitive or a union of primitives, else None (a compiled check is called)."""
+    if isinstance(schema, dict) and schema.get("type") in _INLINE:
+        schema = schema["type"]
+    if isinstance(schema, str):
+        return _INLINE.get(schema)
+    if isinstance(schema, list):
+        parts = [_inline_test(b) for b in schema]
+        if all(p is not None for p in parts):
+            return " or ".join(f"({p})" for p in parts)
+    return None
+
+
+def _label(schema: Any) -> str:
+    if isinstance(schema, list):
+        return "one of [" + ", ".join(_label(b).removeprefix("one of ") for b in schema) + "]"
+    if isinstance(schema, dict):
+        return str(schema.get("name", schema["type"]))
+    return schema
+
+
 class _Compiler:
     def __init__(self) -> None:
         # Named types are compiled once; a forward slot lets a recursive record refer to itself.
@@ -113,30 +147,47 @@ class _Compiler:
         return slot[0]
 
     def _record(self, schema: dict[str, Any]) -> Check:
-        fields = [(f["name"], self.compile(f["type"]), "default" in f) for f in schema["fields"]]
-        names = frozenset(name for name, _, _ in fields)
+        """A record check generated as straight-line Python: one function per record type, primitives and
+        optionals tested inline, which is what makes the check cheap next to the write itself."""
         short = schema["name"].rsplit(".", 1)[-1]
-
-        def check(v: Any) -> Problem | None:
-            if not isinstance(v, dict):
-                return "", f"expected record {short}, got {_describe(v)}"
-            present = 0
-            for name, field_check, has_default in fields:
-                value = v.get(name, _MISSING)
-                if value is _MISSING:
-                    if not has_default:
-                        return name, "missing (the field has no default)"
-                    continue
-                present += 1
-                problem = field_check(value)
-                if problem is not None:
-                    return _join(name, problem[0]), problem[1]
-            if present != len(v):
-                extra = sorted(str(k) for k in v if k not in names)
-                return extra[0], f"not a field of {short}"
-            return None
-
-        return check
+        env: dict[str, Any] = {"_MISSING": _MISSING, "_describe": _describe, "_join": _join}
+        lines = [
+            "def check(v):",
+            "    if not isinstance(v, dict):",
+            f"        return '', 'expected record {short}, got ' + _describe(v)",
+            "    present = 0",
+        ]
+        for i, field in enumerate(schema["fields"]):
+            name = field["name"]
+            test = _inline_test(field["type"])
+            lines += [f"    x = v.get({name!r}, _MISSING)", "    if x is _MISSING:"]
+            if "default" in field:
+                lines.append("        pass")
+            else:
+                lines.append(f"        return {name!r}, 'missing (the field has no default)'")
+            lines += ["    else:", "        present += 1"]
+            if test is not None:
+                env[f"want_{i}"] = _label(field["type"])
+                lines += [
+                    f"        if not ({test}):",
+                    f"            return {name!r}, 'expected ' + want_{i} + ', got ' + _describe(x)",
+                ]
+            else:
+                env[f"sub_{i}"] = self.compile(field["type"])
+                lines += [
+                    f"        problem = sub_{i}(x)",
+                    "        if problem is not None:",
+                    f"            return _join({name!r}, problem[0]), problem[1]",
+                ]
+        env["names"] = frozenset(f["name"] for f in schema["fields"])
+        lines += [
+            "    if present != len(v):",
+            "        extra = sorted(str(k) for k in v if k not in names)",
+            f"        return extra[0], 'not a field of {short}'",
+            "    return None",
+        ]
+        exec(compile("\n".join(lines), f"<check {schema['name']}>", "exec"), env)  # noqa: S102 (our own text)
+        return env["check"]
 
     @staticmethod
     def _enum(schema: dict[str, Any]) -> Check:
