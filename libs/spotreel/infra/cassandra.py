@@ -102,6 +102,9 @@ class Cassandra(Server):
         write_if_changed(self.yaml_path, self.render_yaml())
         write_if_changed(self.logback_path, self.render_logback())
 
+    def preflight(self) -> None:
+        java_bin(self.settings, self.name)
+
     def command(self) -> list[str]:
         s = self.settings
         bundle = cassandra_bundle(s)

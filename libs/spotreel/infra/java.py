@@ -12,7 +12,8 @@ from spotreel.settings import Settings
 
 def java_bin(settings: Settings, component: str) -> str:
     found = shutil.which(settings.java_bin)
-    if found is None and "JAVA_HOME" in os.environ:
+    # JAVA_HOME only stands in for the default name; an explicit SPOTREEL_JAVA_BIN must exist itself.
+    if found is None and settings.java_bin == "java" and "JAVA_HOME" in os.environ:
         candidate = Path(os.environ["JAVA_HOME"]) / "bin" / "java"
         found = str(candidate) if candidate.is_file() else None
     if found is None:

@@ -111,6 +111,9 @@ class Kafka(Server):
             raise InfraError(f"kafka: formatting storage failed (exit code {proc.returncode})",
                              [*gist(proc.stdout), f"log: {log}"])
 
+    def preflight(self) -> None:
+        java_bin(self.settings, self.name)
+
     def command(self) -> list[str]:
         return self.jvm("kafka.Kafka", str(self.server_properties))
 

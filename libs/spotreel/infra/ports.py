@@ -42,8 +42,8 @@ def _socket_inodes(port: int) -> set[str]:
         for line in lines:
             parts = line.split()
             local, state, inode = parts[1], parts[3], parts[9]
-            # 0A = LISTEN, 07 = bound but not listening; connected sockets are not holders.
-            if state in ("0A", "07") and int(local.rsplit(":", 1)[1], 16) == port and inode != "0":
+            # Only listeners (0A): a socket that is merely bound never appears in these tables.
+            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port and inode != "0":
                 inodes.add(inode)
     return inodes
 

@@ -83,6 +83,9 @@ class Seaweed(Server):
         write_if_changed(self.s3_config, self.render_s3_config())
         self.s3_config.chmod(0o600)
 
+    def preflight(self) -> None:
+        weed_binary()
+
     def command(self) -> list[str]:
         s = self.settings
         g = GRPC_OFFSET

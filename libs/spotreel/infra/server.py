@@ -85,16 +85,19 @@ class Server:
     def running(self) -> Running | None:
         return read_pidfile(self.pidfile())
 
-    def port_conflicts(self) -> list[str]:
-        """One line per port that something else holds; checked before anything is started."""
-        lines = []
+    def port_conflicts(self) -> list[tuple[str, str]]:
+        """(message, holder) per port that something else holds; checked before anything is started."""
+        found = []
         for port in self.ports():
             if portlib.bindable(self.settings.host, port):
                 continue
-            line = f"{self.name}: port {port} on {self.settings.host} is already in use by another process"
             who = portlib.holder(port)
-            lines.append(line + (f" (pid {who[0]}: {who[1]})" if who else ""))
-        return lines
+            found.append((f"{self.name}: port {port} on {self.settings.host} is already in use by another process",
+                          f"held by pid {who[0]}: {who[1]}" if who else ""))
+        return found
+
+    def preflight(self) -> None:
+        """Cheap checks (binaries present) so a missing tool fails before anything is started."""
 
     def ensure_up(self, say: Say) -> bool:
         """Bring it to answering; True when this call started it, False when it already ran."""

@@ -84,10 +84,13 @@ def up(settings: Settings, *, fresh: bool = False, say: Say = print) -> list[str
             layout.data_root.mkdir(parents=True, exist_ok=True)
             say(f"fresh: wiped {layout.data_root}")
         to_start = [c for c in comps if c.running() is None]
-        conflicts = [line for c in to_start for line in c.port_conflicts()]
+        conflicts = [found for c in to_start for found in c.port_conflicts()]
         if conflicts:
-            raise InfraError(conflicts[0], [*conflicts[1:],
+            (message, holder), rest = conflicts[0], conflicts[1:]
+            raise InfraError(message, [holder, *(m for m, _ in rest),
                              "stop that process, or move spotreel to other ports (SPOTREEL_*_PORT settings)"])
+        for comp in to_start:
+            comp.preflight()
         if any(isinstance(c, (Kafka, Cassandra)) for c in to_start):
             maven.fetch(settings, say, report_cached=False)
         errors: list[InfraError] = []
