@@ -37,7 +37,9 @@ def _value(name: str, hint: Any) -> Any:
     if typing.get_origin(hint) is tuple:
         return tuple(f"job-{i:016x}" for i in range(2))
     if hint is str:
-        return "a corgi surfing a wave at sunset, cinematic, 35mm" if name == "prompt" else f"{name}-7f3a9c01e2d4b5a6"
+        if name == "prompt":
+            return "a corgi surfing a wave at sunset, cinematic, 35mm"
+        return f"{name}-7f3a9c01e2d4b5a6"
     if hint is int:
         return 1_732_252_800_123 if name.endswith("_ms") else 17
     if hint is float:
@@ -63,7 +65,10 @@ def _run(fn: Callable[[Any], Any], items: list[Any], rounds: int) -> float:
     return time.perf_counter() - start
 
 
-def rates(paths: dict[str, tuple[Callable[[Any], Any], list[Any]]], seconds: float, repeat: int) -> dict[str, float]:
+Timed = tuple[Callable[[Any], Any], list[Any]]  # (function, the items it is applied to)
+
+
+def rates(paths: dict[str, Timed], seconds: float, repeat: int) -> dict[str, float]:
     """Records per second for each path: the best of `repeat` interleaved trials.
 
     The trials of all paths alternate, so a neighbour stealing the CPU hurts the codec and the JSON
@@ -89,7 +94,7 @@ def machine() -> str:
             cpu = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    compiled = "C extension" if fastavro.read.__name__ and "_read_py" not in fastavro.read.schemaless_reader.__module__ else "pure Python"
+    compiled = "pure Python" if "_read_py" in fastavro.read.schemaless_reader.__module__ else "C extension"
     return (
         f"{cpu}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}; "
         f"Python {platform.python_version()}; fastavro {fastavro.__version__} ({compiled})"
@@ -98,7 +103,7 @@ def machine() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=1.0, help="about how long ten trials of one path take")
+    parser.add_argument("--seconds", type=float, default=1.0, help="how long ten trials of one path take")
     parser.add_argument("--repeat", type=int, default=20, help="interleaved trials per path; the best counts")
     args = parser.parse_args(argv)
 
@@ -130,7 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     json_bytes = sum(len(t.encode()) for t in texts) / len(texts)
 
     print(f"machine: {machine()}")
-    print(f"messages: {len(messages)} types round-robin; mean size {avro_bytes:.0f} B framed Avro vs {json_bytes:.0f} B JSON")
+    print(
+        f"messages: {len(messages)} types round-robin; "
+        f"mean size {avro_bytes:.0f} B framed Avro vs {json_bytes:.0f} B JSON"
+    )
     print(f"{'path':<16} {'records/s':>12}  vs json")
     for path, value in results.items():
         base = results["json.loads" if path.startswith("decode") or path == "json.loads" else "json.dumps"]

@@ -42,7 +42,17 @@ def mp(values: Any) -> dict[str, Any]:
     return {"type": "map", "values": values}
 
 
+def sub(*fields: dict[str, Any], name: str = "Sub", **extra: Any) -> dict[str, Any]:
+    return {"type": "record", "name": name, "fields": list(fields), **extra}
+
+
+def fixed(size: int) -> dict[str, Any]:
+    return {"type": "fixed", "name": "F", "size": size}
+
+
 BASE = rec(f("id", "string"), f("n", "long"))
+HAS_SUB = rec(f("s", sub(f("a", "string"))))
+LINKED = rec(f("next", ["null", "R"], default=None), f("v", "long"))
 
 # (case, old writer schema, new reader schema, BACKWARD compatible?)
 PAIRS: list[tuple[str, dict[str, Any], dict[str, Any], bool]] = [
@@ -95,15 +105,15 @@ PAIRS: list[tuple[str, dict[str, Any], dict[str, Any], bool]] = [
     ("map values promoted", rec(f("m", mp("float"))), rec(f("m", mp("double"))), True),
     ("map values changed", rec(f("m", mp("long"))), rec(f("m", mp("boolean"))), False),
     # Named types.
-    ("nested record gains a defaulted field", rec(f("s", rec(f("a", "string"), name="Sub"))), rec(f("s", rec(f("a", "string"), f("b", "long", default=1), name="Sub"))), True),
-    ("nested record gains a required field", rec(f("s", rec(f("a", "string"), name="Sub"))), rec(f("s", rec(f("a", "string"), f("b", "long"), name="Sub"))), False),
-    ("nested record renamed", rec(f("s", rec(f("a", "string"), name="Sub"))), rec(f("s", rec(f("a", "string"), name="Other"))), False),
-    ("nested record renamed with alias", rec(f("s", rec(f("a", "string"), name="Sub"))), rec(f("s", rec(f("a", "string"), name="Other", aliases=["Sub"]))), True),
-    ("top-level record renamed with alias", BASE, rec(f("id", "string"), f("n", "long"), name="R2", aliases=["spotreel.v1.R"]), True),
-    ("fixed size changed", rec(f("x", {"type": "fixed", "name": "F", "size": 4})), rec(f("x", {"type": "fixed", "name": "F", "size": 8})), False),
-    ("fixed unchanged", rec(f("x", {"type": "fixed", "name": "F", "size": 4})), rec(f("x", {"type": "fixed", "name": "F", "size": 4})), True),
-    ("recursive record unchanged", rec(f("next", ["null", "R"], default=None), f("v", "long")), rec(f("next", ["null", "R"], default=None), f("v", "long")), True),
-    ("recursive record gains a required field", rec(f("next", ["null", "R"], default=None)), rec(f("next", ["null", "R"], default=None), f("v", "long")), False),
+    ("nested record gains a defaulted field", HAS_SUB, rec(f("s", sub(f("a", "string"), f("b", "long", default=1)))), True),
+    ("nested record gains a required field", HAS_SUB, rec(f("s", sub(f("a", "string"), f("b", "long")))), False),
+    ("nested record renamed", HAS_SUB, rec(f("s", sub(f("a", "string"), name="Other"))), False),
+    ("nested record renamed with alias", HAS_SUB, rec(f("s", sub(f("a", "string"), name="Other", aliases=["Sub"]))), True),
+    ("top-level record renamed with alias", BASE, rec(*BASE["fields"], name="R2", aliases=["spotreel.v1.R"]), True),
+    ("fixed size changed", rec(f("x", fixed(4))), rec(f("x", fixed(8))), False),
+    ("fixed unchanged", rec(f("x", fixed(4))), rec(f("x", fixed(4))), True),
+    ("recursive record unchanged", LINKED, LINKED, True),
+    ("recursive record gains a required field", LINKED, rec(*LINKED["fields"], f("w", "long")), False),
 ]
 
 

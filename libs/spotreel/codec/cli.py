@@ -11,18 +11,21 @@ from spotreel.codec.registry import SchemaLoadError
 from spotreel.codec.release import ReleaseRefused, release
 
 
+_SCHEMAS_HELP = "schemas directory (default: the installed spotreel.schemas package)"
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     schemas = sub.add_parser("schemas", help="Avro schema compatibility check and release")
     ssub = schemas.add_subparsers(dest="schemas_command", metavar="ACTION")
     ssub.required = True
 
     check = ssub.add_parser("check", help="refuse schema changes that are not BACKWARD compatible")
-    check.add_argument("--schemas", type=Path, default=None, help="schemas directory (default: the installed one)")
+    check.add_argument("--schemas", type=Path, default=None, help=_SCHEMAS_HELP)
     check.add_argument("-q", "--quiet", action="store_true", help="print only problems")
     check.set_defaults(func=_check)
 
     rel = ssub.add_parser("release", help="copy new or changed schemas to released/<Name>.v<N>.avsc")
-    rel.add_argument("--schemas", type=Path, default=None, help="schemas directory (default: the installed one)")
+    rel.add_argument("--schemas", type=Path, default=None, help=_SCHEMAS_HELP)
     rel.add_argument("--dry-run", action="store_true", help="say what would be released, write nothing")
     rel.set_defaults(func=_release)
 

@@ -45,7 +45,8 @@ def domain_messages(modules: Iterable[str] = MESSAGE_MODULES) -> list[type]:
     for module_name in modules:
         module = importlib.import_module(module_name)
         for value in vars(module).values():
-            if isinstance(value, type) and dataclasses.is_dataclass(value) and value.__module__ == module_name:
+            defined_here = isinstance(value, type) and value.__module__ == module_name
+            if defined_here and dataclasses.is_dataclass(value):
                 found.append(value)
     return found
 
@@ -94,8 +95,9 @@ class Codec:
         self._plans = registry.plans
         self._writers: dict[str, _Writer] = {}
         for entry in registry.current.values():
-            writer = _Writer(entry, MARKER + entry.fingerprint, compile_check(entry.schema), entry.full_name.rsplit(".", 1)[-1])
-            self._writers[entry.full_name] = writer
+            short_name = entry.full_name.rsplit(".", 1)[-1]
+            header = MARKER + entry.fingerprint
+            self._writers[entry.full_name] = _Writer(entry, header, compile_check(entry.schema), short_name)
         for name in {w.short_name for w in self._writers.values()}:
             same = [w for w in self._writers.values() if w.short_name == name]
             if len(same) == 1:
@@ -179,7 +181,8 @@ class Codec:
             # A short read is not always an EOFError (a cut-off double surfaces as IndexError), but it
             # always leaves the reader at the end of the input.
             if isinstance(exc, EOFError) or body.tell() >= size:
-                raise CodecError("truncated", f"{plan.full_name} body ends early: {type(exc).__name__}: {exc}") from exc
+                detail = f"{plan.full_name} body ends early: {type(exc).__name__}: {exc}"
+                raise CodecError("truncated", detail) from exc
             raise CodecError("bad_body", f"{plan.full_name}: {type(exc).__name__}: {exc}") from exc
         if body.tell() != size:
             raise CodecError("bad_body", f"{plan.full_name}: {size - body.tell()} bytes after the record")

@@ -61,7 +61,8 @@ def _short(name: str) -> str:
 def _names_match(writer: dict[str, Any], reader: dict[str, Any]) -> bool:
     # Avro compares unqualified names; a reader alias (short or full) also accepts the writer's name.
     aliases = set(reader.get("aliases", ()))
-    return _short(writer["name"]) == _short(reader["name"]) or bool({writer["name"], _short(writer["name"])} & aliases)
+    written = _short(writer["name"])
+    return written == _short(reader["name"]) or writer["name"] in aliases or written in aliases
 
 
 class _Resolver:
@@ -104,7 +105,9 @@ class _Resolver:
             return
         if wk in PRIMITIVES or rk in PRIMITIVES:
             if not (wk == rk or rk in PROMOTIONS.get(wk, ())):
-                self.problems.append(f"{path}: type changed from {_label(writer)} to {_label(reader)}, which Avro cannot promote")
+                self.problems.append(
+                    f"{path}: type changed from {_label(writer)} to {_label(reader)}, which Avro cannot promote"
+                )
             return
         if wk != rk:
             self.problems.append(f"{path}: changed from a {wk} to a {rk}")
@@ -114,7 +117,9 @@ class _Resolver:
         elif wk == "map":
             self.resolve(writer["values"], reader["values"], f"{path}{{}}")
         elif not _names_match(writer, reader):
-            self.problems.append(f"{path}: {wk} renamed from {writer['name']} to {reader['name']} without an alias")
+            self.problems.append(
+                f"{path}: {wk} renamed from {writer['name']} to {reader['name']} without an alias"
+            )
         elif wk == "fixed":
             if writer["size"] != reader["size"]:
                 self.problems.append(f"{path}: fixed size changed from {writer['size']} to {reader['size']}")
@@ -131,7 +136,9 @@ class _Resolver:
             if self.matches(writer, branch):
                 self.resolve(writer, branch, path)
                 return
-        self.problems.append(f"{path}: writer type {_label(writer)} matches no branch of the reader union {_label(reader)}")
+        self.problems.append(
+            f"{path}: writer type {_label(writer)} matches no branch of the reader union {_label(reader)}"
+        )
 
     def _resolve_enum(self, writer: dict[str, Any], reader: dict[str, Any], path: str) -> None:
         lost = [s for s in writer["symbols"] if s not in reader["symbols"]]
@@ -213,7 +220,9 @@ def _sample(schema: Any, named: dict[str, Any], k: int, depth: int) -> Any:
     if kind == "fixed":
         return bytes([k % 256]) * schema["size"]
     if kind == "array":
-        return [] if depth >= _MAX_DEPTH else [_sample(schema["items"], named, k + i, depth + 1) for i in range(2)]
+        if depth >= _MAX_DEPTH:
+            return []
+        return [_sample(schema["items"], named, k + i, depth + 1) for i in range(2)]
     if kind == "map":
         return {} if depth >= _MAX_DEPTH else {f"k{k}": _sample(schema["values"], named, k, depth + 1)}
     return {f["name"]: _sample(f["type"], named, k, depth + 1) for f in schema["fields"]}
@@ -233,7 +242,9 @@ def empirical_problems(reader: Any, writer: Any) -> list[str]:
         try:
             schemaless_reader(body, writer, reader)
         except Exception as exc:  # whatever fastavro raises is the finding
-            problems.append(f"sample {k} written with the old schema does not read: {type(exc).__name__}: {exc}")
+            problems.append(
+                f"sample {k} written with the old schema does not read: {type(exc).__name__}: {exc}"
+            )
             continue
         if body.tell() != len(data):
             problems.append(f"sample {k}: {len(data) - body.tell()} bytes left unread")
@@ -297,6 +308,9 @@ def check_entry(current: SchemaEntry, released: list[SchemaEntry]) -> SchemaRepo
     return SchemaReport(current.full_name, current.source, status, versions, tuple(problems), tuple(notes))
 
 
+_REMOVED = "released, but gone from schemas/: records already written could no longer be read as messages"
+
+
 def check_schemas(directory: Any = None) -> list[SchemaReport]:
     """Check every current schema against all of its released versions; also flag removed schemas."""
     root = schema_root(directory)
@@ -311,7 +325,7 @@ def check_schemas(directory: Any = None) -> list[SchemaReport]:
                     versions[-1].source,
                     "removed",
                     tuple(e.version or 0 for e in versions),
-                    ("released, but gone from schemas/: records already written could no longer be read as messages",),
+                    (_REMOVED,),
                 )
             )
     return sorted(reports, key=lambda r: r.full_name)

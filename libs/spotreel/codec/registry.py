@@ -142,7 +142,8 @@ def load_current(root: Traversable) -> dict[str, SchemaEntry]:
             continue
         entry = make_entry(_read_json(item), item.name)
         if entry.full_name in entries:
-            raise SchemaLoadError(f"{item.name} and {entries[entry.full_name].source} both define {entry.full_name}")
+            other = entries[entry.full_name].source
+            raise SchemaLoadError(f"{item.name} and {other} both define {entry.full_name}")
         entries[entry.full_name] = entry
     return entries
 
