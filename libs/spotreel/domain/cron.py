@@ -91,8 +91,12 @@ def _values(index: int, text: str) -> set[int]:
         if match is None:
             raise CronError(f"{_FIELDS[index]} item {item!r} is not of the form *, N, A-B, */S, N/S or A-B/S")
         star, first, last, step = match.groups()
-        start = lo if star else _value(index, first)
-        stop = hi if star or (step and last is None) else _value(index, last) if last else start
+        if star:
+            start, stop = lo, hi
+        else:
+            start = _value(index, first)
+            # "N/S" runs from N to the end of the field, as in Vixie cron.
+            stop = _value(index, last) if last else hi if step else start
         if start > stop:
             raise CronError(f"{_FIELDS[index]} range {item!r} runs backwards")
         if step is not None and int(step) == 0:
