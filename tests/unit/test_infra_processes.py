@@ -13,7 +13,10 @@ from spotreel.infra.processes import group_members, read_pidfile, recorded_pid, 
 pytestmark = pytest.mark.unit
 
 # A parent that starts a child in its own process group, then both sleep.
-FAMILY = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); time.sleep(600)"
+FAMILY = (
+    "import subprocess, sys, time; "
+    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); time.sleep(600)"
+)
 STUBBORN = (
     "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
     "print('ready', flush=True); time.sleep(600)"

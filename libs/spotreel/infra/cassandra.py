@@ -97,7 +97,8 @@ class Cassandra(Server):
     def prepare(self, say: Say) -> None:
         for sub in ("data", "commitlog", "saved_caches", "hints", "cdc_raw"):
             (self.data_dir / sub).mkdir(parents=True, exist_ok=True)
-        (self.conf_dir / "triggers").mkdir(parents=True, exist_ok=True)
+        for sub in ("triggers", "tmp"):
+            (self.conf_dir / sub).mkdir(parents=True, exist_ok=True)
         self.logs_dir.mkdir(parents=True, exist_ok=True)
         write_if_changed(self.yaml_path, self.render_yaml())
         write_if_changed(self.logback_path, self.render_logback())
@@ -113,7 +114,8 @@ class Cassandra(Server):
             java_bin(s, self.name), f"-Xms{heap}", f"-Xmx{heap}", "-Xss256k",
             "-XX:+UseG1GC", "-XX:+ParallelRefProcEnabled", "-XX:MaxTenuringThreshold=1",
             "-XX:MaxGCPauseMillis=300", "-XX:InitiatingHeapOccupancyPercent=70",
-            *common_jvm_options(self.settings, self.logs_dir), "-Djava.net.preferIPv4Stack=true",
+            *common_jvm_options(self.settings, self.logs_dir, self.conf_dir / "tmp"),
+            "-Djava.net.preferIPv4Stack=true",
             *JAVA17_MODULE_OPTIONS,
             # jamm measures object sizes for memtable accounting; Cassandra refuses to run without it.
             f"-javaagent:{bundle.jar(s, 'jamm-')}",
@@ -123,8 +125,6 @@ class Cassandra(Server):
             f"-Dlogback.configurationFile={self.logback_path}",
             "-Dcassandra-foreground=yes",
             f"-Dcassandra.triggers_dir={self.conf_dir / 'triggers'}",
-            # Cassandra 5.0 installs a SecurityManager (for UDFs); Java 17 warns unless it is allowed.
-            "-Djava.security.manager=allow",
             # One node: no peers whose gossip could settle, so do not wait for it.
             "-Dcassandra.skip_wait_for_gossip_to_settle=0",
             "-cp", bundle.classpath(s), "org.apache.cassandra.service.CassandraDaemon",

@@ -23,15 +23,17 @@ def java_bin(settings: Settings, component: str) -> str:
     return found
 
 
-def common_jvm_options(settings: Settings, logs_dir: Path) -> list[str]:
+def common_jvm_options(settings: Settings, logs_dir: Path, tmp_dir: Path) -> list[str]:
     return [
         # C1 only: on 2 cores the C2 compiler threads fight three servers starting at once; measured
-        # cold `up` 17-26 s with C2, 11-14 s without. Steady-state speed is irrelevant at dev loads.
+        # `up` of the whole stack: 17-26 s with C2, 11-14 s without. Peak speed is irrelevant at dev loads.
         *(["-XX:TieredStopAtLevel=1"] if settings.jvm_fast_start else []),
         *settings.jvm_extra_opts.split(),
         "-Djava.awt.headless=true",
         # No hsperfdata files in /tmp: all our state stays under SPOTREEL_HOME.
         "-XX:+PerfDisableSharedMem",
         f"-XX:ErrorFile={logs_dir / 'hs_err_pid%p.log'}",
+        # lz4, snappy and zstd unpack their native libraries into the temp dir: keep those with us too.
+        f"-Djava.io.tmpdir={tmp_dir}",
         "-XX:+ExitOnOutOfMemoryError",
     ]

@@ -48,6 +48,10 @@ class Kafka(Server):
         return self.logs_dir / "server.log"
 
     @property
+    def tmp_dir(self) -> Path:
+        return self.conf_dir / "tmp"
+
+    @property
     def kraft_dir(self) -> Path:
         return self.data_dir / "kraft"
 
@@ -88,13 +92,15 @@ class Kafka(Server):
         return [
             java_bin(self.settings, self.name), f"-Xms{heap}", f"-Xmx{heap}",
             "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-XX:InitiatingHeapOccupancyPercent=35",
-            "-XX:+ExplicitGCInvokesConcurrent", *common_jvm_options(self.settings, self.logs_dir),
+            "-XX:+ExplicitGCInvokesConcurrent",
+            *common_jvm_options(self.settings, self.logs_dir, self.tmp_dir),
             f"-Dkafka.logs.dir={self.logs_dir}", f"-Dlog4j.configuration=file:{self.log4j_properties}",
             "-cp", kafka_bundle(self.settings).classpath(self.settings), main_class, *args,
         ]
 
     def prepare(self, say: Say) -> None:
         self.logs_dir.mkdir(parents=True, exist_ok=True)
+        self.tmp_dir.mkdir(parents=True, exist_ok=True)
         write_if_changed(self.server_properties, self.render_server_properties())
         write_if_changed(self.log4j_properties, self.render_log4j())
         if (self.kraft_dir / "meta.properties").exists():

@@ -79,7 +79,9 @@ def up(settings: Settings, *, fresh: bool = False, say: Say = print) -> list[str
     with infra_lock(layout, say):
         comps = components(settings)
         if fresh:
-            _stop_all(comps, say)
+            stop_errors = _stop_all(comps, say)
+            if stop_errors:
+                raise combine(stop_errors)
             shutil.rmtree(layout.data_root, ignore_errors=True)
             layout.data_root.mkdir(parents=True, exist_ok=True)
             say(f"fresh: wiped {layout.data_root}")
