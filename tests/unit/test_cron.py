@@ -248,7 +248,8 @@ def brute_force(parts, after_ms, until_ms):
         dom_ok = t.day in parts["dom"][1]
         dow_ok = (t.isoweekday() % 7) in parts["dow"][1]
         day_ok = (dom_ok or dow_ok) if restricted else (dom_ok and dow_ok)
-        if t.minute in parts["minute"][1] and t.hour in parts["hour"][1] and t.month in parts["month"][1] and day_ok:
+        time_ok = t.minute in parts["minute"][1] and t.hour in parts["hour"][1]
+        if time_ok and t.month in parts["month"][1] and day_ok:
             out.append(minute)
         minute += MIN
     return out
@@ -272,7 +273,6 @@ def test_occurrences_match_a_minute_by_minute_brute_force(expr, start, length):
     expected = brute_force(parts, start, start + length)
     got, truncated = schedule.recent(start, start + length, 10_000)
     assert list(got) == expected and not truncated
-    assert schedule.next_after(start) == (expected[0] if expected else schedule.next_after(start))
     if expected:
         assert schedule.next_after(start) == expected[0]
         assert schedule.latest_at_or_before(start + length) == expected[-1]
@@ -280,13 +280,15 @@ def test_occurrences_match_a_minute_by_minute_brute_force(expr, start, length):
 
 @settings(max_examples=1_000, deadline=None)
 @given(
-    expr=st.sampled_from(["* * * * *", "*/7 * * * *", "0 */3 * * *", "15 9-17 * * MON-FRI", "0 0 1,15 * *", "@hourly"]),
+    expr=st.sampled_from(
+        ["* * * * *", "*/7 * * * *", "0 */3 * * *", "15 9-17 * * MON-FRI", "0 0 1,15 * *", "@hourly"]
+    ),
     policy=st.sampled_from(list(MissedPolicy)),
     cap=st.integers(1, 20),
     grace=st.integers(0, HOUR),
     **windows,
 )
-def test_ticks_fire_strictly_increasing_inside_the_window_and_within_the_cap(expr, policy, cap, grace, start, length):
+def test_ticks_fire_in_order_inside_the_window_and_within_the_cap(expr, policy, cap, grace, start, length):
     schedule = CronSchedule(expr)
     now = start + length
     tick = schedule.tick(start, now, policy, grace_ms=grace, max_catch_up=cap)

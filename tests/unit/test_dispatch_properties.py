@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from spotreel.domain.aging import AgingPolicy, effective_priority, is_overdue
 from spotreel.domain.dispatch import DispatchConfig, DispatchIndex, QueuedJob, choose
-from spotreel.domain.fairness import TenantPolicy, TenantUsage, share
+from spotreel.domain.fairness import TenantAccount, TenantPolicy, TenantUsage, share
 from spotreel.domain.pools import WorkerOffer
 
 pytestmark = pytest.mark.unit
@@ -170,4 +170,24 @@ def test_index_matches_a_full_scan_after_any_updates(ops, worker, usage, pols, n
     for model in MODELS:
         pool = QueuedJob("x", "a", 0, model, "g1", 0).pool
         assert index.depth(pool) == sum(1 for j in live.values() if j.pool == pool)
-    assert index.choose(worker, usage, pols, now, config) == choose(worker, live.values(), usage, pols, now, config)
+    expected = choose(worker, live.values(), usage, pols, now, config)
+    assert index.choose(worker, usage, pols, now, config) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(jobs=queues, pols=policies, config=configs, requests=st.integers(1, 30))
+def test_a_burst_of_requests_never_pushes_a_tenant_past_its_quota(jobs, pols, config, requests):
+    # Many idle workers ask at the same instant; each answer is charged before the next question, as the
+    # scheduler does. No tenant may end up with more in flight than its max_in_flight.
+    worker = WorkerOffer("w", "g1", frozenset(MODELS))
+    index = DispatchIndex(jobs)
+    accounts: dict[str, TenantAccount] = {}
+    for _ in range(requests):
+        usage = {t: a.usage(20, None) for t, a in accounts.items()}
+        picked = index.choose(worker, usage, pols, 20, config)
+        if picked is None:
+            break
+        job = index.discard(picked)
+        accounts[job.tenant] = accounts.get(job.tenant, TenantAccount(job.tenant)).on_dispatch(1.0)
+        limit = pols.get(job.tenant, config.default_policy).max_in_flight
+        assert limit is None or accounts[job.tenant].in_flight <= limit

@@ -24,7 +24,9 @@ WORKER = WorkerOffer("w", "h100", frozenset({"m"}), frozenset({"m"}))
 
 
 def flood(tenant: str, count: int, first_ms: int = 0, priority: int = 9, gpu_s: float = 60.0) -> list[QueuedJob]:
-    return [QueuedJob(f"{tenant}{i:05d}", tenant, priority, "m", "h100", first_ms + i, gpu_s) for i in range(count)]
+    return [
+        QueuedJob(f"{tenant}{i:05d}", tenant, priority, "m", "h100", first_ms + i, gpu_s) for i in range(count)
+    ]
 
 
 def simulate(jobs, slots, workers=4, policies=None, config=NO_AGING, half_life_ms=None, arrivals=()):
@@ -44,7 +46,8 @@ def simulate(jobs, slots, workers=4, policies=None, config=NO_AGING, half_life_m
                 index.add(j)
         if finished is not None:
             acc = accounts[finished.tenant]
-            accounts[finished.tenant] = acc.on_finish(finished.est_gpu_seconds, finished.est_gpu_seconds, now, half_life_ms)
+            used = finished.est_gpu_seconds
+            accounts[finished.tenant] = acc.on_finish(used, used, now, half_life_ms)
         usage = {t: a.usage(now, half_life_ms) for t, a in accounts.items()}
         picked = index.choose(WORKER, usage, policies, now, config)
         if picked is None:
