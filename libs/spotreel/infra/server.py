@@ -135,6 +135,7 @@ class Server:
             code = proc.poll() if proc is not None else None
             if code is not None or not running.alive():
                 exit_text = f"exit code {code}" if code is not None else "process gone"
+                self.pidfile().unlink(missing_ok=True)
                 raise InfraError(f"{self.name}: exited during start-up ({exit_text})", self._why(marks))
             try:
                 return self.probe(min(5.0, max(1.0, deadline - time.monotonic())))
