@@ -120,3 +120,22 @@ def test_terminal_states_absorb_every_command_but_requeue(status: str) -> None:
         assert kinds(out) == ["JobRequeued"]
     else:
         assert rejection(out) == "terminal"
+
+
+def test_evolve_ignores_what_is_not_a_job_event() -> None:
+    from spotreel.domain.events import ScheduleDeleted
+    from spotreel.domain.evolve import evolve
+
+    d = leased_job()
+    assert evolve(d.state, ScheduleDeleted("s", 9, T0, "x")) is d.state
+    assert evolve(None, ScheduleDeleted("s", 9, T0, "x")) is None
+
+
+def test_a_hand_made_state_with_an_unknown_policy_still_gets_an_answer() -> None:
+    from dataclasses import replace
+
+    d = Driver()
+    d.submit(parents=("p1",))
+    odd = replace(d.s, dag_policy="mystery")
+    out = decide(odd, c.ResolveParent("r", d.job_id, "p1", "failed"), T0)
+    assert kinds(out) == ["ParentResolved", "JobCancelled"]

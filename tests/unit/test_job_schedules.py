@@ -215,3 +215,15 @@ def test_an_occurrence_never_fires_twice_and_time_only_moves_forward(policy: str
         assert s.state.last_tick_ms == now and s.state.next_occurrence_ms > now
     assert len(fired) == len(set(fired))
     assert fold_schedule(s.history) == s.state
+
+
+def test_a_recorded_cron_that_no_longer_parses_is_refused_not_raised() -> None:
+    s = Sched()
+    assert s.state is not None
+    broken = replace(s.state, created=replace(s.state.created, cron="61 * * * *"))
+    out = decide_schedule(broken, c.FireOccurrence("f", "nightly"), T + 2 * HOUR)
+    assert _rejected(out) == "cron_error"
+
+
+def test_a_start_beyond_the_calendar_is_refused() -> None:
+    assert _rejected(decide_schedule(None, create(start_ms=10**18), T)) == "invalid_request"

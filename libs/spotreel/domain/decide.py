@@ -18,9 +18,9 @@ from typing import Any
 
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
-from spotreel.domain import ids, leases
+from spotreel.domain import dag, ids, leases
 from spotreel.domain.outcomes import Head, Reason, number, rejected
-from spotreel.domain.state import DagPolicy, JobState, Status
+from spotreel.domain.state import JobState, Status
 
 Events = tuple[Any, ...]
 
@@ -73,6 +73,8 @@ def _route(state: JobState, c: Any, h: Head, now_ms: int) -> Events:  # noqa: C9
 
 # --- submission ------------------------------------------------------------------------------------------
 
+_DAG_POLICIES = frozenset(p.value for p in dag.DagPolicy)
+
 
 def submission_problem(c: cmd.SubmitJob) -> str | None:
     checks = (
@@ -85,7 +87,7 @@ def submission_problem(c: cmd.SubmitJob) -> str | None:
         (c.keep_checkpoints >= 1, "keep_checkpoints must be >= 1"),
         (0 <= c.backoff_base_ms <= c.backoff_max_ms, "need 0 <= backoff_base_ms <= backoff_max_ms"),
         (c.poison_threshold >= 2 and c.poison_window_ms >= 0, "poison_threshold >= 2, poison_window_ms >= 0"),
-        (c.dag_policy in DagPolicy.ALL, f"dag_policy must be one of {sorted(DagPolicy.ALL)}"),
+        (c.dag_policy in _DAG_POLICIES, f"dag_policy must be one of {sorted(_DAG_POLICIES)}"),
         (all(c.parents) and len(set(c.parents)) == len(c.parents), "parents must be distinct ids"),
         # A job cannot depend on itself; cycles across jobs are refused where a DAG is submitted as a whole.
         (c.job_id not in c.parents, "dag_cycle: a job cannot be its own parent"),
@@ -187,9 +189,9 @@ def _resume(state: JobState, c: cmd.ResumeJob, h: Head, now_ms: int) -> Events:
 
 
 def _resolve_parent(state: JobState, c: cmd.ResolveParent, h: Head, now_ms: int) -> Events:
-    """Policies. fail_fast: the first parent that did not succeed cancels the child (parent_failed).
-    continue: a parent's failure is recorded and the child runs once every parent is terminal, whatever
-    the outcomes (the child can read them from its state and decide what to render)."""
+    """The policies are dag.readiness's. fail_fast: the first parent that did not succeed cancels the
+    child (reason parent_failed). continue: a parent's failure is recorded and the child runs once every
+    parent is terminal, whatever the outcomes (they stay readable in state.parent_outcomes)."""
     if c.parent_id not in state.parents:
         return rejected(state, c, now_ms, Reason.NOT_A_PARENT, c.parent_id)
     if c.parent_id not in state.pending_parents:
@@ -197,9 +199,13 @@ def _resolve_parent(state: JobState, c: cmd.ResolveParent, h: Head, now_ms: int)
     if c.outcome not in Status.TERMINAL:
         return rejected(state, c, now_ms, Reason.INVALID_REQUEST, f"outcome must be one of {sorted(Status.TERMINAL)}")
     resolved = h.event(ev.ParentResolved, parent_id=c.parent_id, outcome=c.outcome)
-    if c.outcome != Status.SUCCEEDED and state.dag_policy == DagPolicy.FAIL_FAST:
+    outcomes = {p: dag.Outcome(o) for p, o in (*state.parent_outcomes, (c.parent_id, c.outcome))}
+    # decide only ever records a valid policy; the fallback keeps decide total on hand-made states.
+    policy = state.dag_policy if state.dag_policy in _DAG_POLICIES else dag.DagPolicy.FAIL_FAST
+    verdict = dag.readiness(state.parents, outcomes, policy)
+    if verdict.action is dag.Action.CANCEL:
         return resolved, h.event(ev.JobCancelled, reason="parent_failed")
-    if len(state.pending_parents) == 1 and state.status == Status.WAITING:
+    if verdict.action is dag.Action.RUN and state.status == Status.WAITING:
         return resolved, _runnable_or_scheduled(state.run_at_ms, h, now_ms, "parents_resolved")
     # Still waiting for other parents, or paused: ResumeJob works out where the job goes.
     return (resolved,)

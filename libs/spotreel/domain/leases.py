@@ -19,7 +19,7 @@ from spotreel.domain import events as ev
 from spotreel.domain import retry
 from spotreel.domain.outcomes import Head, Reason, rejected
 from spotreel.domain.progress import valid_pct
-from spotreel.domain.state import JobState
+from spotreel.domain.state import JobState, Status
 
 Events = tuple[Any, ...]
 
@@ -45,7 +45,7 @@ def _worker_fence(state: JobState, c: Any, now_ms: int) -> str | None:
 
 
 def grant(state: JobState, c: cmd.GrantLease, h: Head, now_ms: int) -> Events:
-    if state.status != "queued":
+    if state.status != Status.QUEUED:
         return rejected(state, c, now_ms, Reason.NOT_QUEUED, f"status is {state.status}")
     if c.pool != state.pool:
         return rejected(state, c, now_ms, Reason.POOL_MISMATCH, f"job runs in {state.pool}")

@@ -173,6 +173,10 @@ def _create(state: ScheduleState | None, c: cmd.CreateSchedule, now_ms: int) -> 
     # The window is (last_tick_ms, now]; starting it just before start_ms makes an occurrence exactly at
     # start_ms count.
     last_tick = c.start_ms - 1 if c.start_ms is not None else now_ms
+    try:
+        first = CronSchedule(cron).next_after(last_tick)
+    except (CronError, ValueError, OverflowError) as err:
+        return _rejected(state, c, now_ms, ScheduleReason.INVALID_REQUEST, f"start_ms out of range: {err}")
     created = ev.ScheduleCreated(
         **_head(c, now_ms),
         tenant=c.tenant,
@@ -181,7 +185,7 @@ def _create(state: ScheduleState | None, c: cmd.CreateSchedule, now_ms: int) -> 
         missed_policy=c.missed_policy,
         grace_ms=c.grace_ms,
         max_catchup=c.max_catchup,
-        next_occurrence_ms=CronSchedule(cron).next_after(last_tick),
+        next_occurrence_ms=first,
         **_template(c),
     )
     advanced = ev.ScheduleAdvanced(
@@ -193,8 +197,8 @@ def _create(state: ScheduleState | None, c: cmd.CreateSchedule, now_ms: int) -> 
 def _fire(state: ScheduleState, c: cmd.FireOccurrence, now_ms: int) -> tuple[Any, ...]:
     if now_ms < state.next_occurrence_ms:
         return _rejected(state, c, now_ms, ScheduleReason.NOT_DUE, f"next occurrence at {state.next_occurrence_ms}")
-    schedule = CronSchedule(state.created.cron)
     try:
+        schedule = CronSchedule(state.created.cron)
         tick = schedule.tick(
             state.last_tick_ms, now_ms, state.created.missed_policy, state.created.grace_ms, state.created.max_catchup
         )

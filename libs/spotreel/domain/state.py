@@ -31,12 +31,6 @@ class Status:
     IDLE = frozenset({SUBMITTED, SCHEDULED, WAITING, QUEUED})
 
 
-class DagPolicy:
-    FAIL_FAST = "fail_fast"
-    CONTINUE = "continue"
-    ALL = frozenset({FAIL_FAST, CONTINUE})
-
-
 @dataclass(frozen=True)
 class Lease:
     epoch: int
