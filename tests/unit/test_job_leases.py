@@ -163,3 +163,10 @@ def test_decide_is_a_function_of_its_inputs() -> None:
     d = leased_job()
     cmd = c.FailJob("f", d.job_id, 1, "w1", "oom", "x")
     assert decide(d.state, cmd, T0 + 5) == decide(d.state, cmd, T0 + 5)
+
+
+def test_a_renewal_never_shortens_the_lease_even_if_the_owner_clock_stepped_back() -> None:
+    d = leased_job()
+    d.send(c.RenewLease("r1", d.job_id, 1, "w1"), advance=10_000)
+    out = d.send(c.RenewLease("r2", d.job_id, 1, "w1"), at=T0 + 5_000)  # a new owner, slightly behind
+    assert out[0].lease_expires_at_ms == T0 + 10_000 + TTL

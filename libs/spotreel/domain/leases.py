@@ -73,7 +73,8 @@ def worker_command(state: JobState, c: Any, h: Head, now_ms: int) -> Events:
     if reason is not None:
         return rejected(state, c, now_ms, reason)
     assert state.lease is not None
-    renewed_until = now_ms + state.lease.ttl_ms
+    # Never shortened: after a rebalance the new owner's clock may be a little behind the old one's.
+    renewed_until = max(state.lease.expires_at_ms, now_ms + state.lease.ttl_ms)
     match c:
         case cmd.RenewLease():
             return (h.event(ev.LeaseRenewed, epoch=c.epoch, lease_expires_at_ms=renewed_until),)
