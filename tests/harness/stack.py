@@ -72,8 +72,8 @@ def container_stack(settings: Settings) -> Iterator[Endpoints]:
     from testcontainers.community.kafka import KafkaContainer
     from testcontainers.community.minio import MinioContainer
 
-    kafka = KafkaContainer("apache/kafka:3.9.1").with_kraft()
-    cassandra = CassandraContainer("cassandra:5.0")
+    kafka = KafkaContainer("apache/kafka:3.9.2").with_kraft()
+    cassandra = CassandraContainer("cassandra:5.0.9")
     minio = MinioContainer(access_key=settings.s3_access_key, secret_key=settings.s3_secret_key)
     with kafka, cassandra, minio:
         host, port = cassandra.get_contact_points()[0]

@@ -43,6 +43,13 @@ def _down(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _provision(args: argparse.Namespace, settings: Settings) -> int:
+    from spotreel.infra.stack import provision
+
+    provision(settings, timeout=args.timeout, say=_say)
+    return 0
+
+
 def _status(args: argparse.Namespace, settings: Settings) -> int:
     from spotreel.infra.status import collect, render_json, render_text
 
@@ -110,6 +117,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_guarded("up", _up))
     p = isub.add_parser("down", help="stop what `up` started; no listener is left on our ports")
     p.set_defaults(func=_guarded("down", _down))
+    p = isub.add_parser("provision", help="create topics, buckets and schema on servers already running "
+                        "elsewhere (Docker Compose, a shared cluster)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for each server to answer")
+    p.set_defaults(func=_guarded("provision", _provision))
     p = isub.add_parser("status", help="health, address, pid and log of each component; exit 0 when all healthy")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_guarded("status", _status))

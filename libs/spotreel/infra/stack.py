@@ -13,7 +13,7 @@ from typing import Iterator
 from spotreel.infra import maven
 from spotreel.infra import ports as portlib
 from spotreel.infra.cassandra import Cassandra
-from spotreel.infra.errors import InfraError
+from spotreel.infra.errors import InfraError, ProbeFailed
 from spotreel.infra.kafka import Kafka
 from spotreel.infra.layout import Layout
 from spotreel.infra.seaweed import Seaweed
@@ -156,3 +156,23 @@ def down(settings: Settings, *, say: Say = print) -> None:
         say(f"stack down in {time.monotonic() - t0:.1f} s (stopped {', '.join(was_running)})")
     else:
         say("stack down: nothing was running")
+
+
+def provision(settings: Settings, *, timeout: float = 120.0, say: Say = print) -> None:
+    """Topics, buckets and schema on servers someone else runs (Docker Compose, a shared cluster).
+
+    Waits until each answers, then runs the same idempotent setup `up` runs after starting its own.
+    """
+    say = locked_say(say)
+    for comp in components(settings):
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                detail = comp.probe(min(5.0, timeout))
+                break
+            except ProbeFailed as exc:
+                if time.monotonic() > deadline:
+                    raise InfraError(f"{comp.name}: not answering at {comp.address()}: {exc}") from None
+                time.sleep(1.0)
+        say(f"{comp.name}: answering at {comp.address()} ({detail})")
+        comp.setup(say)
