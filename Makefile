@@ -37,10 +37,10 @@ demo: up
 test: setup
 	$(SPOTREEL) infra up
 	$(BIN)/lint-imports
-	$(BIN)/pytest --cov=spotreel.domain --cov-report=term-missing:skip-covered $(PYTEST_ARGS)
+	$(BIN)/pytest --cov=spotreel.domain --cov-report=term-missing:skip-covered --cov-fail-under=95 $(PYTEST_ARGS)
 
 test-unit: setup
-	$(BIN)/pytest -m unit --cov=spotreel.domain --cov-report=term-missing:skip-covered $(PYTEST_ARGS)
+	$(BIN)/pytest -m unit --cov=spotreel.domain --cov-report=term-missing:skip-covered --cov-fail-under=95 $(PYTEST_ARGS)
 
 test-integration: up
 	$(BIN)/pytest -m "integration or e2e or chaos" $(PYTEST_ARGS)
