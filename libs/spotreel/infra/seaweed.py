@@ -91,7 +91,7 @@ class Seaweed(Server):
         g = GRPC_OFFSET
         cmd = [
             weed_binary(), "-logtostderr", "mini", f"-dir={self.data_dir}",
-            # Without both, weed advertises a non-loopback address and binds 0.0.0.0.
+            # Without both, weed advertises a non-loopback address and binds every interface.
             f"-ip={s.host}", f"-ip.bind={s.host}",
             f"-master.port={s.s3_master_port}", f"-master.port.grpc={s.s3_master_port + g}",
             f"-volume.port={s.s3_volume_port}", f"-volume.port.grpc={s.s3_volume_port + g}",
