@@ -15,8 +15,9 @@ Registrar = Callable[[argparse._SubParsersAction], None]
 def _registrars() -> list[Registrar]:
     from spotreel.codec.cli import register as schemas
     from spotreel.infra.cli import register as infra
+    from spotreel.services.projector.cli import register as projector
 
-    return [infra, schemas]
+    return [infra, schemas, projector]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,278 @@
+"""The projector's Kafka loop: consume a batch, fold and project it, write it to Cassandra, then commit.
+
+At-least-once delivery (offsets committed only after the writes succeeded) plus idempotent writes (see
+projection.py) give an exactly-once effect. A record that does not decode goes to the dead-letter topic
+with the reason in its headers and is skipped: one bad record must not stop every read model.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from spotreel.codec import Codec, CodecError
+from spotreel.codec.mapping import mapping_for
+from spotreel.domain import events as ev
+from spotreel.domain.evolve import fold
+from spotreel.domain.state import JobState
+from spotreel.services.projector.projection import Envelope, RowOp, coalesce, full_state_ops, project
+from spotreel.services.projector.store import Store, pools_touched
+
+log = logging.getLogger("spotreel.projector")
+
+
+@dataclass(frozen=True)
+class ProjectorConfig:
+    bootstrap: str
+    group_id: str
+    events_topic: str
+    deadletter_topic: str
+    rebuild: bool = False
+    until_idle: bool = False
+    # --until-idle gives up waiting for a partition assignment after this long.
+    idle_timeout_s: float = 60.0
+    batch_size: int = 2000
+    poll_timeout_s: float = 0.2
+    cache_size: int = 100_000
+    pool_stats_every_s: float = 1.0
+    lag_every_s: float = 5.0
+
+
+@dataclass
+class Stats:
+    events: int = 0
+    rejections: int = 0
+    skipped: int = 0
+    dead_lettered: int = 0
+    writes: int = 0
+    batches: int = 0
+    replayed_histories: int = 0
+    lag: int | None = None
+    started: float = field(default_factory=time.monotonic)
+
+
+class Projector:
+    def __init__(self, config: ProjectorConfig, store: Store, codec: Codec,
+                 on_lag: Callable[[int], None] | None = None) -> None:
+        self.config = config
+        self.store = store
+        self.codec = codec
+        self.on_lag = on_lag
+        self.stats = Stats()
+        self._states: OrderedDict[str, JobState | None] = OrderedDict()
+        self._names: dict[type, str] = {}
+        self._assigned: set[tuple[str, int]] = set()
+        self._eof: set[tuple[str, int]] = set()
+        self._rewound: set[tuple[str, int]] = set()
+        self._pending_pools: set[str] = set()
+        self._pools_at = 0.0
+        self._lag_at = 0.0
+        self.consumer = Consumer({
+            "bootstrap.servers": config.bootstrap,
+            "group.id": config.group_id,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": True,
+            # Bigger fetches: the projector is throughput-bound, not latency-bound.
+            "fetch.min.bytes": 1,
+            "queued.min.messages": 20000,
+            "log_level": 3,
+        })
+        self.producer = Producer({"bootstrap.servers": config.bootstrap, "enable.idempotence": True,
+                                  "log_level": 3})
+
+    # -- partition bookkeeping ---------------------------------------------------------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self.config.rebuild:
+            for p in partitions:
+                if (p.topic, p.partition) not in self._rewound:
+                    p.offset = OFFSET_BEGINNING
+                    self._rewound.add((p.topic, p.partition))
+            consumer.assign(partitions)
+        self._assigned |= {(p.topic, p.partition) for p in partitions}
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        gone = {(p.topic, p.partition) for p in partitions}
+        self._assigned -= gone
+        self._eof -= gone
+
+    def idle(self) -> bool:
+        return bool(self._assigned) and self._assigned <= self._eof
+
+    # -- the loop -----------------------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event | None = None) -> Stats:
+        stop = stop or threading.Event()
+        self.consumer.subscribe([self.config.events_topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
+        began = time.monotonic()
+        try:
+            while not stop.is_set():
+                msgs = self.consumer.consume(self.config.batch_size, self.config.poll_timeout_s)
+                if msgs:
+                    self._batch(msgs, stop)
+                self._housekeeping(force=False)
+                if self.config.until_idle:
+                    if self.idle() and not msgs:
+                        break
+                    if not self._assigned and time.monotonic() - began > self.config.idle_timeout_s:
+                        raise TimeoutError(f"no partition of {self.config.events_topic} assigned")
+            self._housekeeping(force=True)
+        finally:
+            self.consumer.close()
+            self.producer.flush(10)
+        return self.stats
+
+    def _batch(self, msgs: list[Any], stop: threading.Event) -> None:
+        items: list[tuple[Any, Envelope]] = []
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    self._eof.add((m.topic(), m.partition()))
+                else:
+                    log.warning("kafka: %s", err.str())
+                continue
+            self._eof.discard((m.topic(), m.partition()))
+            decoded = self._decode(m)
+            if decoded is not None:
+                items.append(decoded)
+        ops = self._project(items)
+        self._write(ops, stop)
+        self._pending_pools |= pools_touched(ops)
+        self.producer.flush(30)
+        try:
+            self.consumer.commit(asynchronous=False)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError._NO_OFFSET:
+                raise
+        self.stats.batches += 1
+
+    def _decode(self, m: Any) -> tuple[Any, Envelope] | None:
+        value = m.value()
+        try:
+            event = self.codec.decode_message(value)
+        except CodecError as exc:
+            self._dead_letter(m, exc.reason, exc.detail)
+            return None
+        if not isinstance(event, ev.ALL_EVENTS):
+            self._dead_letter(m, "not_an_event", type(event).__name__)
+            return None
+        if not isinstance(event, ev.JOB_EVENTS):
+            self.stats.skipped += 1  # schedule aggregates have no read model yet
+            return None
+        cls = type(event)
+        name = self._names.get(cls)
+        if name is None:
+            name = self._names[cls] = mapping_for(cls).full_name
+        return event, Envelope(bytes(value), name)
+
+    def _dead_letter(self, m: Any, code: str, detail: str) -> None:
+        self.stats.dead_lettered += 1
+        log.warning("dead-lettering %s[%d]@%d: %s %s", m.topic(), m.partition(), m.offset(), code, detail)
+        headers = [("error", code.encode()), ("detail", detail[:1000].encode()),
+                   ("source", f"{m.topic()}/{m.partition()}/{m.offset()}".encode())]
+        self.producer.produce(self.config.deadletter_topic, key=m.key(), value=m.value() or b"", headers=headers)
+        self.producer.poll(0)
+
+    # -- folding ------------------------------------------------------------------------------------------
+
+    def _project(self, items: list[tuple[Any, Envelope]]) -> list[RowOp]:
+        ops: list[RowOp] = []
+        ops += self._restore(items)
+        for event, env in items:
+            state = self._states.get(event.job_id)
+            after, produced = project(state, event, env)
+            ops += produced
+            if not isinstance(event, ev.CommandRejected):
+                self._remember(event.job_id, after)
+                self.stats.events += 1
+            else:
+                self.stats.rejections += 1
+        return coalesce(ops)
+
+    def _remember(self, job_id: str, state: JobState | None) -> None:
+        self._states[job_id] = state
+        self._states.move_to_end(job_id)
+        while len(self._states) > self.config.cache_size:
+            self._states.popitem(last=False)
+
+    def _restore(self, items: list[tuple[Any, Envelope]]) -> list[RowOp]:
+        """Jobs first seen mid-history (after a restart) get their state folded from events_by_job.
+
+        The full row is rewritten from that state: a crash between the history write and the job-row
+        write of an earlier attempt leaves nothing behind this way."""
+        wanted: dict[str, int] = {}
+        for event, _ in items:
+            job = event.job_id
+            if job in self._states or job in wanted or isinstance(event, ev.CommandRejected):
+                continue
+            if isinstance(event, ev.JobSubmitted):
+                self._states[job] = None
+                continue
+            wanted[job] = event.version
+        if not wanted:
+            return []
+        ops: list[RowOp] = []
+        for job, rows in self.store.histories(wanted).items():
+            history = []
+            for _, payload in rows:
+                try:
+                    history.append(self.codec.decode_message(payload))
+                except CodecError as exc:  # it decoded once, when it was written; keep going regardless
+                    log.error("events_by_job %s: undecodable payload: %s", job, exc)
+            state = fold(history)
+            self._remember(job, state)
+            self.stats.replayed_histories += 1
+            if state is not None:
+                ops += full_state_ops(state)
+        return ops
+
+    # -- writes -------------------------------------------------------------------------------------------
+
+    def _write(self, ops: list[RowOp], stop: threading.Event) -> None:
+        delay = 0.2
+        while True:
+            try:
+                self.stats.writes += self.store.write(ops)
+                return
+            except Exception as exc:  # Cassandra down or overloaded: idempotent writes can simply retry
+                if stop.is_set():
+                    raise
+                log.warning("cassandra write failed (%s: %s); retrying in %.1fs", type(exc).__name__, exc, delay)
+                stop.wait(delay)
+                delay = min(delay * 2, 10.0)
+
+    def _housekeeping(self, force: bool) -> None:
+        now = time.monotonic()
+        if self._pending_pools and (force or now - self._pools_at >= self.config.pool_stats_every_s):
+            try:
+                self.store.refresh_pool_stats(self._pending_pools, int(time.time() * 1000))
+                self._pending_pools.clear()
+            except Exception as exc:  # derived data; the next round recounts
+                log.warning("pool_stats refresh failed: %s", exc)
+            self._pools_at = now
+        if self._assigned and (force or now - self._lag_at >= self.config.lag_every_s):
+            self._lag_at = now
+            self.stats.lag = self.lag()
+            if self.on_lag is not None and self.stats.lag is not None:
+                self.on_lag(self.stats.lag)
+
+    def lag(self) -> int | None:
+        """Records on the assigned partitions not yet projected (high watermark minus position)."""
+        try:
+            parts = [TopicPartition(t, p) for t, p in sorted(self._assigned)]
+            total = 0
+            for tp in self.consumer.position(parts):
+                _, high = self.consumer.get_watermark_offsets(tp, timeout=2.0, cached=False)
+                total += max(0, high - tp.offset) if tp.offset >= 0 else high
+            return total
+        except KafkaException:
+            return None

@@ -1,0 +1,78 @@
+"""The projector's factory: settings in, a ready `Projector` out (Cassandra session, codec, Kafka)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Iterator
+
+from spotreel.settings import Settings
+
+log = logging.getLogger("spotreel.projector")
+
+
+def group_id(settings: Settings) -> str:
+    return f"{settings.topic_prefix}.projector"
+
+
+def deadletter_topic(settings: Settings) -> str:
+    return f"{settings.topic_prefix}.events.deadletter"
+
+
+def ensure_deadletter_topic(settings: Settings, timeout: float = 30.0) -> None:
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import NewTopic
+
+    from spotreel.infra.kafka import admin_client
+
+    admin = admin_client(settings.kafka_bootstrap, timeout)
+    name = deadletter_topic(settings)
+    if name in admin.list_topics(timeout=timeout).topics:
+        return
+    # Dead letters wait for a person: they must not expire first.
+    fut = admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=1,
+                                        config={"retention.ms": "-1"})])[name]
+    try:
+        fut.result(timeout)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
+
+
+def _metrics(port: int):
+    from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
+    registry = CollectorRegistry()
+    gauge = Gauge("spotreel_projection_lag", "events on the topic not yet projected into Cassandra",
+                  registry=registry)
+    start_http_server(port, addr="127.0.0.1", registry=registry)
+    return gauge.set
+
+
+@contextlib.contextmanager
+def build(settings: Settings, *, rebuild: bool = False, until_idle: bool = False, truncate: bool = False,
+          metrics_port: int = 0, batch_size: int = 2000) -> Iterator["Projector"]:  # noqa: F821
+    from cassandra.cluster import Cluster
+
+    from spotreel.codec import Codec
+    from spotreel.infra.migrate import migrate
+    from spotreel.infra.topics import events_topic
+    from spotreel.services.projector.consumer import Projector, ProjectorConfig
+    from spotreel.services.projector.store import Store
+
+    cluster = Cluster([settings.host], port=settings.cassandra_port, protocol_version=5)
+    try:
+        session = cluster.connect()
+        migrate(session, settings.cassandra_keyspace, say=log.info)
+        store = Store(session)
+        if truncate:
+            store.truncate()
+        config = ProjectorConfig(
+            bootstrap=settings.kafka_bootstrap, group_id=group_id(settings), events_topic=events_topic(settings),
+            deadletter_topic=deadletter_topic(settings), rebuild=rebuild, until_idle=until_idle,
+            batch_size=batch_size,
+        )
+        on_lag = _metrics(metrics_port) if metrics_port else None
+        yield Projector(config, store, Codec.default(), on_lag=on_lag)
+    finally:
+        cluster.shutdown()
