@@ -16,8 +16,9 @@ def _registrars() -> list[Registrar]:
     from spotreel.codec.cli import register as schemas
     from spotreel.infra.cli import register as infra
     from spotreel.services.projector.cli import register as projector
+    from spotreel.services.scheduler.cli import register as scheduler
 
-    return [infra, schemas, projector]
+    return [infra, schemas, projector, scheduler]
 
 
 def build_parser() -> argparse.ArgumentParser:

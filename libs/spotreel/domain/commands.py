@@ -307,3 +307,27 @@ JOB_COMMANDS = (
 )
 SCHEDULE_COMMANDS = (CreateSchedule, DeleteSchedule, FireOccurrence)
 ALL_COMMANDS = (*JOB_COMMANDS, *SCHEDULE_COMMANDS)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Dispatch (not a job command: it names no job; the scheduler picks one with dispatch.choose)
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RequestWork:
+    """A worker asks its pool for work. `command_id` is the request id the answer names; the requester
+    sends it to a partition that advertises queued work for the pool (see the pool-stats topic). A
+    draining worker may still send it (to report that it drains) and never gets a lease."""
+
+    command_id: str
+    worker_id: str
+    gpu_type: str
+    models: tuple[str, ...]
+    warm_models: tuple[str, ...] = ()
+    draining: bool = False
+    lease_ttl_ms: int = 30000
+    sent_at_ms: int = 0
+
+
+DISPATCH_COMMANDS = (RequestWork,)

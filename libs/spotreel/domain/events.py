@@ -510,3 +510,71 @@ JobEvent = (
 ScheduleEvent = (
     ScheduleCreated | OccurrenceFired | OccurrencesSkipped | ScheduleAdvanced | ScheduleDeleted | ScheduleCommandRejected
 )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Scheduler answers and statistics: not job events (they are never folded), but facts other services read.
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkAssigned:
+    """The answer to RequestWork `request_id`: the worker holds the lease of the JobLeased event with the
+    same job_id and epoch (written to the events topic first). Carries what the worker needs to start."""
+
+    request_id: str
+    worker_id: str
+    job_id: str
+    epoch: int
+    attempt: int
+    at_ms: int
+    lease_ttl_ms: int
+    lease_expires_at_ms: int
+    pool: str
+    model: str
+    gpu_type: str
+    prompt: str
+    duration_s: float
+    resolution: str
+    fps: int
+    seed: int
+    num_steps: int
+    resume_checkpoint_key: str | None = None
+    resume_step: int | None = None
+    resume_progress_pct: float | None = None
+    partition: int = 0
+
+
+@dataclass(frozen=True)
+class NoWorkAvailable:
+    """The answer to RequestWork `request_id` when the partition asked had nothing the worker may run
+    (or the worker drains): the requester tries another partition or waits."""
+
+    request_id: str
+    worker_id: str
+    at_ms: int
+    reason: str
+    partition: int = 0
+
+
+@dataclass(frozen=True)
+class PoolStats:
+    """One scheduler partition's view of one pool, published (compacted, keyed `pool/partition`) for
+    admission control, ETA and the capacity manager. Sum over partitions for the pool's totals.
+    `queued_by_tier` / `queued_by_tenant` entries read `priority=count` / `tenant=count`."""
+
+    pool: str
+    partition: int
+    at_ms: int
+    queued: int
+    leased: int
+    oldest_wait_ms: int
+    queued_by_tier: tuple[str, ...] = ()
+    queued_by_tenant: tuple[str, ...] = ()
+    idle_workers: int = 0
+    draining_workers: int = 0
+    mean_run_ms: float = 0.0
+    mean_checkpoint_interval_ms: float = 0.0
+
+
+SCHEDULER_RECORDS = (WorkAssigned, NoWorkAvailable, PoolStats)

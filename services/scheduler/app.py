@@ -1,0 +1,243 @@
+"""The scheduler's Faust application, built by a factory (no module-global app).
+
+One agent reads the commands topic; for each record, in this order:
+  1. skip it if its offset is at or below `applied_upto` (its events are already on the events topic);
+  2. decode (poison -> dead-letter topic), decide against the job table;
+  3. produce its events to the same partition of the events topic, each with a `cmd-offset` header, and
+     wait until they are acknowledged (acks=all);
+  4. write the new job states and the partition's events-offset marker to the table (changelog);
+  5. answer a RequestWork on the assignments topic.
+A crash between any two steps loses nothing (the command was not committed, so it is redelivered) and
+duplicates nothing (on assignment the owner reads the events topic's tail: the table catches up from its
+marker and `applied_upto` comes from the last event's header). See README.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import faust
+
+from spotreel.adapters.kafka import CMD_OFFSET_HEADER, assignments_topic
+from spotreel.adapters.partitioning import partition_for
+from spotreel.codec import Codec
+from spotreel.domain import events as ev
+from spotreel.domain.state import JobState
+from spotreel.infra.topics import (commands_topic, deadletter_topic, events_topic, pool_stats_topic,
+                                   scheduler_app_id)
+from spotreel.settings import Settings
+
+from spotreel.services.scheduler import statecodec
+from spotreel.services.scheduler.catchup import catch_up
+from spotreel.services.scheduler.handler import Handler
+from spotreel.services.scheduler.metrics import Metrics
+from spotreel.services.scheduler.partition import PartitionState
+from spotreel.services.scheduler.poolstats import pool_stats
+
+log = logging.getLogger("spotreel.scheduler")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _meta_key(p: int) -> bytes:
+    return b"~meta:%d" % p
+
+
+class JobTable(faust.Table):
+    """The job table; tells the scheduler when Faust finished restoring it after a rebalance."""
+
+    on_restored: Any = None
+
+    async def on_recovery_completed(self, active_tps, standby_tps) -> None:
+        await super().on_recovery_completed(active_tps, standby_tps)
+        if self.on_restored is not None:
+            await self.on_restored()
+
+
+class Scheduler:
+    def __init__(self, settings: Settings, *, data_dir: Path | None = None, metrics_port: int = 0,
+                 timer_interval: float = 0.05, stats_interval: float = 1.0) -> None:
+        self.settings = settings
+        self.codec = Codec.default()
+        self.metrics = Metrics()
+        self.metrics_port = metrics_port
+        self.parts: dict[int, PartitionState] = {}
+        self.cache: dict[str, JobState | None] = {}
+        self.handler = Handler(self.codec, settings.partitions, self.get)
+        self.commands = commands_topic(settings)
+        self.events = events_topic(settings)
+        self.app = self._build_app(data_dir, timer_interval, stats_interval)
+
+    # -- the table ---------------------------------------------------------------------------------------
+
+    def get(self, job_id: str) -> JobState | None:
+        if job_id not in self.cache:
+            self.cache[job_id] = statecodec.loads(self.table.data.get(job_id.encode()))
+        return self.cache[job_id]
+
+    def _put(self, p: int, key: bytes, value: bytes) -> None:
+        self.table.data[key] = value
+        self.table.send_changelog(p, key, value)
+
+    def put_state(self, p: int, state: JobState) -> None:
+        self.cache[state.job_id] = state
+        self._put(p, state.job_id.encode(), statecodec.dumps(state))
+
+    def put_marker(self, part: PartitionState) -> None:
+        self._put(part.partition, _meta_key(part.partition), json.dumps({"events_offset": part.events_offset}).encode())
+
+    # -- Faust wiring --------------------------------------------------------------------------------------
+
+    def _build_app(self, data_dir: Path | None, timer_interval: float, stats_interval: float) -> faust.App:
+        s = self.settings
+        app = faust.App(
+            scheduler_app_id(s),
+            broker=f"kafka://{s.kafka_bootstrap}",
+            store="memory://",
+            datadir=str(data_dir or (s.data_dir / "scheduler" / scheduler_app_id(s))),
+            autodiscover=False,
+            web_enabled=False,
+            web_host="127.0.0.1",
+            topic_partitions=s.partitions,
+            topic_disable_leader=True,
+            table_standby_replicas=0,
+            key_serializer="raw",
+            value_serializer="raw",
+            consumer_auto_offset_reset="earliest",
+            broker_session_timeout=6.0,
+            broker_heartbeat_interval=1.0,
+            broker_commit_interval=0.5,
+            producer_acks=-1,
+            producer_linger=0.0,
+            stream_wait_empty=True,
+            table_cleanup_interval=3600.0,
+        )
+        self.table = JobTable(app, name="jobs", partitions=s.partitions, key_type=bytes,
+                              value_type=bytes, beacon=app.tables.beacon)
+        app.tables.add(self.table)
+        self.table.on_restored = self.on_assigned
+        topic = app.topic(self.commands, key_type=bytes, value_type=bytes, partitions=s.partitions)
+
+        async def process(stream):
+            async for event in stream.events():
+                await self.on_command(event.message)
+
+        app.agent(topic, name=f"{scheduler_app_id(s)}.commands")(process)
+        app.timer(timer_interval)(self.fire_timers)
+        app.timer(stats_interval)(self.publish_stats)
+
+        async def start_metrics() -> None:
+            if self.metrics_port:
+                self.metrics.serve(self.metrics_port)
+
+        app.task(start_metrics)
+        return app
+
+    # -- assignment ----------------------------------------------------------------------------------------
+
+    async def on_assigned(self) -> None:
+        assigned = {tp.partition for tp in self.app.consumer.assignment() if tp.topic == self.commands}
+        for p in list(self.parts):
+            if p not in assigned:
+                del self.parts[p]
+        self.cache.clear()
+        started = time.monotonic()
+        for p in sorted(assigned - set(self.parts)):
+            self.parts[p] = await self._rebuild(p)
+        log.info("scheduler owns partitions %s (rebuilt in %.2fs)", sorted(assigned), time.monotonic() - started)
+
+    async def _rebuild(self, p: int) -> PartitionState:
+        part = PartitionState(p)
+        raw_meta = self.table.data.get(_meta_key(p))
+        marker = json.loads(raw_meta)["events_offset"] if raw_meta else -1
+        caught = await asyncio.to_thread(catch_up, self.settings.kafka_bootstrap, self.events, p, self.codec,
+                                         marker, self.get)
+        for state in caught.states.values():
+            self.put_state(p, state)
+        part.applied_upto = caught.applied_upto
+        part.events_offset = caught.events_offset
+        if caught.states:
+            self.put_marker(part)
+        n = self.settings.partitions
+        for key in list(self.table.data.keys()):
+            if key.startswith(b"~") or partition_for(key, n) != p:
+                continue
+            part.observe(None, self.get(key.decode()))
+        log.info("partition %d: marker %d, %d events read, %d jobs caught up, applied up to offset %d, %d queued",
+                 p, marker, caught.read, len(caught.states), part.applied_upto, len(part.index))
+        return part
+
+    # -- commands --------------------------------------------------------------------------------------------
+
+    async def on_command(self, msg: Any) -> None:
+        p = msg.partition
+        part = self.parts.get(p)
+        if part is None:  # cannot happen after on_assigned; refuse to write without the catch-up
+            raise RuntimeError(f"command on partition {p} before its state was rebuilt")
+        if msg.offset <= part.applied_upto:
+            self.metrics.skipped.inc()
+            return
+        now = now_ms()
+        out = self.handler.handle(part, msg.topic, msg.offset, msg.key, msg.value, now)
+        producer = self.app.producer
+        self.metrics.commands.inc()
+        if out.deadletter is not None:
+            self.metrics.deadletters.labels(out.deadletter["reason"]).inc()
+            log.warning("dead-lettered %s[%d]@%d: %s", msg.topic, p, msg.offset, out.deadletter["detail"])
+            value = self.codec.encode("spotreel.v1.DeadLetteredCommand", out.deadletter)
+            await (await producer.send(deadletter_topic(self.settings), msg.key, value, p, None, None))
+            return
+        if out.events:
+            headers = [(CMD_OFFSET_HEADER, str(msg.offset).encode())]
+            futures = [await producer.send(self.events, e.job_id.encode(), self.codec.encode_message(e), p, None,
+                                           headers) for e in out.events]
+            metas = [await f for f in futures]
+            part.events_offset = max(part.events_offset, max(m.offset for m in metas))
+            for e in out.events:
+                if isinstance(e, ev.CommandRejected):
+                    self.metrics.rejections.labels(e.reason).inc()
+                elif isinstance(e, ev.LeaseExpired):
+                    self.metrics.lease_expirations.inc()
+        part.applied_upto = msg.offset
+        for before, after in out.states.values():
+            self.put_state(p, after)
+            part.observe(before, after)
+        if out.events:
+            self.put_marker(part)
+        if out.answer is not None:
+            worker = out.answer.worker_id
+            partition = partition_for(worker, self.settings.partitions)
+            await (await producer.send(assignments_topic(self.settings), worker.encode(),
+                                       self.codec.encode_message(out.answer), partition, None, None))
+            if msg.timestamp:
+                self.metrics.dispatch_latency.observe(max(0.0, time.time() - msg.timestamp))
+
+    # -- timers and stats ------------------------------------------------------------------------------------
+
+    async def fire_timers(self) -> None:
+        now = now_ms()
+        for p, part in list(self.parts.items()):
+            for timer in part.due(now, self.get):
+                command = timer.command()
+                await self.app.producer.send(self.commands, timer.key.encode(), self.codec.encode_message(command),
+                                             p, None, None)
+
+    async def publish_stats(self) -> None:
+        now = now_ms()
+        for p, part in list(self.parts.items()):
+            for stats in pool_stats(part, now):
+                self.metrics.queue_depth.labels(stats.pool, str(p)).set(stats.queued)
+                await self.app.producer.send(pool_stats_topic(self.settings), f"{stats.pool}/{p}".encode(),
+                                             self.codec.encode_message(stats), p, None, None)
+            for tp in self.app.consumer.assignment():
+                if tp.topic == self.commands and tp.partition == p:
+                    high = self.app.consumer.highwater(tp)
+                    if high is not None:
+                        self.metrics.lag.labels(str(p)).set(max(0, high - part.applied_upto - 1))

@@ -1,0 +1,67 @@
+"""Make the table agree with the events topic for a partition just assigned (the table may lag the events
+topic after a crash: events are written before the table's changelog). Blocking; run it in a thread."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from spotreel.adapters.kafka import CMD_OFFSET_HEADER, read_partition
+from spotreel.codec import Codec
+from spotreel.domain import events as ev
+from spotreel.domain.evolve import evolve
+from spotreel.domain.state import JobState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CatchUp:
+    applied_upto: int = -1
+    events_offset: int = -1
+    states: dict[str, JobState] = field(default_factory=dict)
+    read: int = 0
+
+
+def header_offset(headers: Any) -> int | None:
+    for k, v in headers or ():
+        if k == CMD_OFFSET_HEADER:
+            return int(v)
+    return None
+
+
+def catch_up(bootstrap: str, topic: str, partition: int, codec: Codec, marker: int,
+             get: Callable[[str], JobState | None]) -> CatchUp:
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "spotreel-catchup"})
+    try:
+        _, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+    finally:
+        c.close()
+    result = CatchUp(events_offset=marker)
+    if high == 0:
+        return result
+    # Always read the last event too: its header says which command was applied last.
+    start = min(marker + 1, high - 1)
+    for msg in read_partition(bootstrap, topic, partition, start, high):
+        result.read += 1
+        offset = header_offset(msg.headers())
+        if offset is not None:
+            result.applied_upto = max(result.applied_upto, offset)
+        result.events_offset = max(result.events_offset, msg.offset())
+        event = codec.decode_message(msg.value())
+        if isinstance(event, ev.CommandRejected) or not hasattr(event, "version"):
+            continue
+        state = result.states.get(event.job_id) or get(event.job_id)
+        if isinstance(event, ev.JobSubmitted):
+            if state is not None:
+                continue
+        elif state is None or event.version <= state.version:
+            continue
+        elif event.version != state.version + 1:
+            log.error("events of %s jump from v%d to v%d", event.job_id, state.version, event.version)
+        result.states[event.job_id] = evolve(state, event)
+    return result

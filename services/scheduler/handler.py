@@ -1,0 +1,109 @@
+"""Turning one command record into its outputs, against the job table. No Kafka here: app.py does the I/O
+in the order that makes the loop exactly-once (events, then table, see README.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from spotreel.adapters.partitioning import partition_for
+from spotreel.codec import Codec, CodecError
+from spotreel.domain import commands as cmd
+from spotreel.domain import events as ev
+from spotreel.domain.decide import decide
+from spotreel.domain.dispatch import DispatchConfig
+from spotreel.domain.evolve import fold
+from spotreel.domain.pools import WorkerOffer
+from spotreel.domain.state import JobState
+
+from spotreel.services.scheduler.partition import PartitionState, WorkerSeen
+
+
+@dataclass
+class Outcome:
+    events: list[Any] = field(default_factory=list)
+    states: dict[str, tuple[JobState | None, JobState]] = field(default_factory=dict)  # job -> (before, after)
+    answer: Any = None  # WorkAssigned / NoWorkAvailable for a RequestWork
+    deadletter: dict[str, Any] | None = None
+    command: Any = None
+
+
+class Handler:
+    def __init__(self, codec: Codec, partitions: int, get: Callable[[str], JobState | None],
+                 dispatch_config: DispatchConfig | None = None) -> None:
+        self.codec = codec
+        self.partitions = partitions
+        self.get = get
+        self.config = dispatch_config or DispatchConfig()
+
+    def handle(self, part: PartitionState, topic: str, offset: int, key: bytes | None, value: bytes | None,
+               now_ms: int) -> Outcome:
+        def dead(reason: str, detail: str) -> Outcome:
+            return Outcome(deadletter={
+                "reason": reason, "detail": detail, "source_topic": topic, "source_partition": part.partition,
+                "source_offset": offset, "original_key": key, "original": value or b"", "at_ms": now_ms})
+
+        try:
+            command = self.codec.decode_message(value)
+        except CodecError as exc:
+            return dead(exc.reason, str(exc))
+        if isinstance(command, cmd.RequestWork):
+            out = self._request_work(part, command, now_ms)
+        elif isinstance(command, cmd.JOB_COMMANDS):
+            if partition_for(command.job_id, self.partitions) != part.partition:
+                # A producer that did not use the pinned partitioner: applying it here would make two writers.
+                return dead("wrong_partition", f"{command.job_id} belongs to partition "
+                            f"{partition_for(command.job_id, self.partitions)}, not {part.partition}")
+            out = self._apply(command, now_ms)
+        else:
+            return dead("not_a_command", f"{type(command).__name__} is not handled by the job scheduler")
+        out.command = command
+        return out
+
+    def _apply(self, command: Any, now_ms: int, out: Outcome | None = None) -> Outcome:
+        out = out or Outcome()
+        before = self.get(command.job_id)
+        events = decide(before, command, now_ms)
+        out.events.extend(events)
+        after = fold(events, before)
+        if after is not None and after is not before:
+            out.states[command.job_id] = (before, after)
+        return out
+
+    def _request_work(self, part: PartitionState, c: cmd.RequestWork, now_ms: int) -> Outcome:
+        offer = WorkerOffer(c.worker_id, c.gpu_type, frozenset(c.models), frozenset(c.warm_models), c.draining)
+        seen = part.workers.get(c.worker_id)
+        part.workers[c.worker_id] = WorkerSeen(now_ms, c.draining, tuple(p.model for p in offer.pools), True)
+        del seen
+
+        def none(reason: str) -> Outcome:
+            return Outcome(answer=ev.NoWorkAvailable(c.command_id, c.worker_id, now_ms, reason, part.partition))
+
+        if c.draining:
+            return none("draining")
+        # The index is a hint; decide is the authority. A stale head is dropped and the next one tried.
+        for _ in range(8):
+            job_id = part.index.choose(offer, part.usage(), {}, now_ms, self.config)
+            if job_id is None:
+                return none("no_queued_job")
+            state = self.get(job_id)
+            grant = cmd.GrantLease(f"rw:{c.command_id}", job_id, c.worker_id, state.pool if state else "",
+                                   c.lease_ttl_ms)
+            out = self._apply(grant, now_ms)
+            leased = next((e for e in out.events if isinstance(e, ev.JobLeased)), None)
+            if leased is None:
+                part.index.discard(job_id)
+                continue
+            s = out.states[job_id][1]
+            part.workers[c.worker_id].idle = False
+            out.answer = ev.WorkAssigned(
+                request_id=c.command_id, worker_id=c.worker_id, job_id=job_id, epoch=leased.epoch,
+                attempt=leased.attempt, at_ms=now_ms, lease_ttl_ms=leased.lease_ttl_ms,
+                lease_expires_at_ms=leased.lease_expires_at_ms, pool=leased.pool, model=s.model,
+                gpu_type=s.gpu_type, prompt=s.prompt, duration_s=s.duration_s, resolution=s.resolution,
+                fps=s.fps, seed=s.seed, num_steps=s.num_steps, resume_checkpoint_key=leased.resume_checkpoint_key,
+                resume_step=leased.resume_step, resume_progress_pct=leased.resume_progress_pct,
+                partition=part.partition)
+            return out
+        return none("no_queued_job")

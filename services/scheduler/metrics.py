@@ -1,0 +1,25 @@
+"""Prometheus metrics of one scheduler process, on their own registry (no module globals), served on
+127.0.0.1 only when a port is given."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.queue_depth = Gauge("spotreel_scheduler_queue_depth", "queued jobs", ["pool", "partition"], registry=r)
+        self.dispatch_latency = Histogram(
+            "spotreel_scheduler_dispatch_seconds", "RequestWork produced -> answer sent", registry=r,
+            buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5))
+        self.lease_expirations = Counter("spotreel_scheduler_lease_expirations", "leases expired", registry=r)
+        self.rejections = Counter("spotreel_scheduler_rejections", "commands rejected", ["reason"], registry=r)
+        self.deadletters = Counter("spotreel_scheduler_deadletters", "poison commands", ["reason"], registry=r)
+        self.commands = Counter("spotreel_scheduler_commands", "commands processed", registry=r)
+        self.skipped = Counter("spotreel_scheduler_redelivered_skipped", "already-applied commands", registry=r)
+        self.lag = Gauge("spotreel_scheduler_consumer_lag", "commands not yet read", ["partition"], registry=r)
+
+    def serve(self, port: int) -> None:
+        start_http_server(port, addr="127.0.0.1", registry=self.registry)

@@ -1,0 +1,105 @@
+"""What a scheduler instance keeps in memory for one partition it owns, derived from the job table and
+rebuilt on every assignment: the dispatch index, the timer heap, tenant in-flight counts and the workers
+it has heard from. None of it is authoritative: `decide` judges every transition against the table."""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+from spotreel.domain.dispatch import DispatchIndex, QueuedJob
+from spotreel.domain.fairness import TenantUsage
+from spotreel.domain.state import JobState, Status
+from spotreel.domain.timers import Timer, timers_for
+
+
+@dataclass
+class WorkerSeen:
+    last_ms: int
+    draining: bool
+    pools: tuple[str, ...]
+    idle: bool
+
+
+@dataclass
+class PartitionState:
+    partition: int
+    # Commands at or below this offset already produced their events (read back from the events topic on
+    # assignment): a redelivered one is skipped, which is what makes the loop exactly-once.
+    applied_upto: int = -1
+    # Offset on the events topic that the table reflects (the table's own marker, see handler.py).
+    events_offset: int = -1
+    index: DispatchIndex = field(default_factory=DispatchIndex)
+    heap: list[tuple[int, str, Timer]] = field(default_factory=list)
+    armed: set[Timer] = field(default_factory=set)
+    fired: dict[str, set[str]] = field(default_factory=dict)  # job_id -> timer command ids sent
+    in_flight: Counter = field(default_factory=Counter)
+    leased_by_pool: Counter = field(default_factory=Counter)
+    leased_at: dict[str, int] = field(default_factory=dict)
+    workers: dict[str, WorkerSeen] = field(default_factory=dict)
+    run_ms: deque = field(default_factory=lambda: deque(maxlen=200))
+    checkpoint_gaps_ms: deque = field(default_factory=lambda: deque(maxlen=200))
+    last_checkpoint_ms: dict[str, int] = field(default_factory=dict)
+    known_pools: set[str] = field(default_factory=set)  # published once: keep publishing (zeros)
+    holders: dict[str, str] = field(default_factory=dict)  # job_id -> pool, while leased
+
+    def observe(self, before: JobState | None, after: JobState | None) -> None:
+        """Keep the derived structures in line with one job's new state."""
+        if after is None:
+            return
+        job_id = after.job_id
+        if after.status == Status.QUEUED:
+            self.index.add(QueuedJob(job_id, after.tenant, after.priority, after.model, after.gpu_type,
+                                     after.updated_at_ms if before is not None else after.submitted_at_ms,
+                                     float(after.num_steps)))
+        else:
+            self.index.discard(job_id)
+        was_holding = job_id in self.holders
+        holding = after.lease is not None and after.status in Status.HOLDING_LEASE
+        if holding and not was_holding:
+            self.holders[job_id] = after.pool
+            self.in_flight[after.tenant] += 1
+            self.leased_by_pool[after.pool] += 1
+            self.leased_at[job_id] = after.lease.granted_at_ms  # type: ignore[union-attr]
+        elif was_holding and not holding:
+            pool = self.holders.pop(job_id)
+            self.in_flight[after.tenant] -= 1
+            self.leased_by_pool[pool] -= 1
+            started = self.leased_at.pop(job_id, None)
+            if after.status == Status.SUCCEEDED and started is not None:
+                self.run_ms.append(after.updated_at_ms - started)
+        if before is not None and after.checkpoints and (not before.checkpoints
+                                                         or before.checkpoints[-1] != after.checkpoints[-1]):
+            prev = self.last_checkpoint_ms.get(job_id, self.leased_at.get(job_id))
+            if prev is not None:
+                self.checkpoint_gaps_ms.append(after.checkpoints[-1].at_ms - prev)
+            self.last_checkpoint_ms[job_id] = after.checkpoints[-1].at_ms
+        if after.is_terminal:
+            self.last_checkpoint_ms.pop(job_id, None)
+        if before is None or before.version != after.version:
+            self.fired.pop(job_id, None)
+        sent = self.fired.get(job_id, ())
+        for timer in timers_for(after):
+            # A fired timer whose command was refused leaves the state as it was: do not fire it again.
+            if timer not in self.armed and timer.command().command_id not in sent:
+                self.armed.add(timer)
+                heapq.heappush(self.heap, (timer.at_ms, timer.key, timer))
+
+    def due(self, now_ms: int, current: callable) -> list[Timer]:
+        """Timers due at `now_ms` that the job's current state still wants (stale ones are dropped)."""
+        out: list[Timer] = []
+        while self.heap and self.heap[0][0] <= now_ms:
+            _, job_id, timer = heapq.heappop(self.heap)
+            self.armed.discard(timer)
+            if timer in timers_for(current(job_id)):
+                self.fired.setdefault(job_id, set()).add(timer.command().command_id)
+                out.append(timer)
+        return out
+
+    def usage(self) -> dict[str, TenantUsage]:
+        # Per-partition accounting: in-flight leases stand in for GPU-seconds (first version, see README).
+        return {t: TenantUsage(t, float(n), n) for t, n in self.in_flight.items() if n > 0}
+
+    def next_timer_ms(self) -> int | None:
+        return self.heap[0][0] if self.heap else None

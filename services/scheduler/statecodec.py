@@ -1,0 +1,28 @@
+"""JobState <-> JSON bytes for the Faust table. The table is a cache derived from the events topic (the
+system of record), so this format is private to the scheduler and may change with a table rebuild."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from spotreel.domain.state import Checkpoint, JobState, Lease
+
+_TUPLE_FIELDS = ("parents", "recent_failures_ms", "pending_parents")
+
+
+def dumps(state: JobState) -> bytes:
+    return json.dumps(dataclasses.asdict(state), separators=(",", ":")).encode()
+
+
+def loads(raw: bytes | None) -> JobState | None:
+    if not raw:
+        return None
+    d: dict[str, Any] = json.loads(raw)
+    for name in _TUPLE_FIELDS:
+        d[name] = tuple(d[name])
+    d["parent_outcomes"] = tuple(tuple(p) for p in d["parent_outcomes"])
+    d["checkpoints"] = tuple(Checkpoint(**c) for c in d["checkpoints"])
+    d["lease"] = Lease(**d["lease"]) if d["lease"] is not None else None
+    return JobState(**d)

@@ -1,0 +1,194 @@
+"""Running the real scheduler as a subprocess against per-test topics, and simulated workers/clients that
+talk to it through Kafka with the codec."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from spotreel.adapters.kafka import assignments_topic, delete_topics, ensure_scheduler_topics, produce_command, producer
+from spotreel.adapters.partitioning import partition_for
+from spotreel.codec import Codec
+from spotreel.domain import commands as c
+from spotreel.domain import events as ev
+from spotreel.domain import ids
+from spotreel.domain.evolve import fold
+from spotreel.infra.topics import commands_topic, deadletter_topic, events_topic
+from spotreel.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL, GPU = "tiny-t2v", "cpu"
+POOL = ids.pool_key(MODEL, GPU)
+
+
+def submit(tenant: str, key: str, **overrides: Any) -> c.SubmitJob:
+    base = c.SubmitJob(
+        command_id=f"submit-{tenant}-{key}", job_id=ids.job_id_for(tenant, key), tenant=tenant,
+        idempotency_key=key, request_hash="h1", model=MODEL, gpu_type=GPU, prompt="a red fox in snow",
+        duration_s=2.0, resolution="64x64", fps=8, seed=7, num_steps=20)
+    return replace(base, **overrides)
+
+
+class SchedulerProc:
+    def __init__(self, settings: Settings, tmp: Path, name: str = "a", extra_env: dict[str, str] | None = None):
+        self.settings = settings
+        self.log_path = tmp / f"scheduler-{name}.log"
+        env = dict(os.environ, SPOTREEL_TOPIC_PREFIX=settings.topic_prefix,
+                   SPOTREEL_PARTITIONS=str(settings.partitions), PYTHONUNBUFFERED="1", **(extra_env or {}))
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "spotreel.cli", "scheduler", "--data-dir", str(tmp / f"faust-{name}")],
+            cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_owning(self, partitions: set[int] | None = None, timeout: float = 60.0, after: int = 0) -> set[int]:
+        """Wait for an 'owns partitions' line (after byte offset `after`) and return what it owns."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.log()[after:]
+            owned = None
+            for line in text.splitlines():
+                if "scheduler owns partitions" in line:
+                    inner = line.split("scheduler owns partitions", 1)[1].split("]", 1)[0].strip(" [")
+                    owned = {int(x) for x in inner.split(",") if x.strip()}
+            if owned is not None and (partitions is None or owned == partitions):
+                return owned
+            if self.proc.poll() is not None:
+                raise AssertionError(f"scheduler exited with {self.proc.returncode}:\n{self.log()[-4000:]}")
+            time.sleep(0.2)
+        raise AssertionError(f"scheduler did not take partitions {partitions} in {timeout}s:\n{self.log()[-4000:]}")
+
+    def kill9(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+        self._log.close()
+
+
+class Bus:
+    """A client and a crowd of simulated workers: produce commands, read events and answers."""
+
+    def __init__(self, settings: Settings, codec: Codec | None = None):
+        self.settings = settings
+        self.codec = codec or Codec.default()
+        self.prod = producer(settings)
+        self.events: list[Any] = []
+        self.event_offsets: list[tuple[int, int]] = []
+        self.answers: dict[str, Any] = {}
+        self._ec = self._consumer(events_topic(settings))
+        self._ac = self._consumer(assignments_topic(settings))
+        self._ids = 0
+
+    def _consumer(self, topic: str) -> Consumer:
+        cons = Consumer({"bootstrap.servers": self.settings.kafka_bootstrap, "group.id": f"bus-{uuid.uuid4()}",
+                         "enable.auto.commit": False, "fetch.wait.max.ms": 10})
+        cons.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(self.settings.partitions)])
+        return cons
+
+    def next_id(self, prefix: str = "cmd") -> str:
+        self._ids += 1
+        return f"{prefix}-{self._ids}-{uuid.uuid4().hex[:6]}"
+
+    def send(self, command: Any, partition: int | None = None) -> None:
+        produce_command(self.prod, self.settings, self.codec, command, partition)
+        self.prod.flush(10)
+
+    def send_raw(self, key: bytes, value: bytes, partition: int) -> None:
+        self.prod.produce(commands_topic(self.settings), key=key, value=value, partition=partition)
+        self.prod.flush(10)
+
+    def poll(self, seconds: float = 0.2) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for cons, is_events in ((self._ec, True), (self._ac, False)):
+                for msg in cons.consume(500, 0.02):
+                    if msg.error():
+                        continue
+                    obj = self.codec.decode_message(msg.value())
+                    if is_events:
+                        self.events.append(obj)
+                        self.event_offsets.append((msg.partition(), msg.offset()))
+                    else:
+                        self.answers[obj.request_id] = obj
+
+    def wait_for(self, pred: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.poll(0.05)
+            got = pred()
+            if got:
+                return got
+        raise AssertionError(f"timed out waiting for {what}; last events: {self.events[-8:]}")
+
+    def job_events(self, job_id: str) -> list[Any]:
+        return [e for e in self.events if getattr(e, "job_id", None) == job_id]
+
+    def state(self, job_id: str):
+        return fold(self.job_events(job_id))
+
+    def wait_event(self, job_id: str, cls: type, timeout: float = 20.0, count: int = 1) -> Any:
+        return self.wait_for(lambda: (lambda es: es[count - 1] if len(es) >= count else None)(
+            [e for e in self.job_events(job_id) if isinstance(e, cls)]), timeout, f"{cls.__name__} of {job_id}")
+
+    def request_work(self, worker_id: str, *, draining: bool = False, ttl_ms: int = 30_000,
+                     timeout: float = 20.0, warm: tuple[str, ...] = ()) -> Any:
+        """Long-poll: ask each partition in turn until one grants a lease or `timeout` passes."""
+        deadline = time.monotonic() + timeout
+        start = partition_for(worker_id, self.settings.partitions)
+        i = 0
+        while True:
+            rid = self.next_id(f"rw-{worker_id}")
+            p = (start + i) % self.settings.partitions
+            i += 1
+            self.send(c.RequestWork(rid, worker_id, GPU, (MODEL,), warm, draining, ttl_ms, int(time.time() * 1000)),
+                      partition=p)
+            answer = self.wait_for(lambda: self.answers.get(rid), max(0.5, deadline - time.monotonic()),
+                                   f"answer to {rid}")
+            if isinstance(answer, ev.WorkAssigned) or draining or time.monotonic() > deadline:
+                return answer
+
+    def deadletters(self) -> list[dict]:
+        cons = self._consumer(deadletter_topic(self.settings))
+        out = []
+        try:
+            for msg in cons.consume(100, 2.0):
+                if not msg.error():
+                    out.append(self.codec.decode(msg.value())[1])
+        finally:
+            cons.close()
+        return out
+
+    def close(self) -> None:
+        self._ec.close()
+        self._ac.close()
+
+
+def scheduler_settings(unique: str, partitions: int = 3) -> Settings:
+    return replace(Settings.from_env(), topic_prefix=f"test.{unique}", partitions=partitions)
+
+
+def make_topics(settings: Settings) -> None:
+    ensure_scheduler_topics(settings)
+
+
+def drop_topics(settings: Settings) -> None:
+    delete_topics(settings)
