@@ -137,8 +137,9 @@ class ReadModels:
                   page_state: bytes | None = None) -> JobPage:
         """A tenant's jobs, newest first, `limit` per page."""
         stmt, params = (self._list, (tenant,)) if status is None else (self._list_status, (tenant, status))
-        stmt.fetch_size = limit
-        result = self.session.execute(stmt, params, paging_state=page_state)
+        bound = stmt.bind(params)
+        bound.fetch_size = limit  # on the bound statement: the prepared one is shared between callers
+        result = self.session.execute(bound, paging_state=page_state)
         rows = result.current_rows[:limit]
         items = [JobListItem(r.job_id, r.status, r.priority or 0, r.prompt, _ms(r.created_at), _ms(r.updated_at),
                              r.version or 0) for r in rows]
