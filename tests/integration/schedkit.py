@@ -39,14 +39,14 @@ def submit(tenant: str, key: str, **overrides: Any) -> c.SubmitJob:
 
 
 class SchedulerProc:
-    def __init__(self, settings: Settings, tmp: Path, name: str = "a", extra_env: dict[str, str] | None = None):
+    def __init__(self, settings: Settings, tmp: Path, name: str = "a", args: tuple[str, ...] = ()):
         self.settings = settings
         self.log_path = tmp / f"scheduler-{name}.log"
         env = dict(os.environ, SPOTREEL_TOPIC_PREFIX=settings.topic_prefix,
-                   SPOTREEL_PARTITIONS=str(settings.partitions), PYTHONUNBUFFERED="1", **(extra_env or {}))
+                   SPOTREEL_PARTITIONS=str(settings.partitions), PYTHONUNBUFFERED="1")
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "spotreel.cli", "scheduler", "--data-dir", str(tmp / f"faust-{name}")],
+            [sys.executable, "-m", "spotreel.cli", "scheduler", "--data-dir", str(tmp / f"faust-{name}"), *args],
             cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True)
 
     def log(self) -> str:
@@ -150,7 +150,7 @@ class Bus:
             [e for e in self.job_events(job_id) if isinstance(e, cls)]), timeout, f"{cls.__name__} of {job_id}")
 
     def request_work(self, worker_id: str, *, draining: bool = False, ttl_ms: int = 30_000,
-                     timeout: float = 20.0, warm: tuple[str, ...] = ()) -> Any:
+                     timeout: float = 20.0, warm: tuple[str, ...] = (), model: str = MODEL) -> Any:
         """Long-poll: ask each partition in turn until one grants a lease or `timeout` passes."""
         deadline = time.monotonic() + timeout
         start = partition_for(worker_id, self.settings.partitions)
@@ -159,7 +159,7 @@ class Bus:
             rid = self.next_id(f"rw-{worker_id}")
             p = (start + i) % self.settings.partitions
             i += 1
-            self.send(c.RequestWork(rid, worker_id, GPU, (MODEL,), warm, draining, ttl_ms, int(time.time() * 1000)),
+            self.send(c.RequestWork(rid, worker_id, GPU, (model,), warm, draining, ttl_ms, int(time.time() * 1000)),
                       partition=p)
             answer = self.wait_for(lambda: self.answers.get(rid), max(0.5, deadline - time.monotonic()),
                                    f"answer to {rid}")
