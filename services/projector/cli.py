@@ -38,5 +38,6 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
                metrics_port=args.metrics_port, batch_size=args.batch_size) as projector:
         stats = projector.run(stop)
     print(f"projector: {stats.events} events, {stats.rejections} rejections, {stats.dead_lettered} dead-lettered "
-          f"({deadletter_topic(settings)}), {stats.writes} writes in {stats.batches} batches", flush=True)
+          f"({deadletter_topic(settings)}), {stats.writes} writes in {stats.batches} batches, "
+          f"{stats.replayed_histories} job states restored from events_by_job", flush=True)
     return 0

@@ -80,6 +80,9 @@ class Projector:
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "enable.partition.eof": True,
+            # A killed projector's partitions move to its replacement after this, not the 45 s default.
+            "session.timeout.ms": 10000,
+            "heartbeat.interval.ms": 2000,
             # Bigger fetches: the projector is throughput-bound, not latency-bound.
             "fetch.min.bytes": 1,
             "queued.min.messages": 20000,
