@@ -15,10 +15,11 @@ Registrar = Callable[[argparse._SubParsersAction], None]
 def _registrars() -> list[Registrar]:
     from spotreel.codec.cli import register as schemas
     from spotreel.infra.cli import register as infra
+    from spotreel.services.gateway.cli import register as gateway
     from spotreel.services.projector.cli import register as projector
     from spotreel.services.scheduler.cli import register as scheduler
 
-    return [infra, schemas, projector, scheduler]
+    return [infra, schemas, projector, scheduler, gateway]
 
 
 def build_parser() -> argparse.ArgumentParser:

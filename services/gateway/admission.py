@@ -1,0 +1,98 @@
+"""Admission control: say no early and honestly (429/503 with Retry-After) rather than queue forever.
+
+- Rate: the domain's integer token bucket per tenant, kept in this process. With several gateway
+  replicas each one enforces the tenant's rate on its own share of the traffic; a shared limiter
+  (Redis, or a Kafka-side quota) is the step beyond that.
+- In flight: the tenant's unfinished jobs (read model, cached for a second or two) against
+  `max_in_flight × in_flight_queue_factor`; dispatch itself enforces `max_in_flight` on running work.
+- ETA: the domain's fluid estimate from the pool's load row; above `max_eta_seconds` → 503.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from spotreel.domain import eta, quotas
+from spotreel.services.gateway.config import GatewayConfig
+from spotreel.services.gateway.deps import PoolLoad, ReadStore, Tenant
+from spotreel.services.gateway.errors import ApiError
+
+
+@dataclass(frozen=True)
+class Estimate:
+    queue_position: int | None
+    wait_seconds: int | None
+    reason: str | None  # why wait_seconds is None
+
+
+class Admission:
+    def __init__(self, cfg: GatewayConfig, reads: ReadStore, on_reject=lambda reason: None) -> None:
+        self.cfg = cfg
+        self.reads = reads
+        self.on_reject = on_reject
+        self._buckets: dict[str, quotas.TokenBucket] = {}
+        self._in_flight: dict[str, tuple[float, int]] = {}
+        self._pools: dict[str, tuple[float, PoolLoad | None]] = {}
+
+    def _limit(self, tenant: Tenant) -> quotas.RateLimit:
+        per_minute = tenant.rate_per_minute or self.cfg.default_rate_per_minute
+        return quotas.RateLimit(burst=max(1, self.cfg.default_burst), per_token_ms=max(1, 60_000 // per_minute))
+
+    def check_rate(self, tenant: Tenant, now_ms: int) -> None:
+        result = quotas.admit(self._buckets.get(tenant.tenant_id), self._limit(tenant), now_ms)
+        self._buckets[tenant.tenant_id] = result.bucket
+        if not result.admitted:
+            self.on_reject("rate_limited")
+            raise ApiError(429, "rate_limited", "too many submissions for this tenant; slow down",
+                           retry_after=-(-result.retry_after_ms // 1000), retry_after_ms=result.retry_after_ms)
+
+    async def check_in_flight(self, tenant: Tenant) -> None:
+        cap = (tenant.max_in_flight or self.cfg.default_max_in_flight) * self.cfg.in_flight_queue_factor
+        now = time.monotonic()
+        cached = self._in_flight.get(tenant.tenant_id)
+        if cached is None or now - cached[0] > self.cfg.in_flight_cache_seconds:
+            cached = (now, await self.reads.unfinished_jobs(tenant.tenant_id))
+            self._in_flight[tenant.tenant_id] = cached
+        if cached[1] >= cap:
+            self.on_reject("in_flight_quota")
+            raise ApiError(429, "in_flight_quota", f"the tenant has {cached[1]} unfinished videos; the limit is {cap}",
+                           retry_after=30, unfinished=cached[1], limit=cap)
+
+    def counted(self, tenant_id: str) -> None:
+        """A job was just accepted: count it before the read model does, so a burst cannot overshoot."""
+        at, n = self._in_flight.get(tenant_id, (time.monotonic(), 0))
+        self._in_flight[tenant_id] = (at, n + 1)
+
+    async def _load(self, pool: str) -> PoolLoad | None:
+        now = time.monotonic()
+        cached = self._pools.get(pool)
+        if cached is None or now - cached[0] > self.cfg.pool_stats_cache_seconds:
+            cached = (now, await self.reads.pool_load(pool))
+            self._pools[pool] = cached
+        return cached[1]
+
+    async def estimate(self, pool: str) -> Estimate:
+        try:
+            load = await self._load(pool)
+        except Exception:  # noqa: BLE001 - an ETA is advice; a read failure must not refuse the job
+            return Estimate(None, None, "pool statistics unavailable")
+        if load is None:
+            return Estimate(1, None, "no statistics for this pool yet")
+        workers = load.workers_active or 0
+        gen = load.mean_generation_seconds
+        if gen is None:
+            return Estimate(load.queued + 1, None, "no measured generation time for this pool yet")
+        idle = min(workers, load.workers_idle or 0)
+        e = eta.estimate(load.queued, workers, int(gen * 1000), idle_workers=idle)
+        if e.wait_ms is None:
+            return Estimate(e.queue_position, None, "no active worker in this pool")
+        return Estimate(e.queue_position, e.wait_seconds, None)
+
+    def check_eta(self, est: Estimate) -> None:
+        if est.wait_seconds is not None and est.wait_seconds > self.cfg.max_eta_seconds:
+            self.on_reject("pool_saturated")
+            retry = min(600, max(30, est.wait_seconds - self.cfg.max_eta_seconds))
+            raise ApiError(503, "pool_saturated",
+                           f"estimated wait {est.wait_seconds}s exceeds {self.cfg.max_eta_seconds}s",
+                           retry_after=retry, estimated_wait_seconds=est.wait_seconds)

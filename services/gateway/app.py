@@ -1,0 +1,99 @@
+"""The gateway's app factory: settings + injected dependencies → an aiohttp Application.
+
+Everything the handlers share lives in a `Gateway` object stored on the app (no module globals), so two
+apps in one process (tests) never share caches, buckets or metrics.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from spotreel.services.gateway import internal, openapi, videos
+from spotreel.services.gateway.admission import Admission
+from spotreel.services.gateway.auth import KeyCache, make_middleware
+from spotreel.services.gateway.config import GatewayConfig
+from spotreel.services.gateway.context import GATEWAY, Gateway
+from spotreel.services.gateway.deps import Deps, SinkUnavailable, StoreUnavailable
+from spotreel.services.gateway.errors import ApiError
+from spotreel.services.gateway.metrics import Metrics
+from spotreel.settings import Settings
+
+log = logging.getLogger("spotreel.gateway")
+
+
+
+
+def _error_middleware(metrics: Metrics):
+    @web.middleware
+    async def errors(request: web.Request, handler):
+        started = time.perf_counter()
+        status = 500
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except ApiError as exc:
+            status = exc.status
+            return exc.response()
+        except SinkUnavailable as exc:
+            metrics.rejections.labels("kafka_unavailable").inc()
+            status = 503
+            return ApiError(503, "kafka_unavailable", f"the command log did not acknowledge the write: {exc}",
+                            retry_after=5).response()
+        except StoreUnavailable as exc:
+            status = 503
+            return ApiError(503, "store_unavailable", f"the read model did not answer: {exc}",
+                            retry_after=5).response()
+        except web.HTTPRequestEntityTooLarge as exc:
+            status = 413
+            return ApiError(413, "body_too_large", exc.text or "request body too large").response()
+        except web.HTTPException as exc:
+            status = exc.status
+            if exc.status < 400:
+                raise
+            code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status, "http_error")
+            return ApiError(exc.status, code, exc.reason).response()
+        except Exception:
+            log.exception("unhandled error on %s %s", request.method, request.path)
+            return ApiError(500, "internal_error", "unexpected error; it has been logged").response()
+        finally:
+            route = request.match_info.route.resource
+            name = route.canonical if route is not None else "unmatched"
+            metrics.latency.labels(request.method, name, str(status)).observe(time.perf_counter() - started)
+
+    return errors
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def metrics_view(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[GATEWAY].metrics.registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def openapi_view(request: web.Request) -> web.Response:
+    return web.json_response(openapi.document(), dumps=lambda o: json.dumps(o, indent=1))
+
+
+def create_app(settings: Settings, deps: Deps, cfg: GatewayConfig | None = None) -> web.Application:
+    cfg = cfg or GatewayConfig()
+    metrics = Metrics.create()
+    admission = Admission(cfg, deps.reads, on_reject=lambda reason: metrics.rejections.labels(reason).inc())
+    app = web.Application(
+        client_max_size=cfg.max_body_bytes,
+        middlewares=[_error_middleware(metrics), make_middleware(KeyCache(deps.auth, cfg.auth_cache_seconds))],
+    )
+    app[GATEWAY] = Gateway(settings, cfg, deps, metrics, admission)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", metrics_view)
+    app.router.add_get("/openapi.json", openapi_view)
+    videos.add_routes(app.router)
+    internal.mount(app, settings, deps)
+    return app

@@ -1,0 +1,131 @@
+"""Cassandra side of the gateway: the projector's read API, plus the gateway's own claims, placeholder rows,
+pool load and API keys. The driver is synchronous; calls run in worker threads so the event loop never
+blocks on a query."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import datetime, timezone
+from typing import Any, Callable, TypeVar
+
+from cassandra import DriverException, RequestExecutionException, RequestValidationException
+from cassandra.cluster import NoHostAvailable, Session
+
+from spotreel.services.gateway.deps import Claim, PoolLoad, StoreUnavailable, Tenant
+from spotreel.services.gateway.views import ACCEPTED, TERMINAL
+from spotreel.services.projector.queries import AttemptView, HistoryEntry, JobPage, JobView, ReadModels
+
+T = TypeVar("T")
+# The projector stamps every job-row write with the event version (≥ 1, services/projector/projection.py),
+# so a cell written at 0 loses to any projected value of the same cell, whatever order they land in.
+PLACEHOLDER_TIMESTAMP = 0
+
+
+def _dt(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+
+
+def _ms(value: datetime | None) -> int:
+    if value is None:
+        return 0
+    return int(value.replace(tzinfo=value.tzinfo or timezone.utc).timestamp() * 1000)
+
+
+async def _call(fn: Callable[..., T], *args: Any) -> T:
+    try:
+        return await asyncio.to_thread(fn, *args)
+    except (NoHostAvailable, DriverException, RequestExecutionException, OSError) as exc:
+        raise StoreUnavailable(str(exc)) from exc
+
+
+class CassandraReads:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.models = ReadModels(session)
+        p = session.prepare
+        self._claim = p("INSERT INTO submission_claims (job_id, tenant_id, idempotency_key, request_hash, "
+                        "accepted_at, model, pool, priority, prompt, params) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                        "IF NOT EXISTS")
+        self._get_claim = p("SELECT * FROM submission_claims WHERE job_id = ?")
+        self._drop_claim = p("DELETE FROM submission_claims WHERE job_id = ? IF request_hash = ?")
+        self._placeholder = p(
+            "INSERT INTO jobs_by_id (job_id, tenant_id, status, pool, model, priority, prompt, params, "
+            "idempotency_key, created_at, updated_at, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0) "
+            f"USING TIMESTAMP {PLACEHOLDER_TIMESTAMP}")
+        self._pool = p("SELECT queued, workers_active, workers_idle, mean_generation_seconds FROM pool_stats "
+                       "WHERE pool = ?")
+        self._statuses = p("SELECT status FROM jobs_by_tenant WHERE tenant_id = ?")
+
+    async def get_job(self, job_id: str) -> JobView | None:
+        return await _call(self.models.get_job, job_id)
+
+    async def list_jobs(self, tenant: str, status: str | None, limit: int, page_state: bytes | None) -> JobPage:
+        try:
+            return await _call(self.models.list_jobs, tenant, status, limit, page_state)
+        except RequestValidationException as exc:
+            # Only a forged or stale page token makes this query invalid.
+            raise ValueError(str(exc)) from exc
+
+    async def job_events(self, job_id: str) -> list[HistoryEntry]:
+        return await _call(self.models.job_events, job_id)
+
+    async def job_attempts(self, job_id: str) -> list[AttemptView]:
+        return await _call(self.models.job_attempts, job_id)
+
+    async def pool_load(self, pool: str) -> PoolLoad | None:
+        row = (await _call(self.session.execute, self._pool, (pool,))).one()
+        if row is None:
+            return None
+        return PoolLoad(row.queued or 0, row.workers_active, row.workers_idle, row.mean_generation_seconds)
+
+    async def unfinished_jobs(self, tenant: str) -> int:
+        def count() -> int:
+            return sum(1 for r in self.session.execute(self._statuses, (tenant,)) if r.status not in TERMINAL)
+        return await _call(count)
+
+    @staticmethod
+    def _row_claim(r: Any) -> Claim:
+        return Claim(job_id=r.job_id, tenant_id=r.tenant_id, idempotency_key=r.idempotency_key,
+                     request_hash=r.request_hash, accepted_at_ms=_ms(r.accepted_at), model=r.model or "",
+                     pool=r.pool or "", priority=r.priority or 0, prompt=r.prompt or "",
+                     params=json.loads(r.params or "{}"))
+
+    async def claim(self, c: Claim) -> Claim:
+        params = (c.job_id, c.tenant_id, c.idempotency_key, c.request_hash, _dt(c.accepted_at_ms), c.model,
+                  c.pool, c.priority, c.prompt, json.dumps(c.params, sort_keys=True))
+        row = (await _call(self.session.execute, self._claim, params)).one()
+        if row is None or row[0] is True:
+            return c
+        # Not applied: the row returned is the claim that holds the key.
+        return self._row_claim(row)
+
+    async def get_claim(self, job_id: str) -> Claim | None:
+        row = (await _call(self.session.execute, self._get_claim, (job_id,))).one()
+        return None if row is None else self._row_claim(row)
+
+    async def drop_claim(self, c: Claim) -> None:
+        await _call(self.session.execute, self._drop_claim, (c.job_id, c.request_hash))
+
+    async def write_placeholder(self, c: Claim) -> None:
+        at = _dt(c.accepted_at_ms)
+        await _call(self.session.execute, self._placeholder,
+                    (c.job_id, c.tenant_id, ACCEPTED, c.pool, c.model, c.priority, c.prompt,
+                     json.dumps(c.params, sort_keys=True), c.idempotency_key, at, at))
+
+
+class CassandraAuth:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self._key = session.prepare("SELECT tenant_id, kind, revoked_at FROM api_keys WHERE key_hash = ?")
+        self._tenant = session.prepare("SELECT rate_per_minute, max_in_flight, disabled FROM tenants "
+                                       "WHERE tenant_id = ?")
+
+    async def tenant_for_key_hash(self, key_hash: str) -> Tenant | None:
+        row = (await _call(self.session.execute, self._key, (key_hash,))).one()
+        if row is None or row.revoked_at is not None or row.kind != "tenant":
+            return None
+        t = (await _call(self.session.execute, self._tenant, (row.tenant_id,))).one()
+        if t is None:
+            return Tenant(row.tenant_id)
+        return Tenant(row.tenant_id, t.rate_per_minute, t.max_in_flight, bool(t.disabled))

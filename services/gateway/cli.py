@@ -1,0 +1,42 @@
+"""`spotreel gateway` (serve the public API on 127.0.0.1) and `spotreel tenant create NAME`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from spotreel.settings import Settings
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("gateway", help="serve the public HTTP API on settings.host:settings.gateway_port")
+    p.add_argument("--port", type=int, default=None, help="override SPOTREEL_GATEWAY_PORT")
+    p.set_defaults(func=_serve)
+    t = sub.add_parser("tenant", help="manage tenants")
+    tsub = t.add_subparsers(dest="tenant_command", metavar="ACTION")
+    tsub.required = True
+    c = tsub.add_parser("create", help="create a tenant (if missing) and print a new API key once")
+    c.add_argument("name")
+    c.add_argument("--rate-per-minute", type=int, default=600)
+    c.add_argument("--max-in-flight", type=int, default=100)
+    c.set_defaults(func=_create_tenant)
+
+
+def _serve(args: argparse.Namespace, settings: Settings) -> int:
+    from spotreel.services.gateway.service import serve
+
+    return serve(settings, port=args.port)
+
+
+def _create_tenant(args: argparse.Namespace, settings: Settings) -> int:
+    from spotreel.infra.cassandra import cql_session
+    from spotreel.services.gateway.tenants import create_tenant
+
+    try:
+        with cql_session(settings, keyspace=settings.cassandra_keyspace) as session:
+            key = create_tenant(session, args.name, args.rate_per_minute, args.max_in_flight)
+    except ValueError as exc:
+        print(f"spotreel tenant create: {exc}", file=sys.stderr)
+        return 2
+    print(f"tenant {args.name}: API key (shown once, store it now):\n{key}")
+    return 0

@@ -1,0 +1,41 @@
+"""Gateway policy knobs. Kept beside the gateway rather than in the shared Settings: only this service reads
+them, and tests build variants with `dataclasses.replace` instead of environment variables."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    # aiohttp refuses larger bodies with 413 before any handler runs, so a huge prompt costs no parsing.
+    max_body_bytes: int = 64 * 1024
+    max_prompt_chars: int = 4000
+    max_duration_s: float = 60.0
+    max_fps: int = 60
+    max_parents: int = 64
+    max_delay_s: int = 30 * 24 * 3600
+    default_model: str = "tiny-t2v"
+    default_gpu_type: str = "any"
+    default_resolution: str = "256x256"
+    default_fps: int = 8
+    default_duration_s: float = 2.0
+    default_num_steps: int = 20
+    # Used when the tenants row has no rate; a per-minute rate becomes a token every 60000/rate ms.
+    default_rate_per_minute: int = 600
+    default_burst: int = 20
+    default_max_in_flight: int = 100
+    # A tenant may queue this many times its dispatch cap before admission says no: dispatch limits how
+    # many run at once, this limits how far ahead of the workers a tenant can pile work.
+    in_flight_queue_factor: int = 10
+    # Above this estimated wait the gateway answers 503 instead of accepting work it cannot honour soon.
+    max_eta_seconds: int = 6 * 3600
+    retry_after_unavailable_s: int = 5
+    auth_cache_seconds: float = 30.0
+    in_flight_cache_seconds: float = 2.0
+    pool_stats_cache_seconds: float = 2.0
+    stream_poll_seconds: float = 1.0
+    stream_max_seconds: float = 3600.0
+    presign_seconds: int = 900
+    default_page_size: int = 50
+    max_page_size: int = 200

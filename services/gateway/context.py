@@ -1,0 +1,33 @@
+"""What every handler shares, stored on the app under GATEWAY (no module globals)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from spotreel.services.gateway.admission import Admission
+from spotreel.services.gateway.config import GatewayConfig
+from spotreel.services.gateway.deps import Deps
+from spotreel.services.gateway.metrics import Metrics
+from spotreel.settings import Settings
+
+
+@dataclass
+class Gateway:
+    settings: Settings
+    cfg: GatewayConfig
+    deps: Deps
+    metrics: Metrics
+    admission: Admission
+
+    def new_id(self) -> str:
+        return self.deps.new_id() if self.deps.new_id else uuid.uuid4().hex
+
+
+GATEWAY = web.AppKey("gateway", Gateway)
+
+
+def gateway(request: web.Request) -> Gateway:
+    return request.app[GATEWAY]

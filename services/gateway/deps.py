@@ -1,0 +1,91 @@
+"""What the gateway needs from the outside world, as small async interfaces.
+
+`create_app` takes them injected: production wires Kafka and Cassandra (`wiring.py`), unit tests pass the
+fakes of `fakes.py`. The read-side records are the projector's own dataclasses (services/projector/
+queries.py), so the gateway and the projector cannot drift on what a job row means.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from spotreel.services.projector.queries import AttemptView, HistoryEntry, JobPage, JobView
+
+
+class SinkUnavailable(Exception):
+    """The command was not acknowledged by Kafka (definitely not written, or unknown): answer 503."""
+
+
+@dataclass(frozen=True)
+class Tenant:
+    tenant_id: str
+    rate_per_minute: int | None = None
+    max_in_flight: int | None = None
+    disabled: bool = False
+
+
+@dataclass(frozen=True)
+class Claim:
+    """The gateway's record of an idempotency key: which request body it was first used with.
+
+    Written with a lightweight transaction before the SubmitJob is produced, so of two concurrent requests
+    with the same key and different bodies exactly one is produced and the other gets 409 at once."""
+
+    job_id: str
+    tenant_id: str
+    idempotency_key: str
+    request_hash: str
+    accepted_at_ms: int
+    model: str = ""
+    pool: str = ""
+    priority: int = 0
+    prompt: str = ""
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PoolLoad:
+    queued: int
+    workers_active: int | None
+    workers_idle: int | None
+    mean_generation_seconds: float | None
+
+
+class CommandSink(Protocol):
+    async def send(self, command: Any) -> None:
+        """Return only once Kafka acknowledged the write (acks=all); raise SinkUnavailable otherwise."""
+
+
+class ReadStore(Protocol):
+    async def get_job(self, job_id: str) -> JobView | None: ...
+    async def list_jobs(self, tenant: str, status: str | None, limit: int, page_state: bytes | None) -> JobPage: ...
+    async def job_events(self, job_id: str) -> list[HistoryEntry]: ...
+    async def job_attempts(self, job_id: str) -> list[AttemptView]: ...
+    async def pool_load(self, pool: str) -> PoolLoad | None: ...
+    async def unfinished_jobs(self, tenant: str) -> int: ...
+    async def claim(self, claim: Claim) -> Claim:
+        """Insert if absent; return the claim that holds the key now (the given one or an older one)."""
+    async def get_claim(self, job_id: str) -> Claim | None: ...
+    async def drop_claim(self, claim: Claim) -> None: ...
+    async def write_placeholder(self, claim: Claim) -> None:
+        """An "accepted" jobs_by_id row that every projector write outranks."""
+
+
+class AuthStore(Protocol):
+    async def tenant_for_key_hash(self, key_hash: str) -> Tenant | None: ...
+
+
+@dataclass
+class Deps:
+    commands: CommandSink
+    reads: ReadStore
+    auth: AuthStore
+    clock_ms: Callable[[], int]
+    # object key -> presigned GET URL of the artifacts bucket; None: /content answers 503.
+    presign: Callable[[str], str] | None = None
+    new_id: Callable[[], str] | None = None
+
+
+class StoreUnavailable(Exception):
+    """Cassandra did not answer: the request cannot be judged, answer 503."""

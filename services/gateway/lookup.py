@@ -1,0 +1,42 @@
+"""Finding a tenant's job: the projected row, else the gateway's claim (accepted, not yet projected).
+
+A job of another tenant, or a placeholder whose claim is gone (its SubmitJob was never acknowledged),
+is not found: 404, never 403, so ids cannot be probed across tenants.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from spotreel.services.gateway.deps import Claim, Deps
+from spotreel.services.gateway.errors import ApiError, not_found
+from spotreel.services.gateway.submission import _JOB_ID
+from spotreel.services.gateway.views import ACCEPTED
+from spotreel.services.projector.queries import JobView
+
+
+def job_id_of(request: web.Request) -> str:
+    job_id = request.match_info["id"]
+    if not _JOB_ID.match(job_id):
+        raise not_found()
+    return job_id
+
+
+async def find(deps: Deps, tenant: str, job_id: str) -> JobView | Claim:
+    job = await deps.reads.get_job(job_id)
+    if job is not None and job.status != ACCEPTED:
+        if job.tenant_id != tenant:
+            raise not_found()
+        return job
+    claim = await deps.reads.get_claim(job_id)
+    if claim is None or claim.tenant_id != tenant:
+        raise not_found()
+    return claim
+
+
+def status_of(found: JobView | Claim) -> str:
+    return found.status if isinstance(found, JobView) else ACCEPTED
+
+
+def conflict(message: str, status: str) -> ApiError:
+    return ApiError(409, "invalid_state", message, status=status)

@@ -1,0 +1,29 @@
+"""Prometheus metrics, one registry per app (no module globals), so tests and several apps never collide."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+
+@dataclass
+class Metrics:
+    registry: CollectorRegistry
+    latency: Histogram
+    rejections: Counter
+    commands: Counter
+
+    @classmethod
+    def create(cls) -> Metrics:
+        reg = CollectorRegistry()
+        return cls(
+            registry=reg,
+            latency=Histogram("spotreel_gateway_request_seconds", "HTTP request latency",
+                              ["method", "route", "status"], registry=reg,
+                              buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)),
+            rejections=Counter("spotreel_gateway_admission_rejections_total",
+                               "requests refused by admission control", ["reason"], registry=reg),
+            commands=Counter("spotreel_gateway_commands_total", "commands acknowledged by Kafka", ["type"],
+                             registry=reg),
+        )

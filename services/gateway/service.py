@@ -1,0 +1,20 @@
+"""Entrypoint wiring: settings → real deps → app → 127.0.0.1:port until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import logging
+
+from aiohttp import web
+
+from spotreel.services.gateway.app import create_app
+from spotreel.services.gateway.wiring import real_deps
+from spotreel.settings import Settings
+
+
+def serve(settings: Settings, port: int | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s gateway %(levelname)s %(message)s")
+    with real_deps(settings) as deps:
+        # Bound to settings.host (127.0.0.1 by default) only, never 0.0.0.0.
+        web.run_app(create_app(settings, deps), host=settings.host, port=port or settings.gateway_port,
+                    print=lambda *a: logging.getLogger("spotreel.gateway").info(*a))
+    return 0

@@ -1,0 +1,64 @@
+"""GET /v1/videos/{id}/stream (Server-Sent Events) and GET /v1/videos/{id}/content (302 to S3).
+
+The stream polls the read model rather than tailing Kafka: the read model is what GET shows, so the two
+can never disagree, and a gateway needs no consumer per open stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from aiohttp import web
+
+from spotreel.services.gateway.context import gateway
+from spotreel.services.gateway.errors import ApiError
+from spotreel.services.gateway.lookup import conflict, find, job_id_of, status_of
+from spotreel.services.gateway.views import TERMINAL, claim_json, job_json
+from spotreel.services.projector.queries import JobView
+
+HEARTBEAT_SECONDS = 15.0
+
+
+def _snapshot(found) -> dict:
+    body = job_json(found) if isinstance(found, JobView) else claim_json(found)
+    return {k: body[k] for k in ("id", "status", "progress", "attempt", "error", "version") } | (
+        {"result": body["result"]} if "result" in body else {})
+
+
+async def stream_video(request: web.Request) -> web.StreamResponse:
+    gw = gateway(request)
+    tenant, job_id = request["tenant"].tenant_id, job_id_of(request)
+    found = await find(gw.deps, tenant, job_id)  # 404 before the stream starts, as a normal JSON error
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    last, last_sent = None, time.monotonic()
+    deadline = time.monotonic() + gw.cfg.stream_max_seconds
+    while True:
+        snap = _snapshot(found)
+        key = json.dumps(snap, sort_keys=True)
+        if key != last:
+            await response.write(f"event: status\ndata: {key}\n\n".encode())
+            last, last_sent = key, time.monotonic()
+        elif time.monotonic() - last_sent > HEARTBEAT_SECONDS:
+            await response.write(b": keep-alive\n\n")  # proxies drop silent connections
+            last_sent = time.monotonic()
+        if status_of(found) in TERMINAL or time.monotonic() > deadline:
+            await response.write(b"event: end\ndata: {}\n\n")
+            break
+        await asyncio.sleep(gw.cfg.stream_poll_seconds)
+        found = await find(gw.deps, tenant, job_id)
+    await response.write_eof()
+    return response
+
+
+async def video_content(request: web.Request) -> web.Response:
+    gw = gateway(request)
+    found = await find(gw.deps, request["tenant"].tenant_id, job_id_of(request))
+    status = status_of(found)
+    if status != "succeeded" or not isinstance(found, JobView) or not found.result_key:
+        raise conflict(f"the video is {status}; content exists once it has succeeded", status)
+    if gw.deps.presign is None:
+        raise ApiError(503, "storage_unavailable", "no object store is configured", retry_after=30)
+    raise web.HTTPFound(gw.deps.presign(found.result_key))

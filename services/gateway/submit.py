@@ -1,0 +1,91 @@
+"""POST /v1/videos.
+
+Order of work, and why:
+1. auth, parse and validate (nothing written yet);
+2. the claim of (tenant, Idempotency-Key) — a lightweight transaction: a replay of the same body gets the
+   same job id (and its SubmitJob is produced again: harmless, the domain ignores a repeated SubmitJob
+   with the same hash, and it heals a first attempt whose write was never acknowledged); another body →
+   409 at once. Replays skip the rate and in-flight checks: they never add work;
+3. admission (rate, in-flight, ETA) for new work only;
+4. an "accepted" placeholder row in jobs_by_id at write timestamp 0 — every projector write is stamped
+   with the event version (≥ 1), so the projection always wins — then the SubmitJob, awaited until Kafka
+   acknowledged it (acks=all, idempotent producer);
+5. 202. If the write was not acknowledged the claim is dropped and the answer is 503: the client retries
+   with the same key.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+from aiohttp import web
+
+from spotreel.domain import ids
+from spotreel.services.gateway.context import gateway
+from spotreel.services.gateway.deps import Claim
+from spotreel.services.gateway.errors import ApiError
+from spotreel.services.gateway.lookup import status_of
+from spotreel.services.gateway.submission import build_submit, check_idempotency_key, normalize
+from spotreel.services.gateway.views import ACCEPTED
+
+
+async def _body(request: web.Request):
+    raw = await request.read()  # client_max_size turns an oversized body into 413 here
+    try:
+        return json.loads(raw or b"null")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
+
+
+async def submit_video(request: web.Request) -> web.Response:
+    gw = gateway(request)
+    deps, tenant = gw.deps, request["tenant"]
+    given = request.headers.get("Idempotency-Key")
+    # No key: the request is still accepted once, under a fresh key the answer returns, so the client can
+    # retry it safely from then on. Without a key a retried POST would create a second job.
+    key = check_idempotency_key(given) if given is not None else "gen-" + uuid.uuid4().hex
+    body = normalize(await _body(request), gw.cfg)
+    now = deps.clock_ms()
+    submit = build_submit(tenant.tenant_id, key, body, now, gw.new_id())
+    pool = ids.pool_key(submit.model, submit.gpu_type)
+    mine = Claim(job_id=submit.job_id, tenant_id=tenant.tenant_id, idempotency_key=key,
+                 request_hash=submit.request_hash, accepted_at_ms=now, model=submit.model, pool=pool,
+                 priority=submit.priority, prompt=submit.prompt,
+                 params={k: body[k] for k in ("duration", "resolution", "fps", "num_steps", "gpu_type")})
+
+    held = await deps.reads.get_claim(submit.job_id)
+    replay = held is not None
+    if held is None:
+        gw.admission.check_rate(tenant, now)
+        await gw.admission.check_in_flight(tenant)
+    estimate = await gw.admission.estimate(pool)
+    if held is None:
+        gw.admission.check_eta(estimate)
+        held = await deps.reads.claim(mine)
+    if held.request_hash != submit.request_hash:
+        raise ApiError(409, "idempotency_key_reused",
+                       "this Idempotency-Key was already used with a different request body",
+                       field="Idempotency-Key", job_id=submit.job_id)
+
+    status = ACCEPTED
+    if replay:
+        existing = await deps.reads.get_job(submit.job_id)
+        status = status_of(existing) if existing is not None else ACCEPTED
+    else:
+        await deps.reads.write_placeholder(held)
+    try:
+        await deps.commands.send(submit)
+    except Exception:
+        if not replay:
+            await deps.reads.drop_claim(held)
+        raise
+    gw.metrics.commands.labels("SubmitJob").inc()
+    if not replay:
+        gw.admission.counted(tenant.tenant_id)
+    answer = {"job_id": submit.job_id, "status": status, "idempotency_key": key, "replayed": replay,
+              "queue_position": estimate.queue_position, "estimated_wait_seconds": estimate.wait_seconds}
+    if estimate.wait_seconds is None:
+        answer["estimate_unavailable_reason"] = estimate.reason
+    headers = {"Location": f"/v1/videos/{submit.job_id}", "Idempotency-Key": key}
+    return web.json_response(answer, status=202, headers=headers)

@@ -1,0 +1,139 @@
+"""/v1/videos routes: reads from the read model, lifecycle commands to Kafka. The route table here is the
+one the OpenAPI test compares with openapi.py."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+from aiohttp import web
+
+from spotreel.domain import commands as cmd
+from spotreel.services.gateway import stream
+from spotreel.services.gateway.context import gateway
+from spotreel.services.gateway.errors import ApiError, invalid
+from spotreel.services.gateway.lookup import conflict, find, job_id_of, status_of
+from spotreel.services.gateway.submit import submit_video
+from spotreel.services.gateway.views import (ACCEPTED, TERMINAL, attempt_json, claim_json, event_json, job_json,
+                                             list_item_json)
+from spotreel.services.projector.queries import JobView
+
+STATUSES = frozenset({ACCEPTED, "scheduled", "waiting", "queued", "leased", "running", "paused", *TERMINAL})
+
+
+async def get_video(request: web.Request) -> web.Response:
+    found = await find(gateway(request).deps, request["tenant"].tenant_id, job_id_of(request))
+    return web.json_response(job_json(found) if isinstance(found, JobView) else claim_json(found))
+
+
+def _page_state(token: str | None) -> bytes | None:
+    if not token:
+        return None
+    try:
+        return base64.urlsafe_b64decode(token.encode() + b"=" * (-len(token) % 4))
+    except (binascii.Error, ValueError):
+        raise invalid("page_token", "page_token is not one this API returned") from None
+
+
+async def list_videos(request: web.Request) -> web.Response:
+    gw = gateway(request)
+    q = request.query
+    status = q.get("status")
+    if status is not None and status not in STATUSES:
+        raise invalid("status", f"status must be one of {sorted(STATUSES)}")
+    try:
+        limit = int(q.get("limit", gw.cfg.default_page_size))
+    except ValueError:
+        raise invalid("limit", "limit must be an integer") from None
+    if not 1 <= limit <= gw.cfg.max_page_size:
+        raise invalid("limit", f"limit must be between 1 and {gw.cfg.max_page_size}")
+    try:
+        page = await gw.deps.reads.list_jobs(request["tenant"].tenant_id, status, limit,
+                                             _page_state(q.get("page_token")))
+    except ApiError:
+        raise
+    except ValueError:
+        raise invalid("page_token", "page_token is not one this API returned") from None
+    token = base64.urlsafe_b64encode(page.page_state).decode().rstrip("=") if page.page_state else None
+    return web.json_response({"videos": [list_item_json(i) for i in page.items], "next_page_token": token})
+
+
+async def video_events(request: web.Request) -> web.Response:
+    gw = gateway(request)
+    job_id = job_id_of(request)
+    await find(gw.deps, request["tenant"].tenant_id, job_id)
+    events = await gw.deps.reads.job_events(job_id)
+    return web.json_response({"job_id": job_id, "events": [event_json(e) for e in events]})
+
+
+async def video_attempts(request: web.Request) -> web.Response:
+    gw = gateway(request)
+    job_id = job_id_of(request)
+    await find(gw.deps, request["tenant"].tenant_id, job_id)
+    attempts = await gw.deps.reads.job_attempts(job_id)
+    return web.json_response({"job_id": job_id, "attempts": [attempt_json(a) for a in attempts]})
+
+
+async def _command(request: web.Request, action: str, make, allowed=None) -> web.Response:
+    """Produce a lifecycle command for a job the tenant can see. The read model may lag, so only what it
+    cannot get wrong is refused here (terminal states are absorbing); the scheduler judges the rest and
+    records a CommandRejected in the job's history when it says no."""
+    gw = gateway(request)
+    job_id = job_id_of(request)
+    found = await find(gw.deps, request["tenant"].tenant_id, job_id)
+    status = status_of(found)
+    if allowed is None and status in TERMINAL:
+        raise conflict(f"cannot {action} a video that is {status}", status)
+    if allowed is not None and status not in allowed:
+        raise conflict(f"cannot {action} a video that is {status}", status)
+    command = make(gw.new_id(), job_id)
+    await gw.deps.commands.send(command)
+    gw.metrics.commands.labels(type(command).__name__).inc()
+    return web.json_response({"job_id": job_id, "command_id": command.command_id, "requested": action,
+                              "status": status}, status=202)
+
+
+async def cancel_video(request: web.Request) -> web.Response:
+    return await _command(request, "cancel", lambda c, j: cmd.CancelJob(c, j, reason="user"))
+
+
+async def pause_video(request: web.Request) -> web.Response:
+    return await _command(request, "pause", lambda c, j: cmd.PauseJob(c, j, reason="user"))
+
+
+async def resume_video(request: web.Request) -> web.Response:
+    return await _command(request, "resume", lambda c, j: cmd.ResumeJob(c, j))
+
+
+async def retry_video(request: web.Request) -> web.Response:
+    return await _command(request, "retry", lambda c, j: cmd.RequeueJob(c, j, reason="user"),
+                          allowed=frozenset({"failed", "dead_lettered"}))
+
+
+async def patch_video(request: web.Request) -> web.Response:
+    try:
+        body = await request.json()
+    except ValueError:
+        raise ApiError(400, "invalid_json", "the body is not valid JSON") from None
+    if not isinstance(body, dict) or set(body) - {"priority"}:
+        raise invalid(next(iter(set(body) - {"priority"}), "priority") if isinstance(body, dict) else "priority",
+                      "only priority can be changed")
+    priority = body.get("priority")
+    if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
+        raise invalid("priority", "priority must be an integer between 0 and 9")
+    return await _command(request, "reprioritize", lambda c, j: cmd.Reprioritize(c, j, priority=priority))
+
+
+def add_routes(router: web.UrlDispatcher) -> None:
+    router.add_post("/v1/videos", submit_video)
+    router.add_get("/v1/videos", list_videos, allow_head=False)
+    router.add_get("/v1/videos/{id}", get_video, allow_head=False)
+    router.add_patch("/v1/videos/{id}", patch_video)
+    router.add_delete("/v1/videos/{id}", cancel_video)
+    router.add_get("/v1/videos/{id}/events", video_events, allow_head=False)
+    router.add_get("/v1/videos/{id}/attempts", video_attempts, allow_head=False)
+    router.add_get("/v1/videos/{id}/stream", stream.stream_video, allow_head=False)
+    router.add_get("/v1/videos/{id}/content", stream.video_content, allow_head=False)
+    router.add_post("/v1/videos/{id}/pause", pause_video)
+    router.add_post("/v1/videos/{id}/resume", resume_video)
+    router.add_post("/v1/videos/{id}/retry", retry_video)

@@ -1,0 +1,45 @@
+"""Real dependencies from settings: Kafka producer, Cassandra session, S3 presigner, wall clock."""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+from spotreel.services.gateway.cassandra_store import CassandraAuth, CassandraReads
+from spotreel.services.gateway.deps import Deps
+from spotreel.services.gateway.kafka_sink import KafkaCommandSink
+from spotreel.settings import Settings
+
+
+def presigner(settings: Settings, expires_s: int):
+    import boto3
+    from botocore.config import Config
+
+    s3 = boto3.client("s3", endpoint_url=settings.s3_endpoint, aws_access_key_id=settings.s3_access_key,
+                      aws_secret_access_key=settings.s3_secret_key, region_name=settings.s3_region,
+                      config=Config(s3={"addressing_style": "path"}, signature_version="s3v4"))
+
+    def presign(key: str) -> str:
+        # Signing is local: no request reaches the store until the client follows the redirect.
+        return s3.generate_presigned_url("get_object", Params={"Bucket": settings.s3_bucket_artifacts, "Key": key},
+                                         ExpiresIn=expires_s)
+    return presign
+
+
+@contextmanager
+def real_deps(settings: Settings, session=None, presign_seconds: int = 900) -> Iterator[Deps]:
+    """`session`: an open Cassandra session bound to the keyspace (tests pass theirs); else one is opened."""
+    from spotreel.infra.cassandra import cql_session
+
+    sink = KafkaCommandSink(settings)
+    try:
+        if session is not None:
+            yield Deps(sink, CassandraReads(session), CassandraAuth(session), lambda: int(time.time() * 1000),
+                       presign=presigner(settings, presign_seconds))
+            return
+        with cql_session(settings, keyspace=settings.cassandra_keyspace) as own:
+            yield Deps(sink, CassandraReads(own), CassandraAuth(own), lambda: int(time.time() * 1000),
+                       presign=presigner(settings, presign_seconds))
+    finally:
+        sink.close()
