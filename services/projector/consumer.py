@@ -274,7 +274,7 @@ class Projector:
             parts = [TopicPartition(t, p) for t, p in sorted(self._assigned)]
             total = 0
             for tp in self.consumer.position(parts):
-                _, high = self.consumer.get_watermark_offsets(tp, timeout=2.0, cached=False)
+                _, high = self.consumer.get_watermark_offsets(tp, cached=True)  # high mark from fetches
                 total += max(0, high - tp.offset) if tp.offset >= 0 else high
             return total
         except KafkaException:

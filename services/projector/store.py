@@ -8,7 +8,7 @@ from typing import Any, Iterable
 
 from cassandra.cluster import Session
 from cassandra.concurrent import execute_concurrent, execute_concurrent_with_args
-from cassandra.query import PreparedStatement
+from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
 from spotreel.services.projector.projection import POOL_JOBS, RowOp
 
@@ -20,10 +20,14 @@ PROJECTED_TABLES = ("jobs_by_id", "jobs_by_tenant", "events_by_job", "rejections
 
 LIVE = ("leased", "running")
 
+# Tables whose partition key is job_id alone.
+BY_JOB = frozenset({"jobs_by_id", "events_by_job", "rejections_by_job", "attempts_by_job"})
+
 
 class Store:
-    def __init__(self, session: Session, concurrency: int = 64) -> None:
+    def __init__(self, session: Session, concurrency: int = 64, max_batch: int = 12) -> None:
         self.session = session
+        self.max_batch = max_batch
         self.concurrency = concurrency
         self._prepared: dict[tuple[str, tuple[str, ...], tuple[str, ...], bool], PreparedStatement] = {}
         self._history = session.prepare(
@@ -55,10 +59,32 @@ class Store:
         return (*(v for _, v in op.key), *(v for _, v in op.values), op.timestamp)
 
     def write(self, ops: Iterable[RowOp]) -> int:
-        work = [(self._statement(op), self._params(op)) for op in ops]
+        """Writes grouped per partition into small unlogged batches, the batches run concurrently.
+
+        The tables keyed by job_id share a partition key value, so one job's history, attempt and row
+        writes of a batch become one mutation on one replica: a quarter of the requests of writing them
+        one by one. Each statement keeps its own USING TIMESTAMP. Capped well under Cassandra's batch
+        size limit (a rebuild may hold hundreds of one job's events in one batch)."""
+        groups: dict[tuple[str, Any], list[RowOp]] = {}
+        n = 0
+        for op in ops:
+            first = op.key[0][1]
+            groups.setdefault(("job", first) if op.table in BY_JOB else (op.table, first), []).append(op)
+            n += 1
+        work: list[tuple[Any, tuple[Any, ...]]] = []
+        for group in groups.values():
+            for i in range(0, len(group), self.max_batch):
+                chunk = group[i:i + self.max_batch]
+                if len(chunk) == 1:
+                    work.append((self._statement(chunk[0]), self._params(chunk[0])))
+                    continue
+                batch = BatchStatement(batch_type=BatchType.UNLOGGED)
+                for op in chunk:
+                    batch.add(self._statement(op), self._params(op))
+                work.append((batch, ()))
         if work:
             execute_concurrent(self.session, work, concurrency=self.concurrency, raise_on_first_error=True)
-        return len(work)
+        return n
 
     def histories(self, wanted: dict[str, int]) -> dict[str, list[tuple[str, bytes]]]:
         """job_id -> [(schema_name, payload)] of its recorded events below the given version, in order."""

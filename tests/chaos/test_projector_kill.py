@@ -29,15 +29,15 @@ def test_kill_9_mid_stream_then_restart_gives_the_same_tables(stack, settings, m
     histories = make_histories(n_jobs=150, events_per_job=25, seed=11)
     produce(stack.kafka_bootstrap, topic, interleave(histories))
 
-    first = _projector(s, "--batch-size", "100")
+    first = _projector(s, "--batch-size", "20")  # small batches: many commits to die between
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             n = cql.execute(f"SELECT count(*) FROM {unique}.events_by_job").one()[0]
-            if n >= 300:
+            if n >= 100:
                 break
             assert first.poll() is None, first.stdout.read()
-            time.sleep(0.2)
+            time.sleep(0.05)
         else:
             raise AssertionError("the projector wrote nothing within 60 s")
         first.send_signal(signal.SIGKILL)
