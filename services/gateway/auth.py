@@ -11,6 +11,7 @@ from spotreel.infra.seed import api_key_hash
 from spotreel.services.gateway.deps import AuthStore, Tenant
 from spotreel.services.gateway.errors import ApiError
 
+TENANT = web.RequestKey("tenant", Tenant)
 PUBLIC_PATHS = frozenset({"/healthz", "/metrics", "/openapi.json"})
 # Unknown keys are remembered for less time, so a key created a moment ago works almost at once.
 NEGATIVE_CACHE_SECONDS = 2.0
@@ -54,7 +55,7 @@ def make_middleware(cache: KeyCache):
             raise _unauthorized("unknown API key")
         if tenant.disabled:
             raise ApiError(403, "tenant_disabled", "this tenant is disabled")
-        request["tenant"] = tenant
+        request[TENANT] = tenant
         return await handler(request)
 
     return authenticate

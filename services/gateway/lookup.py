@@ -39,4 +39,4 @@ def status_of(found: JobView | Claim) -> str:
 
 
 def conflict(message: str, status: str) -> ApiError:
-    return ApiError(409, "invalid_state", message, status=status)
+    return ApiError(409, "invalid_state", message, video_status=status)

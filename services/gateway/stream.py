@@ -12,6 +12,7 @@ import time
 
 from aiohttp import web
 
+from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import gateway
 from spotreel.services.gateway.errors import ApiError
 from spotreel.services.gateway.lookup import conflict, find, job_id_of, status_of
@@ -29,7 +30,7 @@ def _snapshot(found) -> dict:
 
 async def stream_video(request: web.Request) -> web.StreamResponse:
     gw = gateway(request)
-    tenant, job_id = request["tenant"].tenant_id, job_id_of(request)
+    tenant, job_id = request[TENANT].tenant_id, job_id_of(request)
     found = await find(gw.deps, tenant, job_id)  # 404 before the stream starts, as a normal JSON error
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await response.prepare(request)
@@ -55,7 +56,7 @@ async def stream_video(request: web.Request) -> web.StreamResponse:
 
 async def video_content(request: web.Request) -> web.Response:
     gw = gateway(request)
-    found = await find(gw.deps, request["tenant"].tenant_id, job_id_of(request))
+    found = await find(gw.deps, request[TENANT].tenant_id, job_id_of(request))
     status = status_of(found)
     if status != "succeeded" or not isinstance(found, JobView) or not found.result_key:
         raise conflict(f"the video is {status}; content exists once it has succeeded", status)

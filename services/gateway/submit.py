@@ -22,6 +22,7 @@ import uuid
 from aiohttp import web
 
 from spotreel.domain import ids
+from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import gateway
 from spotreel.services.gateway.deps import Claim
 from spotreel.services.gateway.errors import ApiError
@@ -40,7 +41,7 @@ async def _body(request: web.Request):
 
 async def submit_video(request: web.Request) -> web.Response:
     gw = gateway(request)
-    deps, tenant = gw.deps, request["tenant"]
+    deps, tenant = gw.deps, request[TENANT]
     given = request.headers.get("Idempotency-Key")
     # No key: the request is still accepted once, under a fresh key the answer returns, so the client can
     # retry it safely from then on. Without a key a retried POST would create a second job.

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from spotreel.domain import commands as cmd
 from spotreel.services.gateway import stream
+from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import gateway
 from spotreel.services.gateway.errors import ApiError, invalid
 from spotreel.services.gateway.lookup import conflict, find, job_id_of, status_of
@@ -22,7 +23,7 @@ STATUSES = frozenset({ACCEPTED, "scheduled", "waiting", "queued", "leased", "run
 
 
 async def get_video(request: web.Request) -> web.Response:
-    found = await find(gateway(request).deps, request["tenant"].tenant_id, job_id_of(request))
+    found = await find(gateway(request).deps, request[TENANT].tenant_id, job_id_of(request))
     return web.json_response(job_json(found) if isinstance(found, JobView) else claim_json(found))
 
 
@@ -48,7 +49,7 @@ async def list_videos(request: web.Request) -> web.Response:
     if not 1 <= limit <= gw.cfg.max_page_size:
         raise invalid("limit", f"limit must be between 1 and {gw.cfg.max_page_size}")
     try:
-        page = await gw.deps.reads.list_jobs(request["tenant"].tenant_id, status, limit,
+        page = await gw.deps.reads.list_jobs(request[TENANT].tenant_id, status, limit,
                                              _page_state(q.get("page_token")))
     except ApiError:
         raise
@@ -61,7 +62,7 @@ async def list_videos(request: web.Request) -> web.Response:
 async def video_events(request: web.Request) -> web.Response:
     gw = gateway(request)
     job_id = job_id_of(request)
-    await find(gw.deps, request["tenant"].tenant_id, job_id)
+    await find(gw.deps, request[TENANT].tenant_id, job_id)
     events = await gw.deps.reads.job_events(job_id)
     return web.json_response({"job_id": job_id, "events": [event_json(e) for e in events]})
 
@@ -69,7 +70,7 @@ async def video_events(request: web.Request) -> web.Response:
 async def video_attempts(request: web.Request) -> web.Response:
     gw = gateway(request)
     job_id = job_id_of(request)
-    await find(gw.deps, request["tenant"].tenant_id, job_id)
+    await find(gw.deps, request[TENANT].tenant_id, job_id)
     attempts = await gw.deps.reads.job_attempts(job_id)
     return web.json_response({"job_id": job_id, "attempts": [attempt_json(a) for a in attempts]})
 
@@ -80,7 +81,7 @@ async def _command(request: web.Request, action: str, make, allowed=None) -> web
     records a CommandRejected in the job's history when it says no."""
     gw = gateway(request)
     job_id = job_id_of(request)
-    found = await find(gw.deps, request["tenant"].tenant_id, job_id)
+    found = await find(gw.deps, request[TENANT].tenant_id, job_id)
     status = status_of(found)
     if allowed is None and status in TERMINAL:
         raise conflict(f"cannot {action} a video that is {status}", status)

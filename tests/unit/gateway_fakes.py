@@ -1,0 +1,112 @@
+"""In-memory stand-ins for the gateway's dependencies, for tests where no server is the subject."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from spotreel.services.gateway.deps import Claim, Deps, PoolLoad, SinkUnavailable, Tenant
+from spotreel.services.projector.queries import JobListItem, JobPage, JobView
+
+KEYS = {"key-a": "tenant-a", "key-b": "tenant-b"}
+
+
+def job_view(job_id: str, tenant: str, status: str = "queued", **kw: Any) -> JobView:
+    base = dict(job_id=job_id, tenant_id=tenant, status=status, pool="tiny-t2v@any", model="tiny-t2v", priority=0,
+                prompt="p", params={}, idempotency_key="k", created_at_ms=1, updated_at_ms=1, run_at_ms=None,
+                attempt=0, max_attempts=5, preemptions=0, lease_epoch=None, worker_id=None,
+                lease_expires_at_ms=None, step=0, total_steps=20, progress_pct=0.0, reported_pct=0.0,
+                phase="pending", resuming=False, resume_from_pct=None, checkpoint_key=None,
+                cancel_requested=False, pause_requested=False, result_key=None, result_sha256=None,
+                result_size_bytes=None, error=None, terminal_reason=None, version=2)
+    base.update(kw)
+    return JobView(**base)
+
+
+@dataclass
+class FakeSink:
+    sent: list[Any] = field(default_factory=list)
+    down: bool = False
+
+    async def send(self, command: Any) -> None:
+        if self.down:
+            raise SinkUnavailable("broker down")
+        self.sent.append(command)
+
+
+@dataclass
+class FakeReads:
+    jobs: dict[str, JobView] = field(default_factory=dict)
+    claims: dict[str, Claim] = field(default_factory=dict)
+    pools: dict[str, PoolLoad] = field(default_factory=dict)
+    unfinished: int = 0
+
+    async def get_job(self, job_id):
+        return self.jobs.get(job_id)
+
+    async def list_jobs(self, tenant, status, limit, page_state):
+        mine = [j for j in self.jobs.values() if j.tenant_id == tenant and status in (None, j.status)]
+        start = int(page_state or b"0")
+        items = [JobListItem(j.job_id, j.status, j.priority, j.prompt, j.created_at_ms, j.updated_at_ms, j.version)
+                 for j in mine[start:start + limit]]
+        more = start + limit < len(mine)
+        return JobPage(items, str(start + limit).encode() if more else None)
+
+    async def job_events(self, job_id):
+        return []
+
+    async def job_attempts(self, job_id):
+        return []
+
+    async def pool_load(self, pool):
+        return self.pools.get(pool)
+
+    async def unfinished_jobs(self, tenant):
+        return self.unfinished
+
+    async def claim(self, claim):
+        return self.claims.setdefault(claim.job_id, claim)
+
+    async def get_claim(self, job_id):
+        return self.claims.get(job_id)
+
+    async def drop_claim(self, claim):
+        if self.claims.get(claim.job_id, None) == claim:
+            del self.claims[claim.job_id]
+
+    async def write_placeholder(self, claim):
+        self.jobs.setdefault(claim.job_id, job_view(claim.job_id, claim.tenant_id, "accepted", version=0))
+
+
+@dataclass
+class FakeAuth:
+    tenants: dict[str, Tenant] = field(default_factory=dict)
+    lookups: int = 0
+
+    async def tenant_for_key_hash(self, key_hash):
+        self.lookups += 1
+        for key, tenant in KEYS.items():
+            if hashlib.sha256(key.encode()).hexdigest() == key_hash:
+                return self.tenants.get(tenant, Tenant(tenant))
+        return None
+
+
+@dataclass
+class Clock:
+    now: int = 1_700_000_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def fake_deps(**kw: Any) -> Deps:
+    counter = iter(range(1, 10**9))
+    base = dict(commands=FakeSink(), reads=FakeReads(), auth=FakeAuth(), clock_ms=Clock(),
+                presign=lambda key: f"http://s3.local/{key}?sig=x", new_id=lambda: f"cmd{next(counter)}")
+    base.update(kw)
+    return Deps(**base)
+
+
+def with_status(deps: Deps, job_id: str, status: str, **kw: Any) -> None:
+    deps.reads.jobs[job_id] = replace(deps.reads.jobs[job_id], status=status, version=3, **kw)
