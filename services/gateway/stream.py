@@ -24,7 +24,7 @@ HEARTBEAT_SECONDS = 15.0
 
 def _snapshot(found) -> dict:
     body = job_json(found) if isinstance(found, JobView) else claim_json(found)
-    return {k: body[k] for k in ("id", "status", "progress", "attempt", "error", "version") } | (
+    return {k: body[k] for k in ("id", "status", "progress", "attempt", "error", "version")} | (
         {"result": body["result"]} if "result" in body else {})
 
 

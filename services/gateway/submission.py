@@ -32,6 +32,11 @@ def check_idempotency_key(key: str) -> str:
     if not _KEY.match(key):
         raise ApiError(400, "invalid_header", "Idempotency-Key must be 1-200 printable ASCII characters",
                        field="Idempotency-Key")
+    if key.startswith("schedule:"):
+        # The namespace of cron occurrences (ids.occurrence_idempotency_key): a client key there could
+        # name a scheduled job's id and be judged against that job's request instead of its own.
+        raise ApiError(400, "invalid_header", "Idempotency-Key must not start with 'schedule:'",
+                       field="Idempotency-Key")
     return key
 
 

@@ -51,8 +51,6 @@ async def list_videos(request: web.Request) -> web.Response:
     try:
         page = await gw.deps.reads.list_jobs(request[TENANT].tenant_id, status, limit,
                                              _page_state(q.get("page_token")))
-    except ApiError:
-        raise
     except ValueError:
         raise invalid("page_token", "page_token is not one this API returned") from None
     token = base64.urlsafe_b64encode(page.page_state).decode().rstrip("=") if page.page_state else None

@@ -259,3 +259,11 @@ async def test_unknown_route_is_json_404(api):
     assert r.status == 404 and (await r.json())["error"]["code"] == "not_found"
     r = await client.get("/v1/videos/not-an-id", headers=A)
     assert r.status == 404
+
+
+@pytest.mark.parametrize("key", ["schedule:s1:1700000000000", "has space", "x" * 201])
+async def test_bad_idempotency_keys_are_400(api, key):
+    client, deps = await api()
+    r = await post(client, key=key)
+    assert r.status == 400 and (await r.json())["error"]["field"] == "Idempotency-Key"
+    assert deps.commands.sent == []
