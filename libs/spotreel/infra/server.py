@@ -27,6 +27,9 @@ class Server:
     name: str = "server"
     # Log lines that look alarming but are expected (never shown as the reason for a failure).
     harmless: tuple[str, ...] = ()
+    # A spotreel service (scheduler, projector, gateway): started after every server answers, stopped first,
+    # and not something `provision` waits for on servers someone else runs.
+    service: bool = False
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

@@ -18,14 +18,20 @@ from spotreel.infra.kafka import Kafka
 from spotreel.infra.layout import Layout
 from spotreel.infra.seaweed import Seaweed
 from spotreel.infra.server import Say, Server
+from spotreel.infra.services import services
 from spotreel.settings import Settings
 
 LOCK_WAIT_S = 600
 
 
 def components(settings: Settings) -> list[Server]:
-    """Everything `up` starts and `status` reports, in start order. Services append themselves here."""
-    return [Kafka(settings), Cassandra(settings), Seaweed(settings)]
+    """Everything `up` starts and `status` reports, in start order: the servers, then the services."""
+    return [Kafka(settings), Cassandra(settings), Seaweed(settings), *services(settings)]
+
+
+def tiers(comps: list[Server]) -> list[list[Server]]:
+    """Start order: every server (in parallel) before any service (in parallel); stop order is reversed."""
+    return [t for t in ([c for c in comps if not c.service], [c for c in comps if c.service]) if t]
 
 
 def locked_say(say: Say) -> Say:
@@ -97,17 +103,11 @@ def up(settings: Settings, *, fresh: bool = False, say: Say = print) -> list[str
             maven.fetch(settings, say, report_cached=False)
         errors: list[InfraError] = []
         started: list[str] = []
-        with ThreadPoolExecutor(max_workers=len(comps), thread_name_prefix="infra-up") as pool:
-            futures = [(c, pool.submit(c.ensure_up, say)) for c in comps]
-            for comp, fut in futures:
-                try:
-                    if fut.result():
-                        started.append(comp.name)
-                except InfraError as exc:
-                    errors.append(exc)
-                except Exception as exc:  # a bug or an unexpected client error: still one clear line
-                    errors.append(InfraError(f"{comp.name}: {type(exc).__name__}: {str(exc)[:300]}",
-                                             [f"log: {comp.main_log()}"]))
+        for tier in tiers(comps):
+            # Services need the servers (topics, schema, dev key): a tier starts only when the last is up.
+            started += _ensure_tier(tier, say, errors)
+            if errors:
+                break
         if errors:
             raise combine(errors)
     what = f"started {', '.join(started)}" if started else "nothing to start"
@@ -115,14 +115,32 @@ def up(settings: Settings, *, fresh: bool = False, say: Say = print) -> list[str
     return started
 
 
-def _stop_all(comps: list[Server], say: Say) -> list[InfraError]:
-    errors: list[InfraError] = []
-    with ThreadPoolExecutor(max_workers=len(comps), thread_name_prefix="infra-down") as pool:
-        for fut in [pool.submit(c.stop, say) for c in reversed(comps)]:
+def _ensure_tier(tier: list[Server], say: Say, errors: list[InfraError]) -> list[str]:
+    started: list[str] = []
+    with ThreadPoolExecutor(max_workers=len(tier), thread_name_prefix="infra-up") as pool:
+        futures = [(c, pool.submit(c.ensure_up, say)) for c in tier]
+        for comp, fut in futures:
             try:
-                fut.result()
+                if fut.result():
+                    started.append(comp.name)
             except InfraError as exc:
                 errors.append(exc)
+            except Exception as exc:  # a bug or an unexpected client error: still one clear line
+                errors.append(InfraError(f"{comp.name}: {type(exc).__name__}: {str(exc)[:300]}",
+                                         [f"log: {comp.main_log()}"]))
+    return started
+
+
+def _stop_all(comps: list[Server], say: Say) -> list[InfraError]:
+    """Services first (a scheduler stopping gracefully still talks to Kafka), then the servers."""
+    errors: list[InfraError] = []
+    for tier in reversed(tiers(comps)):
+        with ThreadPoolExecutor(max_workers=len(tier), thread_name_prefix="infra-down") as pool:
+            for fut in [pool.submit(c.stop, say) for c in reversed(tier)]:
+                try:
+                    fut.result()
+                except InfraError as exc:
+                    errors.append(exc)
     return errors
 
 
@@ -165,6 +183,8 @@ def provision(settings: Settings, *, timeout: float = 120.0, say: Say = print) -
     """
     say = locked_say(say)
     for comp in components(settings):
+        if comp.service:
+            continue  # provision prepares servers for services; it does not run them
         deadline = time.monotonic() + timeout
         while True:
             try:
