@@ -117,7 +117,7 @@ class CassandraReads:
 class CassandraAuth:
     def __init__(self, session: Session) -> None:
         self.session = session
-        self._key = session.prepare("SELECT tenant_id, kind, revoked_at FROM api_keys WHERE key_hash = ?")
+        self._key = session.prepare("SELECT tenant_id, kind, name, revoked_at FROM api_keys WHERE key_hash = ?")
         self._tenant = session.prepare("SELECT rate_per_minute, max_in_flight, disabled FROM tenants "
                                        "WHERE tenant_id = ?")
 
@@ -129,3 +129,9 @@ class CassandraAuth:
         if t is None:
             return Tenant(row.tenant_id)
         return Tenant(row.tenant_id, t.rate_per_minute, t.max_in_flight, bool(t.disabled))
+
+    async def worker_key_name(self, key_hash: str) -> str | None:
+        row = (await _call(self.session.execute, self._key, (key_hash,))).one()
+        if row is None or row.revoked_at is not None or row.kind != "worker":
+            return None
+        return row.name or "worker"

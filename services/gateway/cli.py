@@ -20,6 +20,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--rate-per-minute", type=int, default=600)
     c.add_argument("--max-in-flight", type=int, default=100)
     c.set_defaults(func=_create_tenant)
+    w = sub.add_parser("worker-key", help="manage worker keys (credentials for the /internal worker API)")
+    wsub = w.add_subparsers(dest="worker_key_command", metavar="ACTION")
+    wsub.required = True
+    wc = wsub.add_parser("create", help="create a worker key and print it once (only its SHA-256 is stored)")
+    wc.add_argument("name")
+    wc.set_defaults(func=_create_worker_key)
 
 
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
@@ -39,4 +45,18 @@ def _create_tenant(args: argparse.Namespace, settings: Settings) -> int:
         print(f"spotreel tenant create: {exc}", file=sys.stderr)
         return 2
     print(f"tenant {args.name}: API key (shown once, store it now):\n{key}")
+    return 0
+
+
+def _create_worker_key(args: argparse.Namespace, settings: Settings) -> int:
+    from spotreel.infra.cassandra import cql_session
+    from spotreel.services.gateway.tenants import create_worker_key
+
+    try:
+        with cql_session(settings, keyspace=settings.cassandra_keyspace) as session:
+            key = create_worker_key(session, args.name)
+    except ValueError as exc:
+        print(f"spotreel worker-key create: {exc}", file=sys.stderr)
+        return 2
+    print(f"worker key {args.name} (shown once, store it now):\n{key}")
     return 0

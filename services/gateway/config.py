@@ -39,3 +39,14 @@ class GatewayConfig:
     presign_seconds: int = 900
     default_page_size: int = 50
     max_page_size: int = 200
+    # Worker API (/internal): lease long-poll, lease length, the cadence workers are told to keep, and how
+    # long a fenced command waits for the scheduler's verdict before answering 202 "pending".
+    lease_poll_default_seconds: float = 20.0
+    lease_poll_max_seconds: float = 60.0
+    lease_ttl_ms: int = 30_000
+    heartbeat_seconds: float = 10.0
+    progress_seconds: float = 5.0
+    dispatch_answer_seconds: float = 5.0
+    verdict_seconds: float = 5.0
+    # A pass over every partition found nothing: wait this long (less when pool stats show work) before the next.
+    idle_pass_seconds: float = 1.0

@@ -30,4 +30,5 @@ GATEWAY = web.AppKey("gateway", Gateway)
 
 
 def gateway(request: web.Request) -> Gateway:
-    return request.app[GATEWAY]
+    # config_dict: also found from a sub-app (the worker API under /internal/).
+    return request.config_dict[GATEWAY]

@@ -74,6 +74,8 @@ class ReadStore(Protocol):
 
 class AuthStore(Protocol):
     async def tenant_for_key_hash(self, key_hash: str) -> Tenant | None: ...
+    async def worker_key_name(self, key_hash: str) -> str | None:
+        """The name of a live worker key (api_keys.kind = 'worker'), else None."""
 
 
 @dataclass
@@ -85,6 +87,8 @@ class Deps:
     # object key -> presigned GET URL of the artifacts bucket; None: /content answers 503.
     presign: Callable[[str], str] | None = None
     new_id: Callable[[], str] | None = None
+    # The shared dispatch/verdict consumer (workbus.KafkaWorkBus); None: /internal answers 503.
+    work: Any = None
 
 
 class StoreUnavailable(Exception):

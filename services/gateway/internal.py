@@ -1,22 +1,345 @@
-"""Seam for the worker API (`/internal/…`, DESIGN §3): lease long-poll, heartbeats, progress, checkpoints,
-completion. Its shape depends on the scheduler's dispatch (RequestWork → assignments topic), so it comes
-in the next round as a sub-app built here and mounted under /internal; the auth middleware already leaves
-/internal/ to it (worker credentials: api_keys rows with kind = 'worker').
+"""The worker API under /internal/ (DESIGN §3): register, lease long-poll, and the fenced lease commands.
+
+Credentials: a worker key (`Authorization: Bearer <key>`), an api_keys row of kind 'worker' looked up by
+its SHA-256 like tenant keys; tenant keys are refused here and worker keys on /v1. The local stack seeds one
+(`spotreel.infra.seed.DEV_WORKER_KEY`); `spotreel worker-key create NAME` makes more. A key is a fleet
+credential, not bound to one worker id: what keeps a worker from acting on another's job is the lease
+epoch + worker_id every command carries, judged by the scheduler.
+
+Verdicts (how a worker learns its command was refused): both, in this order —
+1. early 409 from the read model: epochs only grow, and the projector can only lag, so a read-model epoch
+   above the one given proves the command stale without asking anyone;
+2. otherwise the command is produced and the gateway waits (bounded, `verdict_seconds`) for the
+   scheduler's verdict on the events topic through the shared consumer (workbus.py): the event caused by
+   the command → 200, a CommandRejected for it → 409 with its reason. No verdict in time → 202
+   {"verdict": "pending"}: the command is durable and will be judged; the worker's next heartbeat tells.
+The scheduler stays the only authority; step 1 only saves a round trip for what is already certain.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
+from dataclasses import asdict
+from typing import Any, Callable
+
 from aiohttp import web
 
+from spotreel.adapters.partitioning import partition_for
+from spotreel.domain import commands as cmd
+from spotreel.domain import events as ev
+from spotreel.infra.seed import api_key_hash
+from spotreel.services.gateway.context import Gateway, gateway
 from spotreel.services.gateway.deps import Deps
+from spotreel.services.gateway.errors import ApiError, invalid, not_found
+from spotreel.services.gateway.submission import _JOB_ID
 from spotreel.settings import Settings
 
+WORKER = web.RequestKey("worker_key", str)
+PROFILES = web.AppKey("worker_profiles", dict)
+_WORKER_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
+AUTH_CACHE_SECONDS = 30.0
 
-def build(settings: Settings, deps: Deps) -> web.Application | None:
-    return None  # not built yet: no /internal routes exist, so the OpenAPI document lists none
+
+# -- auth -------------------------------------------------------------------------------------------------
+
+def _auth_middleware(deps: Deps):
+    cache: dict[str, tuple[float, str | None]] = {}
+
+    @web.middleware
+    async def authenticate(request: web.Request, handler):
+        scheme, _, key = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            raise ApiError(401, "unauthorized", "send the worker key as 'Authorization: Bearer <key>'")
+        digest = api_key_hash(key.strip())
+        now = time.monotonic()
+        hit = cache.get(digest)
+        if hit is None or now >= hit[0]:
+            name = await deps.auth.worker_key_name(digest)
+            if len(cache) > 10_000:
+                cache.clear()
+            hit = cache[digest] = (now + (AUTH_CACHE_SECONDS if name else 2.0), name)
+        if hit[1] is None:
+            raise ApiError(401, "unauthorized", "unknown worker key (tenant API keys are not valid here)")
+        request[WORKER] = hit[1]
+        return await handler(request)
+
+    return authenticate
+
+
+# -- helpers ----------------------------------------------------------------------------------------------
+
+def _gw(request: web.Request) -> Gateway:
+    return gateway(request)
+
+
+def _worker_id(request: web.Request) -> str:
+    wid = request.match_info["id"]
+    if not 1 <= len(wid) <= 128 or not set(wid) <= _WORKER_ID_CHARS:
+        raise invalid("id", "worker id: 1-128 of letters, digits and -_.:")
+    return wid
+
+
+def _job_id(request: web.Request) -> str:
+    job_id = request.match_info["job_id"]
+    if not _JOB_ID.match(job_id):
+        raise not_found()
+    return job_id
+
+
+async def _body(request: web.Request) -> dict[str, Any]:
+    raw = await request.read()
+    try:
+        body = json.loads(raw or b"{}")
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError(400, "invalid_json", "the body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "invalid_json", "the body must be a JSON object")
+    return body
+
+
+_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
+
+
+def _take(body: dict[str, Any], spec: dict[str, tuple[str, bool]]) -> dict[str, Any]:
+    """Fields by name: (type, required). bool is not an int here; unknown fields are refused."""
+    extra = set(body) - set(spec) - {"command_id"}
+    if extra:
+        raise invalid(sorted(extra)[0], "unknown field")
+    out: dict[str, Any] = {}
+    for name, (kind, required) in spec.items():
+        if name not in body or body[name] is None:
+            if required:
+                raise invalid(name, f"{name} is required")
+            continue
+        value = body[name]
+        if isinstance(value, bool) and kind != "bool" or not isinstance(value, _TYPES[kind]):
+            raise invalid(name, f"{name} must be a {kind}")
+        out[name] = float(value) if kind == "float" else value
+    return out
+
+
+def _models(value: Any, field: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(m, str) and m for m in value):
+        raise invalid(field, f"{field} must be a list of model names")
+    return tuple(value)
+
+
+def _bus(gw: Gateway):
+    if gw.deps.work is None:
+        raise ApiError(503, "dispatch_unavailable", "this gateway has no connection to the scheduler",
+                       retry_after=gw.cfg.retry_after_unavailable_s)
+    return gw.deps.work
+
+
+# -- register and lease -----------------------------------------------------------------------------------
+
+async def register(request: web.Request) -> web.Response:
+    gw, wid = _gw(request), _worker_id(request)
+    body = await _body(request)
+    f = _take({k: v for k, v in body.items() if k not in ("models", "warm_models")},
+              {"gpu_type": ("str", True), "draining": ("bool", False)})
+    profile = {"gpu_type": f["gpu_type"], "models": _models(body.get("models"), "models"),
+               "warm_models": _models(body.get("warm_models", []), "warm_models")}
+    # A hint for lease requests that omit their profile; each lease request may carry its own, so a fleet
+    # behind several gateways does not depend on which one saw the registration.
+    request.config_dict[PROFILES][wid] = profile
+    return web.json_response({
+        "worker_id": wid, "key_name": request[WORKER], **{k: list(v) if isinstance(v, tuple) else v
+                                                          for k, v in profile.items()},
+        "lease_ttl_ms": gw.cfg.lease_ttl_ms, "heartbeat_seconds": gw.cfg.heartbeat_seconds,
+        "progress_seconds": gw.cfg.progress_seconds, "max_poll_seconds": gw.cfg.lease_poll_max_seconds})
+
+
+def _order(bus, worker_id: str, models: tuple[str, ...], partitions: int, tried: set[int]) -> list[int]:
+    start = partition_for(worker_id, partitions)
+    ring = [(start + i) % partitions for i in range(partitions)]
+    hinted = bus.partitions_with_work(models)
+    return [p for p in [*hinted, *ring] if p not in tried and p < partitions][:partitions]
+
+
+async def lease(request: web.Request) -> web.Response:
+    """Long-poll: RequestWork to partitions that pool stats show with work (then the rest), until a lease or
+    the deadline. 200 with the lease, 204 when nothing came."""
+    gw, wid = _gw(request), _worker_id(request)
+    body = await _body(request)
+    known = request.config_dict[PROFILES].get(wid, {})
+    f = _take({k: v for k, v in body.items() if k not in ("models", "warm_models")},
+              {"gpu_type": ("str", False), "draining": ("bool", False), "wait_seconds": ("float", False),
+               "lease_ttl_ms": ("int", False)})
+    gpu = f.get("gpu_type") or known.get("gpu_type")
+    models = _models(body["models"], "models") if "models" in body else known.get("models")
+    warm = _models(body["warm_models"], "warm_models") if "warm_models" in body else known.get("warm_models", ())
+    if not gpu or not models:
+        raise invalid("models", "give gpu_type and models (or register first)")
+    wait = f.get("wait_seconds", gw.cfg.lease_poll_default_seconds)
+    if not 0 <= wait <= gw.cfg.lease_poll_max_seconds:
+        raise invalid("wait_seconds", f"wait_seconds must be between 0 and {gw.cfg.lease_poll_max_seconds}")
+    ttl = f.get("lease_ttl_ms", gw.cfg.lease_ttl_ms)
+    draining = f.get("draining", False)
+    bus = _bus(gw)
+    await bus.ensure_started()
+    n = gw.settings.partitions
+    deadline = time.monotonic() + wait
+    tried: set[int] = set()
+    last_reason = "no_work"
+    while True:
+        order = _order(bus, wid, models, n, tried)
+        if not order:
+            # Every partition said no: wait for pool stats to show work somewhere (or a short pause).
+            tried.clear()
+            pause_until = min(deadline, time.monotonic() + gw.cfg.idle_pass_seconds)
+            while time.monotonic() < pause_until and not bus.partitions_with_work(models):
+                await asyncio.sleep(0.05)
+            if time.monotonic() >= deadline:
+                break
+            continue
+        p = order[0]
+        rid = f"rw-{gw.new_id()}"
+        fut = bus.expect_answer(rid)
+        try:
+            await gw.deps.commands.send(cmd.RequestWork(rid, wid, gpu, models, warm, draining, ttl,
+                                                        gw.deps.clock_ms()), partition=p)
+            gw.metrics.commands.labels("RequestWork").inc()
+            left = deadline - time.monotonic()
+            answer = await asyncio.wait_for(fut, max(0.5, min(gw.cfg.dispatch_answer_seconds, left + 0.5)))
+        except asyncio.TimeoutError:
+            answer = None
+        finally:
+            bus.forget_answer(rid)
+        if isinstance(answer, ev.WorkAssigned):
+            return web.json_response({**asdict(answer), "heartbeat_seconds": gw.cfg.heartbeat_seconds,
+                                      "progress_seconds": gw.cfg.progress_seconds})
+        tried.add(p)
+        if isinstance(answer, ev.NoWorkAvailable):
+            last_reason = answer.reason
+            if draining:
+                break  # a draining worker gets no lease: one answer is the whole story
+        if time.monotonic() >= deadline:
+            break
+    return web.Response(status=204, headers={"X-Spotreel-No-Work": last_reason})
+
+
+# -- fenced lease commands --------------------------------------------------------------------------------
+
+FENCE = {"epoch": ("int", True), "worker_id": ("str", True)}
+
+
+def _stale(job, epoch: int) -> ApiError:
+    return ApiError(409, "stale_epoch", f"lease epoch {epoch} is older than the job's current epoch "
+                    f"{job.lease_epoch}: this worker no longer holds the lease", reason="stale_epoch",
+                    epoch_given=epoch, current_epoch=job.lease_epoch)
+
+
+async def _fenced(request: web.Request, spec: dict[str, tuple[str, bool]],
+                  make: Callable[[str, str, dict[str, Any]], Any], extra: Callable[[Any, Any], dict] | None = None):
+    gw, job_id = _gw(request), _job_id(request)
+    body = await _body(request)
+    f = _take(body, {**FENCE, **spec})
+    command_id = body.get("command_id") or f"wk-{gw.new_id()}"
+    if not isinstance(command_id, str) or len(command_id) > 128:
+        raise invalid("command_id", "command_id must be a string of at most 128 characters")
+    job = await gw.deps.reads.get_job(job_id)
+    if job is not None and job.lease_epoch is not None and f["epoch"] < job.lease_epoch:
+        gw.metrics.rejections.labels("stale_epoch").inc()
+        raise _stale(job, f["epoch"])
+    command = make(command_id, job_id, f)
+    bus = _bus(gw)
+    await bus.ensure_started()
+    fut = bus.expect_verdict(command_id, job_id)
+    try:
+        await gw.deps.commands.send(command)
+        gw.metrics.commands.labels(type(command).__name__).inc()
+        try:
+            verdict = await asyncio.wait_for(fut, gw.cfg.verdict_seconds)
+        except asyncio.TimeoutError:
+            verdict = None
+    finally:
+        bus.forget_verdict(command_id, job_id)
+    answer: dict[str, Any] = {"job_id": job_id, "command_id": command_id, "epoch": f["epoch"]}
+    if isinstance(verdict, ev.CommandRejected):
+        raise ApiError(409, verdict.reason, verdict.detail or f"{verdict.command_type} rejected: {verdict.reason}",
+                       reason=verdict.reason, command_id=command_id, epoch_given=verdict.epoch_given,
+                       current_epoch=verdict.current_epoch)
+    if verdict is None:
+        answer["verdict"] = "pending"
+        status = 202
+    else:
+        answer |= {"verdict": "accepted", "event": type(verdict).__name__}
+        status = 200
+    if extra is not None:
+        answer |= extra(verdict, job)
+    return web.json_response(answer, status=status)
+
+
+def _instructions(verdict, job) -> dict[str, Any]:
+    """What a heartbeat answer tells the worker beside the new expiry: stop (cancel) or checkpoint and hand
+    the lease back (drain: the job was paused). From the read model, which the projector keeps current."""
+    out: dict[str, Any] = {"cancel": bool(job and job.cancel_requested),
+                           "drain": bool(job and job.pause_requested)}
+    if isinstance(verdict, ev.LeaseRenewed):
+        out["lease_expires_at_ms"] = verdict.lease_expires_at_ms
+    return out
+
+
+async def heartbeat(request: web.Request) -> web.Response:
+    return await _fenced(request, {}, lambda c, j, f: cmd.RenewLease(c, j, f["epoch"], f["worker_id"]),
+                         _instructions)
+
+
+async def progress(request: web.Request) -> web.Response:
+    return await _fenced(
+        request, {"step": ("int", True), "progress_pct": ("float", True), "phase": ("str", False)},
+        lambda c, j, f: cmd.ReportProgress(c, j, f["epoch"], f["worker_id"], f["step"], f["progress_pct"],
+                                           f.get("phase", "denoising")), _instructions)
+
+
+async def checkpoint(request: web.Request) -> web.Response:
+    return await _fenced(
+        request, {"checkpoint_key": ("str", True), "step": ("int", True), "progress_pct": ("float", True),
+                  "checksum": ("str", True), "size_bytes": ("int", True)},
+        lambda c, j, f: cmd.RecordCheckpoint(c, j, f["epoch"], f["worker_id"], f["checkpoint_key"], f["step"],
+                                             f["progress_pct"], f["checksum"], f["size_bytes"]))
+
+
+async def complete(request: web.Request) -> web.Response:
+    return await _fenced(
+        request, {"artifact_key": ("str", True), "artifact_checksum": ("str", True),
+                  "artifact_size_bytes": ("int", True)},
+        lambda c, j, f: cmd.CompleteJob(c, j, f["epoch"], f["worker_id"], f["artifact_key"],
+                                        f["artifact_checksum"], f["artifact_size_bytes"]))
+
+
+async def fail(request: web.Request) -> web.Response:
+    return await _fenced(
+        request, {"error_code": ("str", True), "error_message": ("str", True), "retryable": ("bool", False),
+                  "invalid_checkpoint_key": ("str", False)},
+        lambda c, j, f: cmd.FailJob(c, j, f["epoch"], f["worker_id"], f["error_code"], f["error_message"],
+                                    f.get("retryable", True), f.get("invalid_checkpoint_key")))
+
+
+async def release(request: web.Request) -> web.Response:
+    return await _fenced(
+        request, {"reason": ("str", False)},
+        lambda c, j, f: cmd.ReleaseLease(c, j, f["epoch"], f["worker_id"], f.get("reason", "preempted")))
+
+
+# -- the sub-app ------------------------------------------------------------------------------------------
+
+LEASE_ACTIONS = {"heartbeat": heartbeat, "progress": progress, "checkpoint": checkpoint, "complete": complete,
+                 "fail": fail, "release": release}
+
+
+def build(settings: Settings, deps: Deps) -> web.Application:
+    sub = web.Application(middlewares=[_auth_middleware(deps)])
+    sub[PROFILES] = {}
+    sub.router.add_post("/workers/{id}/register", register)
+    sub.router.add_post("/workers/{id}/lease", lease)
+    for action, handler in LEASE_ACTIONS.items():
+        sub.router.add_post(f"/leases/{{job_id}}/{action}", handler)
+    return sub
 
 
 def mount(app: web.Application, settings: Settings, deps: Deps) -> None:
-    sub = build(settings, deps)
-    if sub is not None:
-        app.add_subapp("/internal/", sub)
+    app.add_subapp("/internal/", build(settings, deps))

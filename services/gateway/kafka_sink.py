@@ -39,7 +39,7 @@ class KafkaCommandSink:
         while not self._stop.is_set():
             self.producer.poll(0.1)
 
-    async def send(self, command: Any) -> None:
+    async def send(self, command: Any, partition: int | None = None) -> None:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
 
@@ -53,10 +53,13 @@ class KafkaCommandSink:
                     done.set_result(None)
             loop.call_soon_threadsafe(settle)
 
-        key = getattr(command, "job_id", None) or command.schedule_id
+        # RequestWork names no job: keyed by its worker, sent to the partition the caller chose.
+        key = getattr(command, "job_id", None) or getattr(command, "schedule_id", None) or command.worker_id
+        if partition is None:
+            partition = partition_for(key, self.settings.partitions)
         try:
             self.producer.produce(self.topic, value=self.codec.encode_message(command), key=key.encode(),
-                                  partition=partition_for(key, self.settings.partitions), on_delivery=report)
+                                  partition=partition, on_delivery=report)
         except BufferError as exc:
             raise SinkUnavailable(f"producer queue full: {exc}") from exc
         await done

@@ -15,7 +15,7 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 
 def _errors(*codes: int) -> dict[str, Any]:
     text = {400: "malformed request", 401: "missing or unknown API key", 404: "no such video (or not yours)",
-            409: "conflict with the video's state or with an earlier use of the Idempotency-Key",
+            409: "conflict with the video's state, an earlier use of the Idempotency-Key, or a stale lease epoch",
             413: "body too large", 422: "a field is invalid (error.field names it)",
             429: "rate or in-flight quota exceeded (Retry-After)",
             503: "Kafka, Cassandra or capacity unavailable (Retry-After)"}
@@ -83,6 +83,64 @@ IDEMPOTENCY = {"name": "Idempotency-Key", "in": "header", "required": False, "sc
                               "in the Idempotency-Key header and the body; reuse it to retry safely."}
 
 
+WORKER_ID = {"name": "id", "in": "path", "required": True, "description": "the worker's id",
+             "schema": {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,128}$"}}
+JOB_ID = {"name": "job_id", "in": "path", "required": True, "schema": {"type": "string", "pattern": "^j[0-9a-f]{32}$"}}
+WORKER_SECURITY = [{"workerKey": []}]
+FENCE = {"epoch": {"type": "integer", "description": "the lease's fencing epoch"}, "worker_id": {"type": "string"},
+         "command_id": {"type": "string", "description": "optional; default: one the gateway makes"}}
+VERDICT = {"type": "object", "properties": {
+    "job_id": {"type": "string"}, "command_id": {"type": "string"}, "epoch": {"type": "integer"},
+    "verdict": {"type": "string", "enum": ["accepted", "pending"]}, "event": {"type": "string"},
+    "cancel": {"type": "boolean", "description": "heartbeat/progress: stop, the job was cancelled"},
+    "drain": {"type": "boolean", "description": "heartbeat/progress: checkpoint and release (paused)"},
+    "lease_expires_at_ms": {"type": "integer"}}}
+LEASE_BODIES = {
+    "heartbeat": ("renew the lease; the answer carries cancel/drain instructions", {}),
+    "progress": ("report progress", {"step": {"type": "integer"}, "progress_pct": {"type": "number"},
+                                     "phase": {"type": "string"}}),
+    "checkpoint": ("record a durable checkpoint object", {
+        "checkpoint_key": {"type": "string"}, "step": {"type": "integer"}, "progress_pct": {"type": "number"},
+        "checksum": {"type": "string"}, "size_bytes": {"type": "integer"}}),
+    "complete": ("complete the job with its uploaded artifact", {
+        "artifact_key": {"type": "string"}, "artifact_checksum": {"type": "string"},
+        "artifact_size_bytes": {"type": "integer"}}),
+    "fail": ("report a visible failure", {"error_code": {"type": "string"}, "error_message": {"type": "string"},
+                                          "retryable": {"type": "boolean"},
+                                          "invalid_checkpoint_key": {"type": "string"}}),
+    "release": ("hand the lease back (preempted, drained, cancelled)", {"reason": {"type": "string"}}),
+}
+
+
+def _worker_paths() -> dict[str, Any]:
+    def op(summary, ok, errors, params, body):
+        o = _op(summary, ok, errors, path_id=False, params=params, body=body)
+        o["security"] = WORKER_SECURITY
+        return o
+
+    profile = {"type": "object", "properties": {"gpu_type": {"type": "string"},
+                                                "models": {"type": "array", "items": {"type": "string"}},
+                                                "warm_models": {"type": "array", "items": {"type": "string"}}}}
+    paths: dict[str, Any] = {
+        "/internal/workers/{id}/register": {"post": op(
+            "register a worker's profile; answers the lease and heartbeat cadence",
+            {"200": ("registered", {"type": "object"})}, (400, 401, 422), [WORKER_ID], profile)},
+        "/internal/workers/{id}/lease": {"post": op(
+            "long-poll for a lease (RequestWork to the scheduler, answer on the assignments topic)",
+            {"200": ("a lease: job, epoch, expiry, what to run and where to resume", {"type": "object"}),
+             "204": ("no work within wait_seconds", {})}, (400, 401, 422, 503), [WORKER_ID],
+            {**profile, "properties": {**profile["properties"], "wait_seconds": {"type": "number"},
+                                       "draining": {"type": "boolean"}, "lease_ttl_ms": {"type": "integer"}}})},
+    }
+    for action, (summary, fields) in LEASE_BODIES.items():
+        paths[f"/internal/leases/{{job_id}}/{action}"] = {"post": op(
+            summary + "; fenced by the lease epoch (409 when stale)",
+            {"200": ("the scheduler accepted it", VERDICT), "202": ("durable, no verdict yet", VERDICT)},
+            (400, 401, 404, 409, 422, 503), [JOB_ID],
+            {"type": "object", "required": ["epoch", "worker_id", *fields], "properties": {**FENCE, **fields}})}
+    return paths
+
+
 def document() -> dict[str, Any]:
     ok202 = {"202": ("command acknowledged by Kafka", COMMAND)}
     cmd_errors = (401, 404, 409, 503)
@@ -120,6 +178,7 @@ def document() -> dict[str, Any]:
         "/v1/videos/{id}/pause": {"post": _op("pause", ok202, cmd_errors)},
         "/v1/videos/{id}/resume": {"post": _op("resume", ok202, cmd_errors)},
         "/v1/videos/{id}/retry": {"post": _op("requeue a failed or dead-lettered video", ok202, cmd_errors)},
+        **_worker_paths(),
     }
     return {
         "openapi": "3.1.0",
@@ -127,7 +186,9 @@ def document() -> dict[str, Any]:
         "security": [{"apiKey": []}],
         "paths": paths,
         "components": {
-            "securitySchemes": {"apiKey": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": {"apiKey": {"type": "http", "scheme": "bearer"},
+                                "workerKey": {"type": "http", "scheme": "bearer",
+                                              "description": "worker key (kind 'worker'); only for /internal"}},
             "schemas": {
                 "Video": VIDEO_SCHEMA,
                 "Error": {"type": "object", "required": ["error"], "properties": {"error": {

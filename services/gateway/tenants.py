@@ -29,3 +29,15 @@ def create_tenant(session, name: str, rate_per_minute: int = 600, max_in_flight:
         "VALUES (%s, %s, %s, 'tenant', %s, toTimestamp(now()))",
         (api_key_hash(key), key[:8], name, f"{name} key"))
     return key
+
+
+def create_worker_key(session, name: str) -> str:
+    """A key for the worker API (/internal/…), never valid on /v1; shown once, stored as its SHA-256."""
+    if not _NAME.match(name):
+        raise ValueError(f"worker key name {name!r}: use lowercase letters, digits, '-' and '_' (max 63)")
+    key = "srw_" + secrets.token_urlsafe(32)
+    session.execute(
+        "INSERT INTO api_keys (key_hash, key_prefix, tenant_id, kind, name, created_at) "
+        "VALUES (%s, %s, '', 'worker', %s, toTimestamp(now()))",
+        (api_key_hash(key), key[:8], name))
+    return key

@@ -10,6 +10,7 @@ from spotreel.services.gateway.deps import Claim, Deps, PoolLoad, SinkUnavailabl
 from spotreel.services.projector.queries import JobListItem, JobPage, JobView
 
 KEYS = {"key-a": "tenant-a", "key-b": "tenant-b"}
+WORKER_KEY = "worker-key"
 
 
 def job_view(job_id: str, tenant: str, status: str = "queued", **kw: Any) -> JobView:
@@ -90,6 +91,9 @@ class FakeAuth:
             if hashlib.sha256(key.encode()).hexdigest() == key_hash:
                 return self.tenants.get(tenant, Tenant(tenant))
         return None
+
+    async def worker_key_name(self, key_hash):
+        return "fleet" if hashlib.sha256(WORKER_KEY.encode()).hexdigest() == key_hash else None
 
 
 @dataclass

@@ -6,6 +6,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 from spotreel.infra.layout import Layout
+from spotreel.infra.seed import DEV_WORKER_KEY
 from spotreel.infra.stack import components
 from spotreel.settings import Settings
 
@@ -20,6 +21,7 @@ def collect(settings: Settings, timeout: float = 3.0) -> dict[str, object]:
         "components": entries,
         "gateway_url": settings.gateway_url,
         "dev_api_key": settings.dev_api_key,
+        "dev_worker_key": DEV_WORKER_KEY,
         "kafka_bootstrap": settings.kafka_bootstrap,
         "cassandra_keyspace": settings.cassandra_keyspace,
         "s3_endpoint": settings.s3_endpoint,

@@ -1,0 +1,50 @@
+"""The worker API's own rules, without servers: worker credentials, the early 409 from the read model's
+epoch (certain, since epochs only grow and the read model only lags), 503 without a dispatch connection."""
+
+from __future__ import annotations
+
+import pytest_asyncio
+from aiohttp.test_utils import TestClient, TestServer
+
+from spotreel.services.gateway.app import create_app
+from spotreel.settings import Settings
+from tests.unit.gateway_fakes import WORKER_KEY, fake_deps, job_view
+
+JOB = "j" + "1" * 32
+W = {"Authorization": f"Bearer {WORKER_KEY}"}
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def client():
+    deps = fake_deps()
+    deps.reads.jobs[JOB] = job_view(JOB, "tenant-a", "running", lease_epoch=3, worker_id="w-new")
+    c = TestClient(TestServer(create_app(Settings(), deps)))
+    await c.start_server()
+    try:
+        yield c, deps
+    finally:
+        await c.close()
+
+
+async def test_stale_epoch_is_refused_from_the_read_model_without_producing(client):
+    c, deps = client
+    r = await c.post(f"/internal/leases/{JOB}/complete", headers=W,
+                     json={"epoch": 2, "worker_id": "w-old", "artifact_key": "k", "artifact_checksum": "c",
+                           "artifact_size_bytes": 1})
+    assert r.status == 409
+    err = (await r.json())["error"]
+    assert err["code"] == "stale_epoch" and err["epoch_given"] == 2 and err["current_epoch"] == 3
+    assert deps.commands.sent == []
+
+
+async def test_credentials_and_no_dispatch(client):
+    c, deps = client
+    assert (await c.post(f"/internal/leases/{JOB}/heartbeat", json={"epoch": 3, "worker_id": "w"},
+                         headers={"Authorization": "Bearer key-a"})).status == 401  # a tenant key
+    assert (await c.get("/v1/videos", headers=W)).status == 401
+    r = await c.post(f"/internal/leases/{JOB}/heartbeat", json={"epoch": 3, "worker_id": "w-new"}, headers=W)
+    assert r.status == 503 and (await r.json())["error"]["code"] == "dispatch_unavailable"
+    reg = await c.post("/internal/workers/w-1/register", json={"gpu_type": "cpu", "models": ["tiny-t2v"]},
+                       headers=W)
+    assert reg.status == 200 and (await reg.json())["heartbeat_seconds"] > 0
+    assert (await c.post("/internal/workers/bad id!/register", json={}, headers=W)).status in (404, 422)
