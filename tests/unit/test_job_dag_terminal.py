@@ -139,3 +139,26 @@ def test_a_hand_made_state_with_an_unknown_policy_still_gets_an_answer() -> None
     odd = replace(d.s, dag_policy="mystery")
     out = decide(odd, c.ResolveParent("r", d.job_id, "p1", "failed"), T0)
     assert kinds(out) == ["ParentResolved", "JobCancelled"]
+
+
+def test_watch_parent_records_the_child_once_and_reports_the_parent_status() -> None:
+    d = leased_job()
+    out = d.send(c.WatchParent("wp1", d.job_id, "child1"))
+    assert kinds(out) == ["ParentWatched"] and out[0].child_id == "child1" and out[0].status == Status.LEASED
+    d.send(c.WatchParent("wp2", d.job_id, "child2"))
+    d.send(c.WatchParent("wp1", d.job_id, "child1"))  # a re-sent watch changes no watcher list
+    assert d.s.watchers == ("child1", "child2")
+    d.complete()
+    assert d.s.status == Status.SUCCEEDED and d.s.watchers == ("child1", "child2")
+
+
+@pytest.mark.parametrize("status", sorted(Status.TERMINAL))
+def test_a_terminal_parent_still_accepts_a_watch_and_names_its_outcome(status: str) -> None:
+    d = _terminal(status)
+    out = decide(d.state, c.WatchParent("wp", d.job_id, "late-child"), d.now)
+    assert kinds(out) == ["ParentWatched"] and out[0].status == status and out[0].version == d.s.version + 1
+
+
+def test_watching_an_unknown_parent_is_rejected_naming_the_child() -> None:
+    out = decide(None, c.WatchParent("wp", "jnobody", "child9"), T0)
+    assert rejection(out) == "unknown_job" and out[0].detail == "child9"

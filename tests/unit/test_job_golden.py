@@ -121,6 +121,14 @@ def dag_pause_and_failure() -> list[Any]:
     return d.history
 
 
+def watched_parent() -> list[Any]:
+    d = leased_job()
+    d.send(c.WatchParent("watch:child1", d.job_id, "child1"))
+    d.complete()
+    d.send(c.WatchParent("watch:child2", d.job_id, "child2"))  # after the end: answered at once
+    return d.history
+
+
 def cron_schedule() -> list[Any]:
     hour = 3_600_000
     t = T0 // hour * hour
@@ -145,7 +153,7 @@ def cron_schedule() -> list[Any]:
 JOB_SCENARIOS: dict[str, Callable[[], list[Any]]] = {
     f.__name__: f
     for f in (happy_path, preempted_and_resumed, retries_dead_letter_and_requeue, cancel_while_running,
-              dag_pause_and_failure)
+              dag_pause_and_failure, watched_parent)
 }
 SCENARIOS: dict[str, Callable[[], list[Any]]] = {**JOB_SCENARIOS, "cron_schedule": cron_schedule}
 

@@ -136,6 +136,7 @@ def test_every_command_for_an_unknown_job_is_rejected(command: type) -> None:
         "priority": 1,
         "parent_id": "p",
         "outcome": "succeeded",
+        "child_id": "kid",
         "step": 1,
         "progress_pct": 1.0,
         "checkpoint_key": "k",

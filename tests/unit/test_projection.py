@@ -27,6 +27,8 @@ def _expected(history: list) -> tuple:
 
 
 def _scripted() -> list[list]:
+    from spotreel.domain import commands as c_
+
     """Between them, these histories hold every job event type."""
     a = Driver()
     a.submit(key="a", parents=("parent-1",))
@@ -48,6 +50,7 @@ def _scripted() -> list[list]:
     b.grant()
     b.expire()
     b.grant()
+    b.send(c_.WatchParent("watch", b.job_id, "child-b"))
     b.complete()
     b.complete()  # rejected: terminal
     c = Driver()

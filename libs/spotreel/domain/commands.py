@@ -139,6 +139,18 @@ class ResolveParent:
     outcome: str
 
 
+@dataclass(frozen=True)
+class WatchParent:
+    """Sent by a waiting child's owner to the parent's partition (`job_id` is the parent): the parent's owner
+    records `child_id` as a watcher and answers with ResolveParent to the child as soon as the parent is
+    terminal, at once if it already is. A job only names parents that already exist, so this cannot wait
+    on a job submitted later (no cycle can form); an unknown parent is answered as cancelled."""
+
+    command_id: str
+    job_id: str
+    child_id: str
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Worker commands: each one acts under a lease and is fenced by its epoch
 # ---------------------------------------------------------------------------------------------------------
@@ -282,6 +294,7 @@ JobCommand = (
     | ExpireLease
     | ActivateJob
     | ResolveParent
+    | WatchParent
     | RenewLease
     | ReportProgress
     | RecordCheckpoint
@@ -303,6 +316,7 @@ JOB_COMMANDS = (
     ExpireLease,
     ActivateJob,
     ResolveParent,
+    WatchParent,
     *WORKER_COMMANDS,
 )
 SCHEDULE_COMMANDS = (CreateSchedule, DeleteSchedule, FireOccurrence)

@@ -32,7 +32,12 @@ def decide(state: JobState | None, command: object, now_ms: int) -> Events:
     if isinstance(command, cmd.SubmitJob):
         return number(state, _submit(state, command, h, now_ms))
     if state is None:
-        return rejected(state, command, now_ms, Reason.UNKNOWN_JOB)
+        # For WatchParent the detail names the child, so the owner can answer it (parent unknown).
+        detail = command.child_id if isinstance(command, cmd.WatchParent) else ""
+        return rejected(state, command, now_ms, Reason.UNKNOWN_JOB, detail)
+    if isinstance(command, cmd.WatchParent):
+        # Accepted in every state: a terminal parent must still tell a child that asks late.
+        return number(state, (h.event(ev.ParentWatched, child_id=command.child_id, status=state.status),))
     if state.is_terminal and not (isinstance(command, cmd.RequeueJob) and state.status in Status.REQUEUEABLE):
         return rejected(state, command, now_ms, Reason.TERMINAL, f"job is {state.status}")
     return number(state, _route(state, command, h, now_ms))

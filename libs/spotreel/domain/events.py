@@ -178,6 +178,20 @@ class ParentResolved:
     outcome: str
 
 
+@dataclass(frozen=True)
+class ParentWatched:
+    """A child (`child_id`) waits for this job to end. `status` is this job's status when the watch was
+    recorded: if it is terminal, the child is answered at once. Accepted in every state, terminal included
+    (it changes no lifecycle field, only who must be told)."""
+
+    job_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    child_id: str
+    status: str
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Leases
 # ---------------------------------------------------------------------------------------------------------
@@ -460,6 +474,7 @@ JOB_EVENTS = (
     JobResumed,
     JobReprioritized,
     ParentResolved,
+    ParentWatched,
     JobLeased,
     LeaseRenewed,
     ProgressReported,
@@ -495,6 +510,7 @@ JobEvent = (
     | JobResumed
     | JobReprioritized
     | ParentResolved
+    | ParentWatched
     | JobLeased
     | LeaseRenewed
     | ProgressReported

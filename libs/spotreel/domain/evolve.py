@@ -107,6 +107,8 @@ def _apply(s: JobState, e: object) -> JobState:  # noqa: C901 - one flat dispatc
                 pending_parents=tuple(p for p in s.pending_parents if p != e.parent_id),
                 parent_outcomes=(*s.parent_outcomes, (e.parent_id, e.outcome)),
             )
+        case ev.ParentWatched():
+            return replace(s, watchers=s.watchers if e.child_id in s.watchers else (*s.watchers, e.child_id))
         case ev.JobLeased():
             lease = Lease(e.epoch, e.worker_id, e.pool, e.at_ms, e.lease_ttl_ms, e.lease_expires_at_ms)
             leased = replace(s, status=Status.LEASED, epoch=max(s.epoch, e.epoch), lease=lease, attempt=e.attempt)

@@ -117,6 +117,8 @@ class JobState:
     # DAG.
     pending_parents: tuple[str, ...] = ()
     parent_outcomes: tuple[tuple[str, str], ...] = ()
+    # Children waiting for this job to end (ParentWatched): each gets a ResolveParent when it is terminal.
+    watchers: tuple[str, ...] = ()
 
     # A cancel or pause asked of a leased job, waiting for the lease to end.
     cancel_requested: bool = False
