@@ -27,12 +27,13 @@ from spotreel.adapters.kafka import CMD_OFFSET_HEADER, assignments_topic
 from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
+from spotreel.domain.schedules import ScheduleState
 from spotreel.domain.state import JobState
 from spotreel.infra.topics import (commands_topic, deadletter_topic, events_topic, pool_stats_topic,
                                    scheduler_app_id)
 from spotreel.settings import Settings
 
-from spotreel.services.scheduler import statecodec
+from spotreel.services.scheduler import followups, statecodec
 from spotreel.services.scheduler.catchup import catch_up
 from spotreel.services.scheduler.handler import Handler
 from spotreel.services.scheduler.metrics import Metrics
@@ -50,6 +51,11 @@ def _meta_key(p: int) -> bytes:
     return b"~meta:%d" % p
 
 
+def _schedule_key(schedule_id: str) -> bytes:
+    # Schedules share the table (and its changelog partition = the schedule's partition) with the jobs.
+    return b"~s:" + schedule_id.encode()
+
+
 class JobTable(faust.Table):
     """The job table; tells the scheduler when Faust finished restoring it after a rebalance."""
 
@@ -63,14 +69,18 @@ class JobTable(faust.Table):
 
 class Scheduler:
     def __init__(self, settings: Settings, *, data_dir: Path | None = None, metrics_port: int = 0,
-                 timer_interval: float = 0.05, stats_interval: float = 1.0) -> None:
+                 timer_interval: float = 0.05, stats_interval: float = 1.0, batch_max: int = 500,
+                 batch_within: float = 0.002) -> None:
         self.settings = settings
         self.codec = Codec.default()
         self.metrics = Metrics()
         self.metrics_port = metrics_port
         self.parts: dict[int, PartitionState] = {}
         self.cache: dict[str, JobState | None] = {}
-        self.handler = Handler(self.codec, settings.partitions, self.get)
+        self.schedule_cache: dict[str, ScheduleState | None] = {}
+        self.batch_max = batch_max
+        self.batch_within = batch_within
+        self.handler = Handler(self.codec, settings.partitions, self.get, get_schedule=self.get_schedule)
         self.commands = commands_topic(settings)
         self.events = events_topic(settings)
         self.app = self._build_app(data_dir, timer_interval, stats_interval)
@@ -81,6 +91,15 @@ class Scheduler:
         if job_id not in self.cache:
             self.cache[job_id] = statecodec.loads(self.table.data.get(job_id.encode()))
         return self.cache[job_id]
+
+    def get_schedule(self, schedule_id: str) -> ScheduleState | None:
+        if schedule_id not in self.schedule_cache:
+            self.schedule_cache[schedule_id] = statecodec.loads_schedule(self.table.data.get(_schedule_key(schedule_id)))
+        return self.schedule_cache[schedule_id]
+
+    def put_schedule(self, p: int, state: ScheduleState) -> None:
+        self.schedule_cache[state.schedule_id] = state
+        self._put(p, _schedule_key(state.schedule_id), statecodec.dumps_schedule(state))
 
     def _put(self, p: int, key: bytes, value: bytes) -> None:
         self.table.data[key] = value
@@ -126,8 +145,9 @@ class Scheduler:
         topic = app.topic(self.commands, key_type=bytes, value_type=bytes, partitions=s.partitions)
 
         async def process(stream):
-            async for event in stream.events():
-                await self.on_command(event.message)
+            # Whatever is buffered, up to batch_max, without waiting longer than batch_within for more.
+            async for batch in stream.take_events(self.batch_max, within=self.batch_within):
+                await self.on_batch(batch)
 
         app.agent(topic, name=f"{scheduler_app_id(s)}.commands")(process)
         app.timer(timer_interval)(self.fire_timers)
@@ -148,6 +168,7 @@ class Scheduler:
             if p not in assigned:
                 del self.parts[p]
         self.cache.clear()
+        self.schedule_cache.clear()
         started = time.monotonic()
         for p in sorted(assigned - set(self.parts)):
             self.parts[p] = await self._rebuild(p)
@@ -158,73 +179,130 @@ class Scheduler:
         raw_meta = self.table.data.get(_meta_key(p))
         marker = json.loads(raw_meta)["events_offset"] if raw_meta else -1
         caught = await asyncio.to_thread(catch_up, self.settings.kafka_bootstrap, self.events, p, self.codec,
-                                         marker, self.get)
+                                         marker, self.get, self.get_schedule)
+        # Follow-ups of the events past the marker may never have been sent: send them (again) first.
+        await self._send_all([(self.commands, followups.key_of(c).encode(), self.codec.encode_message(c),
+                               partition_for(followups.key_of(c), self.settings.partitions))
+                              for c in caught.followups])
         for state in caught.states.values():
             self.put_state(p, state)
+        for sched in caught.schedules.values():
+            self.put_schedule(p, sched)
         part.applied_upto = caught.applied_upto
         part.events_offset = caught.events_offset
-        if caught.states:
+        if caught.states or caught.schedules:
             self.put_marker(part)
         n = self.settings.partitions
         for key in list(self.table.data.keys()):
+            if key.startswith(b"~s:"):
+                schedule_id = key[3:].decode()
+                if partition_for(schedule_id, n) == p:
+                    part.observe_schedule(None, self.get_schedule(schedule_id))
+                continue
             if key.startswith(b"~") or partition_for(key, n) != p:
                 continue
             part.observe(None, self.get(key.decode()))
-        log.info("partition %d: marker %d, %d events read, %d jobs caught up, applied up to offset %d, %d queued",
-                 p, marker, caught.read, len(caught.states), part.applied_upto, len(part.index))
+        log.info("partition %d: marker %d, %d events read, %d jobs caught up, %d follow-ups re-sent, applied up to "
+                 "offset %d, %d queued", p, marker, caught.read, len(caught.states), len(caught.followups),
+                 part.applied_upto, len(part.index))
         return part
 
     # -- commands --------------------------------------------------------------------------------------------
 
-    async def on_command(self, msg: Any) -> None:
-        p = msg.partition
-        part = self.parts.get(p)
-        if part is None:  # cannot happen after on_assigned; refuse to write without the catch-up
-            raise RuntimeError(f"command on partition {p} before its state was rebuilt")
-        if msg.offset <= part.applied_upto:
-            self.metrics.skipped.inc()
-            return
-        now = now_ms()
-        out = self.handler.handle(part, msg.topic, msg.offset, msg.key, msg.value, now)
+    async def on_batch(self, batch: list[Any]) -> None:
+        """The commands Faust had buffered (several partitions), in 4 phases; nothing is awaited per command:
+          1. decide each one against the cache (which already holds the earlier commands' results) and
+             send its events, each with its `cmd-offset` header;
+          2. await every event's ack (acks=all);
+          3. send the follow-up commands (followups.py) and dead letters, await their acks;
+          4. write the new states and each partition's marker to the table, send the answers.
+        Only then does Faust ack the batch (so its offsets may be committed). The crash proof of README.md
+        holds per command: the producer keeps a partition's records in order (aiokafka has one batch in
+        flight per partition), so the events that are durable after a crash are a prefix, catch-up's
+        `applied_upto` is the last command whose events all landed, and anything after it is redelivered."""
         producer = self.app.producer
-        self.metrics.commands.inc()
-        if out.deadletter is not None:
-            self.metrics.deadletters.labels(out.deadletter["reason"]).inc()
-            log.warning("dead-lettered %s[%d]@%d: %s", msg.topic, p, msg.offset, out.deadletter["detail"])
-            value = self.codec.encode("spotreel.v1.DeadLetteredCommand", out.deadletter)
-            await (await producer.send(deadletter_topic(self.settings), msg.key, value, p, None, None))
-            return
-        if out.events:
-            headers = [(CMD_OFFSET_HEADER, str(msg.offset).encode())]
-            futures = [await producer.send(self.events, e.job_id.encode(), self.codec.encode_message(e), p, None,
-                                           headers) for e in out.events]
-            metas = [await f for f in futures]
-            part.events_offset = max(part.events_offset, max(m.offset for m in metas))
-            for e in out.events:
-                if isinstance(e, ev.CommandRejected):
-                    self.metrics.rejections.labels(e.reason).inc()
-                elif isinstance(e, ev.LeaseExpired):
-                    self.metrics.lease_expirations.inc()
-        part.applied_upto = msg.offset
-        for before, after in out.states.values():
-            self.put_state(p, after)
-            part.observe(before, after)
-        if out.events:
-            self.put_marker(part)
-        if out.answer is not None:
-            worker = out.answer.worker_id
+        sends: list[Any] = []  # event send futures, with their partition
+        writes: list[tuple[int, Any]] = []
+        after_acks: list[tuple[str, bytes, bytes, int]] = []  # (topic, key, value, partition)
+        answers: list[tuple[Any, Any]] = []
+        marked: set[int] = set()
+        for event in batch:
+            msg = event.message
+            p = msg.partition
+            part = self.parts.get(p)
+            if part is None:  # cannot happen after on_assigned; refuse to write without the catch-up
+                raise RuntimeError(f"command on partition {p} before its state was rebuilt")
+            if msg.offset <= part.applied_upto:
+                self.metrics.skipped.inc()
+                continue
+            out = self.handler.handle(part, msg.topic, msg.offset, msg.key, msg.value, now_ms())
+            self.metrics.commands.inc()
+            if out.deadletter is not None:
+                self.metrics.deadletters.labels(out.deadletter["reason"]).inc()
+                log.warning("dead-lettered %s[%d]@%d: %s", msg.topic, p, msg.offset, out.deadletter["detail"])
+                value = self.codec.encode("spotreel.v1.DeadLetteredCommand", out.deadletter)
+                after_acks.append((deadletter_topic(self.settings), msg.key, value, p))
+                continue
+            if out.events:
+                headers = [(CMD_OFFSET_HEADER, str(msg.offset).encode())]
+                for e in out.events:
+                    key = (getattr(e, "job_id", None) or e.schedule_id).encode()
+                    sends.append((p, await producer.send(self.events, key, self.codec.encode_message(e), p, None,
+                                                         headers)))
+                    if isinstance(e, (ev.CommandRejected, ev.ScheduleCommandRejected)):
+                        self.metrics.rejections.labels(e.reason).inc()
+                    elif isinstance(e, ev.LeaseExpired):
+                        self.metrics.lease_expirations.inc()
+                marked.add(p)
+            part.applied_upto = msg.offset
+            for before, after in out.states.values():
+                self.cache[after.job_id] = after
+                writes.append((p, after))
+                part.observe(before, after)
+            for before, sched in out.schedules.values():
+                self.schedule_cache[sched.schedule_id] = sched
+                writes.append((p, sched))
+                part.observe_schedule(before, sched)
+            for command in out.followups:
+                key = followups.key_of(command)
+                after_acks.append((self.commands, key.encode(), self.codec.encode_message(command),
+                                   partition_for(key, self.settings.partitions)))
+            if out.answer is not None:
+                answers.append((out.answer, msg))
+        for p, fut in sends:
+            meta = await fut
+            part = self.parts[p]
+            part.events_offset = max(part.events_offset, meta.offset)
+        await self._send_all(after_acks)
+        for p, state in writes:
+            if isinstance(state, JobState):
+                self._put(p, state.job_id.encode(), statecodec.dumps(state))
+            else:
+                self._put(p, _schedule_key(state.schedule_id), statecodec.dumps_schedule(state))
+        for p in marked:
+            self.put_marker(self.parts[p])
+        answered = []
+        for answer, msg in answers:
+            worker = answer.worker_id
             partition = partition_for(worker, self.settings.partitions)
-            await (await producer.send(assignments_topic(self.settings), worker.encode(),
-                                       self.codec.encode_message(out.answer), partition, None, None))
+            answered.append((msg, await producer.send(assignments_topic(self.settings), worker.encode(),
+                                                      self.codec.encode_message(answer), partition, None, None)))
+        for msg, fut in answered:
+            await fut
             if msg.timestamp:
                 self.metrics.dispatch_latency.observe(max(0.0, time.time() - msg.timestamp))
+
+    async def _send_all(self, records: list[tuple[str, bytes, bytes, int]]) -> None:
+        futures = [await self.app.producer.send(topic, key, value, p, None, None) for topic, key, value, p in records]
+        for fut in futures:
+            await fut
 
     # -- timers and stats ------------------------------------------------------------------------------------
 
     async def fire_timers(self) -> None:
         now = now_ms()
         for p, part in list(self.parts.items()):
-            for timer in part.due(now, self.get):
+            for timer in part.due(now, self.get, self.get_schedule):
                 command = timer.command()
                 await self.app.producer.send(self.commands, timer.key.encode(), self.codec.encode_message(command),
                                              p, None, None)

@@ -12,7 +12,10 @@ from spotreel.adapters.kafka import CMD_OFFSET_HEADER, read_partition
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
 from spotreel.domain.evolve import evolve
+from spotreel.domain.schedules import ScheduleState, evolve_schedule
 from spotreel.domain.state import JobState
+
+from spotreel.services.scheduler import followups
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +25,10 @@ class CatchUp:
     applied_upto: int = -1
     events_offset: int = -1
     states: dict[str, JobState] = field(default_factory=dict)
+    schedules: dict[str, ScheduleState] = field(default_factory=dict)
+    # Follow-up commands of the events past the marker: they may not have been sent (see followups.py).
+    followups: list[Any] = field(default_factory=list)
+    schedule_pending: list[Any] = field(default_factory=list)
     read: int = 0
 
 
@@ -33,7 +40,8 @@ def header_offset(headers: Any) -> int | None:
 
 
 def catch_up(bootstrap: str, topic: str, partition: int, codec: Codec, marker: int,
-             get: Callable[[str], JobState | None]) -> CatchUp:
+             get: Callable[[str], JobState | None],
+             get_schedule: Callable[[str], ScheduleState | None] = lambda _: None) -> CatchUp:
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "spotreel-catchup"})
@@ -42,6 +50,8 @@ def catch_up(bootstrap: str, topic: str, partition: int, codec: Codec, marker: i
     finally:
         c.close()
     result = CatchUp(events_offset=marker)
+    pending: list[Any] = []
+    schedule_pending = result.schedule_pending
     if high == 0:
         return result
     # Always read the last event too: its header says which command was applied last.
@@ -53,7 +63,14 @@ def catch_up(bootstrap: str, topic: str, partition: int, codec: Codec, marker: i
             result.applied_upto = max(result.applied_upto, offset)
         result.events_offset = max(result.events_offset, msg.offset())
         event = codec.decode_message(msg.value())
-        if isinstance(event, ev.CommandRejected) or not hasattr(event, "version"):
+        if isinstance(event, ev.SCHEDULE_EVENTS):
+            _schedule_event(result, event, get_schedule)
+            continue
+        if isinstance(event, ev.CommandRejected):
+            if msg.offset() > marker:
+                result.followups.extend(followups.for_job_event(event, None))
+            continue
+        if not hasattr(event, "version"):
             continue
         state = result.states.get(event.job_id) or get(event.job_id)
         if isinstance(event, ev.JobSubmitted):
@@ -64,4 +81,24 @@ def catch_up(bootstrap: str, topic: str, partition: int, codec: Codec, marker: i
         elif event.version != state.version + 1:
             log.error("events of %s jump from v%d to v%d", event.job_id, state.version, event.version)
         result.states[event.job_id] = evolve(state, event)
+        pending.append(event)
+    # With the final states: a terminal event's watchers may have grown later in the tail (a superset is
+    # harmless, every resolve is idempotent).
+    for event in pending:
+        result.followups.extend(followups.for_job_event(event, result.states.get(event.job_id)))
+    for event in schedule_pending:
+        result.followups.extend(followups.for_schedule_event(event, result.schedules.get(event.schedule_id)))
     return result
+
+
+def _schedule_event(result: CatchUp, event: Any, get_schedule: Callable[[str], ScheduleState | None]) -> None:
+    if isinstance(event, ev.ScheduleCommandRejected):
+        return
+    state = result.schedules.get(event.schedule_id) or get_schedule(event.schedule_id)
+    if isinstance(event, ev.ScheduleCreated):
+        if state is not None:
+            return
+    elif state is None or event.version <= state.version:
+        return
+    result.schedules[event.schedule_id] = evolve_schedule(state, event)
+    result.schedule_pending.append(event)

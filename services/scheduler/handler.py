@@ -15,7 +15,10 @@ from spotreel.domain.decide import decide
 from spotreel.domain.dispatch import DispatchConfig
 from spotreel.domain.evolve import fold
 from spotreel.domain.pools import WorkerOffer
+from spotreel.domain.schedules import ScheduleState, decide_schedule, fold_schedule
 from spotreel.domain.state import JobState
+
+from spotreel.services.scheduler import followups
 
 from spotreel.services.scheduler.partition import PartitionState, WorkerSeen
 
@@ -24,6 +27,8 @@ from spotreel.services.scheduler.partition import PartitionState, WorkerSeen
 class Outcome:
     events: list[Any] = field(default_factory=list)
     states: dict[str, tuple[JobState | None, JobState]] = field(default_factory=dict)  # job -> (before, after)
+    schedules: dict[str, tuple[ScheduleState | None, ScheduleState]] = field(default_factory=dict)
+    followups: list[Any] = field(default_factory=list)  # commands for other aggregates (followups.py)
     answer: Any = None  # WorkAssigned / NoWorkAvailable for a RequestWork
     deadletter: dict[str, Any] | None = None
     command: Any = None
@@ -31,10 +36,12 @@ class Outcome:
 
 class Handler:
     def __init__(self, codec: Codec, partitions: int, get: Callable[[str], JobState | None],
-                 dispatch_config: DispatchConfig | None = None) -> None:
+                 dispatch_config: DispatchConfig | None = None,
+                 get_schedule: Callable[[str], ScheduleState | None] = lambda _: None) -> None:
         self.codec = codec
         self.partitions = partitions
         self.get = get
+        self.get_schedule = get_schedule
         self.config = dispatch_config or DispatchConfig()
 
     def handle(self, part: PartitionState, topic: str, offset: int, key: bytes | None, value: bytes | None,
@@ -56,6 +63,11 @@ class Handler:
                 return dead("wrong_partition", f"{command.job_id} belongs to partition "
                             f"{partition_for(command.job_id, self.partitions)}, not {part.partition}")
             out = self._apply(command, now_ms)
+        elif isinstance(command, cmd.SCHEDULE_COMMANDS):
+            if partition_for(command.schedule_id, self.partitions) != part.partition:
+                return dead("wrong_partition", f"schedule {command.schedule_id} belongs to partition "
+                            f"{partition_for(command.schedule_id, self.partitions)}, not {part.partition}")
+            out = self._apply_schedule(command, now_ms)
         else:
             return dead("not_a_command", f"{type(command).__name__} is not handled by the job scheduler")
         out.command = command
@@ -69,6 +81,20 @@ class Handler:
         after = fold(events, before)
         if after is not None and after is not before:
             out.states[command.job_id] = (before, after)
+        for e in events:
+            out.followups.extend(followups.for_job_event(e, after))
+        return out
+
+    def _apply_schedule(self, command: Any, now_ms: int) -> Outcome:
+        out = Outcome()
+        before = self.get_schedule(command.schedule_id)
+        events = decide_schedule(before, command, now_ms)
+        out.events.extend(events)
+        after = fold_schedule(events, before)
+        if after is not None and after is not before:
+            out.schedules[command.schedule_id] = (before, after)
+        for e in events:
+            out.followups.extend(followups.for_schedule_event(e, after))
         return out
 
     def _request_work(self, part: PartitionState, c: cmd.RequestWork, now_ms: int) -> Outcome:

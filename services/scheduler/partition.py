@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from spotreel.domain.dispatch import DispatchIndex, QueuedJob
 from spotreel.domain.fairness import TenantUsage
 from spotreel.domain.state import JobState, Status
-from spotreel.domain.timers import Timer, timers_for
+from spotreel.domain.schedules import ScheduleState
+from spotreel.domain.timers import Timer, TimerKind, schedule_timers, timers_for
 
 
 @dataclass
@@ -86,14 +87,32 @@ class PartitionState:
                 self.armed.add(timer)
                 heapq.heappush(self.heap, (timer.at_ms, timer.key, timer))
 
-    def due(self, now_ms: int, current: callable) -> list[Timer]:
-        """Timers due at `now_ms` that the job's current state still wants (stale ones are dropped)."""
+    def observe_schedule(self, before: ScheduleState | None, after: ScheduleState | None) -> None:
+        """Occurrence timers share the heap with the job timers (keys in `fired` are prefixed "s:")."""
+        if after is None:
+            return
+        fired_key = "s:" + after.schedule_id
+        if before is None or before.version != after.version:
+            self.fired.pop(fired_key, None)
+        sent = self.fired.get(fired_key, ())
+        for timer in schedule_timers(after):
+            if timer not in self.armed and timer.command().command_id not in sent:
+                self.armed.add(timer)
+                heapq.heappush(self.heap, (timer.at_ms, timer.key, timer))
+
+    def due(self, now_ms: int, current: callable, current_schedule: callable = lambda _: None) -> list[Timer]:
+        """Timers due at `now_ms` that the job's (or schedule's) current state still wants (stale ones are
+        dropped)."""
         out: list[Timer] = []
         while self.heap and self.heap[0][0] <= now_ms:
-            _, job_id, timer = heapq.heappop(self.heap)
+            _, key, timer = heapq.heappop(self.heap)
             self.armed.discard(timer)
-            if timer in timers_for(current(job_id)):
-                self.fired.setdefault(job_id, set()).add(timer.command().command_id)
+            if timer.kind == TimerKind.FIRE_OCCURRENCE:
+                wanted, fired_key = schedule_timers(current_schedule(key)), "s:" + key
+            else:
+                wanted, fired_key = timers_for(current(key)), key
+            if timer in wanted:
+                self.fired.setdefault(fired_key, set()).add(timer.command().command_id)
                 out.append(timer)
         return out
 

@@ -7,9 +7,11 @@ import dataclasses
 import json
 from typing import Any
 
+from spotreel.domain import events as ev
+from spotreel.domain.schedules import ScheduleState
 from spotreel.domain.state import Checkpoint, JobState, Lease
 
-_TUPLE_FIELDS = ("parents", "recent_failures_ms", "pending_parents")
+_TUPLE_FIELDS = ("parents", "recent_failures_ms", "pending_parents", "watchers")
 
 
 def dumps(state: JobState) -> bytes:
@@ -21,8 +23,20 @@ def loads(raw: bytes | None) -> JobState | None:
         return None
     d: dict[str, Any] = json.loads(raw)
     for name in _TUPLE_FIELDS:
-        d[name] = tuple(d[name])
+        d[name] = tuple(d.get(name, ()))
     d["parent_outcomes"] = tuple(tuple(p) for p in d["parent_outcomes"])
     d["checkpoints"] = tuple(Checkpoint(**c) for c in d["checkpoints"])
     d["lease"] = Lease(**d["lease"]) if d["lease"] is not None else None
     return JobState(**d)
+
+
+def dumps_schedule(state: ScheduleState) -> bytes:
+    return json.dumps(dataclasses.asdict(state), separators=(",", ":")).encode()
+
+
+def loads_schedule(raw: bytes | None) -> ScheduleState | None:
+    if not raw:
+        return None
+    d: dict[str, Any] = json.loads(raw)
+    d["created"] = ev.ScheduleCreated(**d["created"])
+    return ScheduleState(**d)

@@ -1,0 +1,170 @@
+"""DAG advancement and cron schedules through the real scheduler: parents and children on different
+partitions (the WatchParent / ResolveParent handshake), and one job per occurrence even when
+FireOccurrence is redelivered."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from spotreel.adapters.partitioning import partition_for
+from spotreel.domain import commands as c
+from spotreel.domain import events as ev
+from spotreel.domain import ids
+from spotreel.domain.state import Status
+from tests.integration.schedkit import (GPU, Bus, SchedulerProc, drop_topics, make_topics, scheduler_settings,
+                                        submit)
+
+
+@pytest.fixture(scope="module")
+def env(stack, tmp_path_factory):
+    settings = scheduler_settings("d" + uuid.uuid4().hex[:10], partitions=3)
+    make_topics(settings)
+    proc = SchedulerProc(settings, tmp_path_factory.mktemp("dag"))
+    try:
+        proc.wait_owning({0, 1, 2})
+        bus = Bus(settings)
+        yield settings, bus
+        bus.close()
+    finally:
+        proc.stop()
+        drop_topics(settings)
+
+
+def _keys_on_distinct_partitions(n: int, partitions: int, tenant: str = "acme") -> list[str]:
+    keys, used = [], set()
+    while len(keys) < n:
+        k = uuid.uuid4().hex[:8]
+        p = partition_for(ids.job_id_for(tenant, k), partitions)
+        if p not in used:
+            used.add(p)
+            keys.append(k)
+    return keys
+
+
+def _run(bus: Bus, job_id: str, model: str | None = None, ok: bool = True) -> None:
+    a = bus.request_work("w-" + uuid.uuid4().hex[:6], model=model or bus.state(job_id).model)
+    assert isinstance(a, ev.WorkAssigned) and a.job_id == job_id, a
+    if ok:
+        bus.send(c.CompleteJob(bus.next_id("done"), job_id, a.epoch, a.worker_id, "k", "sha", 1))
+        bus.wait_event(job_id, ev.JobSucceeded)
+    else:
+        bus.send(c.FailJob(bus.next_id("fail"), job_id, a.epoch, a.worker_id, "oom", "x", retryable=False))
+        bus.wait_event(job_id, ev.JobFailed)
+
+
+def _dag(bus: Bus, settings, policy: str):
+    # One pool (model) per job, so a worker asking for the child's pool can only get the child.
+    ka, kb, kc = _keys_on_distinct_partitions(3, settings.partitions)
+    a, b = submit("acme", ka, model="m-" + ka), submit("acme", kb, model="m-" + kb)
+    model = "m-" + kc
+    for s in (a, b):
+        bus.send(s)
+        bus.wait_event(s.job_id, ev.JobQueued)
+    child = submit("acme", kc, model=model, parents=(a.job_id, b.job_id), dag_policy=policy)
+    bus.send(child)
+    bus.wait_event(child.job_id, ev.JobWaiting)
+    for s in (a, b):  # both parents record the watch
+        bus.wait_event(s.job_id, ev.ParentWatched)
+    return model, a.job_id, b.job_id, child.job_id
+
+
+def _model(bus: Bus, job_id: str) -> str:
+    return bus.state(job_id).model
+
+
+def test_fail_fast_child_runs_only_after_both_parents_succeed(env):
+    settings, bus = env
+    model, a, b, child = _dag(bus, settings, "fail_fast")
+    _run(bus, a)
+    bus.wait_event(child, ev.ParentResolved)
+    assert bus.state(child).status == Status.WAITING
+    # The child is not dispatchable yet.
+    assert isinstance(bus.request_work("w-early", model=model, timeout=1.0), ev.NoWorkAvailable)
+    _run(bus, b)
+    assert bus.wait_event(child, ev.JobQueued).reason == "parents_resolved"
+    assert dict(bus.state(child).parent_outcomes) == {a: "succeeded", b: "succeeded"}
+    _run(bus, child, model)
+
+
+def test_fail_fast_child_is_cancelled_naming_the_failed_parent(env):
+    settings, bus = env
+    model, a, b, child = _dag(bus, settings, "fail_fast")
+    _run(bus, a, ok=False)
+    cancelled = bus.wait_event(child, ev.JobCancelled)
+    assert cancelled.reason == "parent_failed"
+    resolved = [e for e in bus.job_events(child) if isinstance(e, ev.ParentResolved)]
+    assert [(e.parent_id, e.outcome) for e in resolved] == [(a, "failed")]
+    # B still ends normally; its resolve reaches a cancelled child and is refused there, nothing else.
+    _run(bus, b)
+    bus.wait_for(lambda: [e for e in bus.job_events(child) if isinstance(e, ev.CommandRejected)], 20, "refusal")
+    assert bus.state(child).status == Status.CANCELLED
+
+
+def test_continue_child_runs_once_all_parents_are_terminal(env):
+    settings, bus = env
+    model, a, b, child = _dag(bus, settings, "continue")
+    _run(bus, a, ok=False)
+    bus.wait_event(child, ev.ParentResolved)
+    assert bus.state(child).status == Status.WAITING
+    _run(bus, b)
+    bus.wait_event(child, ev.JobQueued)
+    assert dict(bus.state(child).parent_outcomes) == {a: "failed", b: "succeeded"}
+
+
+def test_a_child_of_a_finished_parent_and_of_an_unknown_one(env):
+    settings, bus = env
+    model = "m-" + uuid.uuid4().hex[:6]
+    parent = submit("acme", uuid.uuid4().hex[:8], model=model)
+    bus.send(parent)
+    bus.wait_event(parent.job_id, ev.JobQueued)
+    _run(bus, parent.job_id, model)
+    late = submit("acme", uuid.uuid4().hex[:8], model=model, parents=(parent.job_id,))
+    bus.send(late)  # the parent is already terminal: answered at once
+    assert bus.wait_event(late.job_id, ev.JobQueued).reason == "parents_resolved"
+    orphan = submit("acme", uuid.uuid4().hex[:8], model=model, parents=("jdoesnotexist",))
+    bus.send(orphan)
+    assert bus.wait_event(orphan.job_id, ev.JobCancelled).reason == "parent_failed"
+
+
+def test_cron_run_all_submits_each_missed_occurrence_exactly_once(env):
+    settings, bus = env
+    sid = "sched-" + uuid.uuid4().hex[:8]
+    minute = 60_000
+    now = int(time.time() * 1000)
+    start = (now // minute - 10) * minute + 1  # ten whole minutes in the past: 10 occurrences missed
+    model = "m-" + uuid.uuid4().hex[:6]
+    bus.send(c.CreateSchedule("cs-" + sid, sid, "acme", "* * * * *", "UTC", "run_all", model, GPU, "tick", 1.0,
+                              "64x64", 8, 1, 4, start_ms=start, max_catchup=4))
+    fired = bus.wait_for(lambda: [e for e in bus.events if isinstance(e, ev.OccurrenceFired)
+                                  and e.schedule_id == sid] if len(
+        [e for e in bus.events if isinstance(e, ev.OccurrenceFired) and e.schedule_id == sid]) >= 4 else None,
+        30, "4 occurrences fired")
+    assert len(fired) == 4
+    skipped = [e for e in bus.events if isinstance(e, ev.OccurrencesSkipped) and e.schedule_id == sid]
+    assert len(skipped) == 1
+    for f in fired:
+        bus.wait_event(f.job_id, ev.JobQueued)
+    # A redelivered (or duplicated) firing: the schedule is not due, nothing new is submitted.
+    bus.send(c.FireOccurrence("again-" + sid, sid))
+    bus.send(c.FireOccurrence("again-" + sid, sid))
+    bus.poll(2.0)
+    fired_again = [e for e in bus.events if isinstance(e, ev.OccurrenceFired) and e.schedule_id == sid]
+    assert len(fired_again) == 4
+    submitted = [e for e in bus.events if isinstance(e, ev.JobSubmitted) and e.schedule_id == sid]
+    assert sorted(e.occurrence_ms for e in submitted) == sorted(f.occurrence_ms for f in fired)
+    assert len({e.job_id for e in submitted}) == 4
+    # The same occurrence's SubmitJob sent twice (a re-sent follow-up): the second is a no-op.
+    bus.send(c.SubmitJob(**{**_submit_fields(submitted[0]), "command_id": "dup"}))
+    bus.poll(1.0)
+    assert len([e for e in bus.events if isinstance(e, ev.JobSubmitted) and e.schedule_id == sid]) == 4
+    bus.send(c.DeleteSchedule("del-" + sid, sid))
+    bus.wait_for(lambda: [e for e in bus.events if isinstance(e, ev.ScheduleDeleted) and e.schedule_id == sid],
+                 20, "deleted")
+
+
+def _submit_fields(e: ev.JobSubmitted) -> dict:
+    names = c.SubmitJob.__dataclass_fields__
+    return {k: getattr(e, k) for k in names if hasattr(e, k) and k != "command_id"}
