@@ -16,10 +16,11 @@ def _registrars() -> list[Registrar]:
     from spotreel.codec.cli import register as schemas
     from spotreel.infra.cli import register as infra
     from spotreel.services.gateway.cli import register as gateway
+    from spotreel.services.gateway.client_cli import register as client
     from spotreel.services.projector.cli import register as projector
     from spotreel.services.scheduler.cli import register as scheduler
 
-    return [infra, schemas, projector, scheduler, gateway]
+    return [infra, schemas, projector, scheduler, gateway, client]
 
 
 def build_parser() -> argparse.ArgumentParser:
