@@ -52,8 +52,13 @@ def test_sigterm_ignored_means_sigkill_after_timeout(tmp_path):
     assert wait_for(lambda: "ready" in log.read_text())
     t0 = time.monotonic()
     assert stop_group(proc.pid, 0.5, "stubborn") == "killed"
-    assert time.monotonic() - t0 < 10
-    assert proc.wait(5) == -9
+    elapsed = time.monotonic() - t0
+    assert 0.5 <= elapsed < 10  # it waited out the grace period, then did not hang
+    assert group_members(proc.pid) == []
+    # stop_group reaps its own children, so Popen may only see ECHILD (returncode 0); when it
+    # wins the race it must see the SIGKILL.
+    assert proc.wait(5) in (-9, 0)
+    assert "ready" in log.read_text()
 
 
 def test_a_recycled_pid_is_not_ours(tmp_path):
