@@ -18,9 +18,10 @@ def _registrars() -> list[Registrar]:
     from spotreel.services.gateway.cli import register as gateway
     from spotreel.services.gateway.client_cli import register as client
     from spotreel.services.projector.cli import register as projector
+    from spotreel.services.capacity.cli import register as capacity
     from spotreel.services.scheduler.cli import register as scheduler
 
-    return [infra, schemas, projector, scheduler, gateway, client]
+    return [infra, schemas, projector, scheduler, gateway, client, capacity]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,90 @@
+"""The capacity loop: read the pool, ask the policy, tell the provider; one JSON line per action."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+from spotreel.services.capacity.policy import CapacityConfig, Decision, FleetView, PoolView, decide
+from spotreel.services.capacity.providers import Provider, Worker
+
+log = logging.getLogger("spotreel.capacity")
+
+# worker ids -> status in the workers read model ("idle", "busy", "gone"); absent = never leased yet
+StatusLookup = Callable[[list[str]], dict[str, str]]
+
+
+class Stats(Protocol):
+    def poll(self, timeout: float = 0.5) -> int: ...
+    def view(self, pool: str) -> PoolView: ...
+
+
+def classify(workers: list[Worker], statuses: dict[str, str], now: float, cold_start_s: float) -> FleetView:
+    idle, busy, starting, draining = [], [], [], []
+    for w in sorted(workers, key=lambda w: w.started_at):
+        status = statuses.get(w.worker_id)
+        if w.draining:
+            draining.append(w.worker_id)
+        elif status == "busy":
+            busy.append(w.worker_id)
+        elif status is None and now - w.started_at < cold_start_s:
+            starting.append(w.worker_id)  # still loading its model; has not asked for work yet
+        else:
+            idle.append(w.worker_id)
+    return FleetView(tuple(idle), tuple(busy), tuple(starting), tuple(draining))
+
+
+@dataclass
+class Manager:
+    pool: str
+    cfg: CapacityConfig
+    stats: Stats
+    provider: Provider
+    statuses: StatusLookup
+    cold_start_s: float = 60.0
+    clock: Callable[[], float] = time.time
+    emit: Callable[[dict], None] = field(default=lambda rec: print(json.dumps(rec), flush=True))
+    last_up: float | None = None
+    last_down: float | None = None
+    added: int = 0
+    drained: int = 0
+    preempted: int = 0
+
+    def tick(self) -> Decision:
+        now = self.clock()
+        self.stats.poll(0.2)
+        for wid in self.provider.notices():
+            # A preemption notice: drain now, so the job is checkpointed and released while there is time.
+            self.provider.drain(wid)
+            self.preempted += 1
+            self.emit({"at": now, "pool": self.pool, "action": "preemption_notice", "worker": wid})
+        workers = self.provider.workers()
+        live = [w.worker_id for w in workers if not w.draining]
+        fleet = classify(workers, self.statuses(live) if live else {}, now, self.cold_start_s)
+        view = self.stats.view(self.pool)
+        d = decide(view, fleet, self.cfg, now, self.last_up, self.last_down)
+        if d.add:
+            started = self.provider.add(d.add)
+            self.last_up = now
+            self.added += len(started)
+            self.emit({"at": now, "pool": self.pool, "action": "add", "workers": started, "want": d.want,
+                       "queued": view.queued, "busy": view.leased, "reason": d.reason})
+        for wid in d.drain:
+            self.provider.drain(wid)
+        if d.drain:
+            self.last_down = now
+            self.drained += len(d.drain)
+            self.emit({"at": now, "pool": self.pool, "action": "drain", "workers": list(d.drain),
+                       "want": d.want, "reason": d.reason})
+        return d
+
+    def run(self, interval_s: float, stop: Callable[[], bool]) -> None:
+        while not stop():
+            try:
+                self.tick()
+            except Exception:  # noqa: BLE001 - a failed tick (broker blip, read timeout) is retried next tick
+                log.exception("capacity tick failed")
+            time.sleep(interval_s)

@@ -1,0 +1,108 @@
+"""Where workers come from. One interface; `local` runs real worker processes on this machine.
+
+A provider knows its workers by id and can add and drain them; which of them are idle or busy is the
+control plane's knowledge (the workers read model), joined in by the manager. Preemption notices (a cloud
+provider's "this instance goes away in N seconds") arrive through `notices()`; the manager drains such a
+worker at once so its job is checkpointed and released instead of lost.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, Sequence
+
+from spotreel.infra.processes import proc_stat, read_pidfile, spawn, stop_group
+
+
+@dataclass(frozen=True)
+class Worker:
+    worker_id: str
+    draining: bool = False
+    started_at: float = 0.0  # wall clock (time.time()) when the provider started it
+
+
+class Provider(Protocol):
+    def workers(self) -> list[Worker]: ...
+    def add(self, n: int) -> list[str]: ...
+    def drain(self, worker_id: str) -> None: ...
+    def notices(self) -> list[str]: ...
+    def close(self) -> None: ...
+
+
+def default_worker_argv(pool: str, worker_id: str) -> list[str]:
+    return [sys.executable, "-m", "spotreel.cli", "worker", "--pool", pool, "--worker-id", worker_id]
+
+
+class LocalProvider:
+    """Worker processes started here, tracked by pid files under `run_dir`, drained with SIGTERM (the
+    worker checkpoints, releases its lease and exits). A preemption notice is a file named after the worker
+    in `run_dir/notices/` (what a spot-instance metadata watcher would write)."""
+
+    def __init__(self, pool: str, run_dir: Path, log_dir: Path, argv: Sequence[str] | None = None,
+                 env: dict[str, str] | None = None, name_prefix: str = "local") -> None:
+        self.pool = pool
+        self.run_dir = run_dir
+        self.log_dir = log_dir
+        self.argv_template = list(argv) if argv else None
+        self.env = {**os.environ, **(env or {})}
+        self.prefix = name_prefix
+        self._draining: set[str] = set()
+        (run_dir / "notices").mkdir(parents=True, exist_ok=True)
+        log_dir.mkdir(parents=True, exist_ok=True)
+
+    def _pidfile(self, worker_id: str) -> Path:
+        return self.run_dir / f"{worker_id}.pid"
+
+    def _argv(self, worker_id: str) -> list[str]:
+        if self.argv_template is None:
+            return default_worker_argv(self.pool, worker_id)
+        return [a.format(pool=self.pool, worker_id=worker_id) for a in self.argv_template]
+
+    def workers(self) -> list[Worker]:
+        out = []
+        for pidfile in sorted(self.run_dir.glob("*.pid")):
+            wid = pidfile.stem
+            if read_pidfile(pidfile) is None:
+                pidfile.unlink(missing_ok=True)
+                self._draining.discard(wid)
+                continue
+            out.append(Worker(wid, wid in self._draining, pidfile.stat().st_mtime))
+        return out
+
+    def add(self, n: int) -> list[str]:
+        started = []
+        for _ in range(n):
+            wid = f"{self.prefix}-{uuid.uuid4().hex[:8]}"
+            spawn(self._argv(wid), pidfile=self._pidfile(wid), log=self.log_dir / f"{wid}.log",
+                  cwd=self.run_dir, env=self.env)
+            started.append(wid)
+        return started
+
+    def drain(self, worker_id: str) -> None:
+        running = read_pidfile(self._pidfile(worker_id))
+        if running is None:
+            return
+        self._draining.add(worker_id)
+        st = proc_stat(running.pid)
+        if st is not None:
+            os.killpg(st.pgrp, signal.SIGTERM)
+
+    def notices(self) -> list[str]:
+        out = []
+        for f in sorted((self.run_dir / "notices").iterdir()):
+            out.append(f.name)
+            f.unlink(missing_ok=True)
+        return out
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop every worker this provider started (SIGTERM, then SIGKILL after `timeout`)."""
+        for w in self.workers():
+            running = read_pidfile(self._pidfile(w.worker_id))
+            if running is not None:
+                stop_group(running.pid, timeout, w.worker_id)
+            self._pidfile(w.worker_id).unlink(missing_ok=True)

@@ -1,0 +1,61 @@
+"""The pool's statistics as the scheduler publishes them: the latest record of every partition, summed."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from spotreel.codec import Codec, CodecError
+from spotreel.domain import events as ev
+from spotreel.infra.topics import pool_stats_topic
+from spotreel.services.capacity.policy import PoolView
+from spotreel.settings import Settings
+
+log = logging.getLogger("spotreel.capacity")
+
+
+def sum_pool(pool: str, records: list[ev.PoolStats]) -> PoolView:
+    """Totals of one pool over partitions; the mean run time weighted by each partition's leased count
+    (a partition that ran nothing has no say)."""
+    mine = [r for r in records if r.pool == pool]
+    weights = [(r.mean_run_ms, max(1, r.leased)) for r in mine if r.mean_run_ms > 0]
+    mean = sum(m * w for m, w in weights) / sum(w for _, w in weights) if weights else 0.0
+    return PoolView(pool=pool, queued=sum(r.queued for r in mine), leased=sum(r.leased for r in mine),
+                    oldest_wait_ms=max((r.oldest_wait_ms for r in mine), default=0), mean_run_ms=mean)
+
+
+class PoolStatsReader:
+    """Tails the compacted pool-stats topic from the beginning, keeping the newest record per partition."""
+
+    def __init__(self, settings: Settings, codec: Codec | None = None) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+        self.codec = codec or Codec.default()
+        self.latest: dict[tuple[str, int], ev.PoolStats] = {}
+        self._consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap,
+                                   "group.id": f"{settings.topic_prefix}.capacity", "enable.auto.commit": False})
+        topic = pool_stats_topic(settings)
+        self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(settings.partitions)])
+
+    def poll(self, timeout: float = 0.5) -> int:
+        """Take in what has arrived; the number of records read."""
+        msgs: list[Any] = self._consumer.consume(1000, timeout)
+        n = 0
+        for msg in msgs:
+            if msg.error() or msg.value() is None:
+                continue
+            try:
+                rec = self.codec.decode_message(msg.value())
+            except CodecError as exc:
+                log.warning("skipping an undecodable pool-stats record at offset %s: %s", msg.offset(), exc)
+                continue
+            if isinstance(rec, ev.PoolStats):
+                self.latest[(rec.pool, rec.partition)] = rec
+                n += 1
+        return n
+
+    def view(self, pool: str) -> PoolView:
+        return sum_pool(pool, list(self.latest.values()))
+
+    def close(self) -> None:
+        self._consumer.close()

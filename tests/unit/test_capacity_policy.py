@@ -1,0 +1,95 @@
+"""The capacity rules: bounds, cooldowns, and never draining a worker that holds a lease."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spotreel.services.capacity.policy import CapacityConfig, Decision, FleetView, PoolView, decide, demand
+
+pytestmark = pytest.mark.unit
+
+CFG = CapacityConfig(floor=1, ceiling=10, idle_buffer=1, target_wait_s=60, up_cooldown_s=5, down_cooldown_s=30)
+
+
+def ids(prefix: str, n: int) -> tuple[str, ...]:
+    return tuple(f"{prefix}{i}" for i in range(n))
+
+
+def test_an_empty_pool_keeps_the_floor_plus_nothing_more():
+    assert demand(PoolView("p"), CFG) == 1  # idle buffer 1, floor 1
+    assert demand(PoolView("p"), CapacityConfig(floor=0, idle_buffer=0)) == 0
+
+
+def test_queue_is_served_within_the_target_wait_by_measured_run_time():
+    # 60 s target, 20 s per job: one worker takes 3 queued jobs in the window.
+    view = PoolView("p", queued=7, leased=2, mean_run_ms=20_000)
+    assert demand(view, CFG) == 2 + 3 + 1
+    # nothing measured yet: one worker per queued job (bounded by the ceiling)
+    assert demand(PoolView("p", queued=7, leased=2), CFG) == 10
+
+
+def test_scale_up_is_stepped_and_cooled_down():
+    cfg = CapacityConfig(ceiling=50, max_step_up=4, up_cooldown_s=10)
+    view = PoolView("p", queued=30)
+    d = decide(view, FleetView(), cfg, now_s=100, last_up_s=None, last_down_s=None)
+    assert d.add == 4 and d.want == 31
+    assert decide(view, FleetView(), cfg, now_s=105, last_up_s=100, last_down_s=None).add == 0
+    assert decide(view, FleetView(), cfg, now_s=110, last_up_s=100, last_down_s=None).add == 4
+
+
+def test_starting_workers_count_as_supply():
+    view = PoolView("p", queued=3)
+    d = decide(view, FleetView(starting=ids("s", 4)), CFG, now_s=100, last_up_s=None, last_down_s=None)
+    assert d == Decision(want=4)
+
+
+def test_scale_down_drains_only_idle_workers_newest_first():
+    fleet = FleetView(idle=ids("i", 3), busy=ids("b", 4))
+    view = PoolView("p", leased=4)
+    d = decide(view, fleet, CFG, now_s=100, last_up_s=None, last_down_s=None)
+    assert d.drain == ("i2", "i1") and d.want == 5
+    busy_only = FleetView(busy=ids("b", 6))
+    assert decide(PoolView("p", leased=2), busy_only, CFG, 100, None, None).drain == ()
+
+
+def test_scale_down_waits_for_the_cooldown_after_any_action():
+    fleet = FleetView(idle=ids("i", 5))
+    view = PoolView("p")
+    assert decide(view, fleet, CFG, now_s=100, last_up_s=80, last_down_s=None).drain == ()
+    assert decide(view, fleet, CFG, now_s=111, last_up_s=80, last_down_s=None).drain == ("i4", "i3", "i2", "i1")
+
+
+@pytest.mark.parametrize("bad", [dict(floor=3, ceiling=2), dict(floor=-1), dict(idle_buffer=-1),
+                                 dict(max_step_up=0), dict(target_wait_s=0), dict(up_cooldown_s=-1)])
+def test_bad_configuration_is_refused(bad):
+    with pytest.raises(ValueError):
+        CapacityConfig(**bad)
+
+
+views = st.builds(PoolView, pool=st.just("p"), queued=st.integers(0, 500), leased=st.integers(0, 60),
+                  mean_run_ms=st.sampled_from([0.0, 1_000.0, 30_000.0, 600_000.0]))
+fleets = st.builds(lambda i, b, s, d: FleetView(ids("i", i), ids("b", b), ids("s", s), ids("d", d)),
+                   st.integers(0, 30), st.integers(0, 60), st.integers(0, 10), st.integers(0, 5))
+configs = st.builds(lambda f, extra, buf, step: CapacityConfig(floor=f, ceiling=f + extra, idle_buffer=buf,
+                                                                max_step_up=step),
+                    st.integers(0, 5), st.integers(0, 40), st.integers(0, 3), st.integers(1, 10))
+times = st.one_of(st.none(), st.floats(0, 200))
+
+
+@settings(max_examples=400, deadline=None)
+@given(views, fleets, configs, st.floats(100, 300), times, times)
+def test_decisions_stay_in_bounds(view, fleet, cfg, now, last_up, last_down):
+    d = decide(view, fleet, cfg, now, last_up, last_down)
+    assert cfg.floor <= d.want <= cfg.ceiling
+    assert not (d.add and d.drain)
+    assert 0 <= d.add <= cfg.max_step_up
+    assert fleet.supply + d.add <= max(cfg.ceiling, fleet.supply)
+    assert set(d.drain) <= set(fleet.idle), "only idle workers are drained"
+    assert fleet.supply - len(d.drain) >= min(cfg.floor, fleet.supply)
+    if d.add:
+        assert last_up is None or now - last_up >= cfg.up_cooldown_s
+    if d.drain:
+        recent = [t for t in (last_up, last_down) if t is not None]
+        assert not recent or now - max(recent) >= cfg.down_cooldown_s
