@@ -1,0 +1,98 @@
+"""The lease's heartbeat and progress reports, on their own clock in a background thread.
+
+Denoising steps can take milliseconds (tiny model) or a minute (a full model on a slow GPU), so liveness
+must not depend on step length: this thread heartbeats every `heartbeat_s` and reports the run's latest
+progress every `progress_s`, whatever the run is doing. It also carries the control plane's answers back:
+the lease was lost (stop writing), a cancel was requested, or a drain (pause) was requested.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from spotreel.worker.transport import Lease, LeaseLost, Transport, TransportError, Verdict
+
+log = logging.getLogger("spotreel.worker.pulse")
+
+
+@dataclass(frozen=True)
+class Position:
+    step: int
+    progress_pct: float
+    phase: str
+
+
+class Pulse:
+    def __init__(self, transport: Transport, lease: Lease, heartbeat_s: float, progress_s: float,
+                 start: Position) -> None:
+        self.transport = transport
+        self.lease = lease
+        self.heartbeat_s = heartbeat_s
+        self.progress_s = progress_s
+        self._position = start
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.lost = threading.Event()
+        self.cancel = threading.Event()
+        self.drain = threading.Event()
+        self.lost_reason = ""
+        self.last_contact = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name=f"pulse-{lease.job_id[:10]}", daemon=True)
+
+    def start(self) -> "Pulse":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(30)
+
+    def move(self, step: int, progress_pct: float, phase: str) -> None:
+        with self._lock:
+            self._position = Position(step, round(min(100.0, max(0.0, progress_pct)), 3), phase)
+
+    @property
+    def position(self) -> Position:
+        with self._lock:
+            return self._position
+
+    def heed(self, verdict: Verdict) -> None:
+        """Take a verdict's instructions (also for verdicts of commands the run sent itself)."""
+        self.last_contact = time.monotonic()
+        if verdict.cancel:
+            self.cancel.set()
+        if verdict.drain:
+            self.drain.set()
+
+    def mark_lost(self, reason: str) -> None:
+        self.lost_reason = self.lost_reason or reason
+        self.lost.set()
+
+    def _run(self) -> None:
+        now = time.monotonic()
+        next_beat, next_report = now + self.heartbeat_s, now + min(self.progress_s, 1.0)
+        while not self._stop.is_set() and not self.lost.is_set():
+            self._stop.wait(max(0.0, min(next_beat, next_report) - time.monotonic()))
+            if self._stop.is_set():
+                return
+            now = time.monotonic()
+            try:
+                if now >= next_report:
+                    next_report = now + self.progress_s
+                    pos = self.position
+                    self.heed(self.transport.progress(self.lease, pos.step, pos.progress_pct, pos.phase))
+                if now >= next_beat:
+                    next_beat = now + self.heartbeat_s
+                    self.heed(self.transport.heartbeat(self.lease))
+            except LeaseLost as exc:
+                log.warning("job %s epoch %d: %s", self.lease.job_id, self.lease.epoch, exc)
+                self.mark_lost(exc.reason)
+            except TransportError as exc:
+                log.warning("job %s: control plane unreachable (%s); retrying", self.lease.job_id, exc)
+                next_beat = min(next_beat, now + 1.0)
+            except Exception:  # never let the lease die because of a bug in one answer
+                log.exception("pulse of job %s", self.lease.job_id)

@@ -1,0 +1,126 @@
+"""How a worker talks to the control plane, whatever carries it (HTTP to the gateway, or Kafka directly).
+
+The runtime codes against `Transport` only. Every lease command returns a `Verdict` or raises:
+- `LeaseLost`: the scheduler refused the command because this worker no longer holds the lease (stale or
+  unknown epoch, lease expired, another worker, job terminal). The worker must stop writing for that job.
+- `TransportError`: nothing could be said (network down, broker unreachable). The command may or may not
+  have landed; the caller retries on its own schedule and the lease TTL bounds the damage.
+A refusal that does not end the lease (e.g. `checkpoint_not_newer`) comes back as a Verdict with
+`accepted=False` and its reason. `pending` means the command is durable but was not judged in time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Mapping, Protocol
+
+# Refusals after which the worker does not hold the lease any more.
+LEASE_LOST_REASONS = frozenset({"stale_epoch", "unknown_epoch", "lease_expired", "worker_mismatch", "terminal",
+                                "unknown_job"})
+
+
+class TransportError(RuntimeError):
+    """The control plane could not be reached or answered nonsense; the outcome of the call is unknown."""
+
+
+class LeaseLost(RuntimeError):
+    def __init__(self, reason: str, detail: str = "", current_epoch: int | None = None) -> None:
+        super().__init__(f"lease lost ({reason}){': ' + detail if detail else ''}")
+        self.reason = reason
+        self.detail = detail
+        self.current_epoch = current_epoch
+
+
+@dataclass(frozen=True)
+class WorkerProfile:
+    """Who asks for work: the models it can serve (one pool per model) on its GPU type."""
+
+    worker_id: str
+    gpu_type: str
+    models: tuple[str, ...]
+    warm_models: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A granted lease with the job's settings and where to resume (the WorkAssigned answer)."""
+
+    job_id: str
+    epoch: int
+    worker_id: str
+    attempt: int
+    lease_ttl_ms: int
+    lease_expires_at_ms: int
+    pool: str
+    model: str
+    gpu_type: str
+    prompt: str
+    duration_s: float
+    resolution: str
+    fps: int
+    seed: int
+    num_steps: int
+    resume_checkpoint_key: str | None = None
+    resume_step: int | None = None
+    resume_progress_pct: float | None = None
+    # Cadence the control plane asks for (the gateway says so in its answer; Kafka workers use defaults).
+    heartbeat_seconds: float = 10.0
+    progress_seconds: float = 5.0
+
+    @classmethod
+    def from_answer(cls, answer: Mapping[str, Any] | Any) -> "Lease":
+        get = answer.get if isinstance(answer, Mapping) else (lambda k, d=None: getattr(answer, k, d))
+        missing = object()
+        kwargs = {}
+        for f in fields(cls):
+            value = get(f.name, missing)
+            if value is not missing and value is not None:
+                kwargs[f.name] = value
+        try:
+            return cls(**kwargs)
+        except TypeError as exc:
+            raise TransportError(f"malformed lease answer: {exc}") from None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    accepted: bool
+    pending: bool = False
+    reason: str | None = None
+    event: str | None = None
+    # Instructions the control plane attaches to a heartbeat or progress answer.
+    cancel: bool = False
+    drain: bool = False
+    lease_expires_at_ms: int | None = None
+
+
+class Transport(Protocol):
+    profile: WorkerProfile
+
+    def register(self) -> dict[str, Any]: ...
+
+    def lease(self, wait_seconds: float, draining: bool = False, lease_ttl_ms: int | None = None) -> Lease | None:
+        """Long-poll for a lease; None when nothing came before the deadline."""
+
+    def heartbeat(self, lease: Lease) -> Verdict: ...
+
+    def progress(self, lease: Lease, step: int, progress_pct: float, phase: str) -> Verdict: ...
+
+    def checkpoint(self, lease: Lease, key: str, step: int, progress_pct: float, checksum: str,
+                   size_bytes: int) -> Verdict: ...
+
+    def complete(self, lease: Lease, artifact_key: str, checksum: str, size_bytes: int) -> Verdict: ...
+
+    def fail(self, lease: Lease, error_code: str, message: str, retryable: bool = True,
+             invalid_checkpoint_key: str | None = None) -> Verdict: ...
+
+    def release(self, lease: Lease, reason: str = "preempted") -> Verdict: ...
+
+    def close(self) -> None: ...
+
+
+def judge(reason: str | None, detail: str = "", current_epoch: int | None = None, event: str | None = None) -> Verdict:
+    """A refusal reason → LeaseLost if it ends the lease, else a refused Verdict."""
+    if reason in LEASE_LOST_REASONS:
+        raise LeaseLost(reason, detail, current_epoch)
+    return Verdict(accepted=False, reason=reason, event=event)
