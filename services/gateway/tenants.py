@@ -6,6 +6,7 @@ import re
 import secrets
 
 from spotreel.infra.seed import api_key_hash
+from spotreel.services.webhooks.signing import new_secret
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
@@ -41,3 +42,19 @@ def create_worker_key(session, name: str) -> str:
         "VALUES (%s, %s, '', 'worker', %s, toTimestamp(now()))",
         (api_key_hash(key), key[:8], name))
     return key
+
+
+def create_webhook_secret(session, name: str, rotate: bool = False) -> str | None:
+    """The tenant's webhook signing secret, made now and returned once; None when it already has one
+    (unless `rotate`). Stored as is: signing needs the secret itself, not a hash of it."""
+    secret = new_secret()
+    if rotate:
+        row = session.execute("UPDATE tenants SET webhook_secret = %s WHERE tenant_id = %s IF EXISTS",
+                              (secret, name)).one()
+    else:
+        row = session.execute("UPDATE tenants SET webhook_secret = %s WHERE tenant_id = %s IF webhook_secret = null",
+                              (secret, name)).one()
+    applied = row[0] if row is not None else False
+    if not applied and rotate:
+        raise ValueError(f"no tenant named {name!r}")
+    return secret if applied else None

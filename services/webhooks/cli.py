@@ -1,0 +1,45 @@
+"""`spotreel webhooks`: deliver signed webhooks for jobs submitted with a callback_url, until SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+
+from spotreel.settings import Settings
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("webhooks", help="deliver signed webhooks on terminal job states (callback_url)")
+    p.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on 127.0.0.1:PORT")
+    p.add_argument("--max-attempts", type=int, default=8, help="attempts per webhook before giving up")
+    p.add_argument("--backoff-base", type=float, default=1.0, help="first retry delay ceiling, seconds")
+    p.add_argument("--backoff-cap", type=float, default=300.0, help="largest retry delay ceiling, seconds")
+    p.set_defaults(func=_run)
+
+
+async def _main(settings: Settings, args: argparse.Namespace) -> None:
+    from spotreel.services.webhooks.backoff import RetryPolicy
+    from spotreel.services.webhooks.service import build
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    policy = RetryPolicy(max_attempts=args.max_attempts, base_s=args.backoff_base, cap_s=args.backoff_cap)
+    with build(settings, policy, metrics_port=args.metrics_port) as notifier:
+        logging.getLogger("spotreel.webhooks").info(
+            "delivering webhooks from %s (private addresses %s)", notifier.config.events_topic,
+            "allowed" if notifier.config.allow_private else "refused")
+        await notifier.run(stop)
+
+
+def _run(args: argparse.Namespace, settings: Settings) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s webhooks %(levelname)s %(message)s")
+    try:
+        asyncio.run(_main(settings, args))
+    except ValueError as exc:
+        print(f"spotreel webhooks: {exc}")
+        return 2
+    return 0

@@ -1,0 +1,55 @@
+"""Settings → a ready Notifier (Cassandra session with migrations applied, Kafka consumer, metrics)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Iterator
+
+from spotreel.services.webhooks.backoff import RetryPolicy
+from spotreel.services.webhooks.metrics import WebhookMetrics
+from spotreel.services.webhooks.notifier import Notifier, NotifierConfig
+from spotreel.settings import Settings
+
+log = logging.getLogger("spotreel.webhooks")
+
+
+def group_id(settings: Settings) -> str:
+    return f"{settings.topic_prefix}.webhooks"
+
+
+def config_for(settings: Settings, policy: RetryPolicy | None = None) -> NotifierConfig:
+    from spotreel.infra.topics import events_topic
+
+    return NotifierConfig(bootstrap=settings.kafka_bootstrap, group_id=group_id(settings),
+                          events_topic=events_topic(settings), gateway_url=settings.gateway_url,
+                          allow_private=bool(settings.webhook_allow_private), policy=policy or RetryPolicy())
+
+
+@contextlib.contextmanager
+def build(settings: Settings, policy: RetryPolicy | None = None, metrics_port: int = 0,
+          session=None) -> Iterator[Notifier]:
+    """`session`: an open Cassandra session on the keyspace (tests pass theirs); else one is opened and
+    the keyspace migrated."""
+    from prometheus_client import start_http_server
+
+    from spotreel.services.webhooks.store import WebhookStore
+
+    metrics = WebhookMetrics.create()
+    if metrics_port:
+        start_http_server(metrics_port, addr=settings.host, registry=metrics.registry)
+    if session is not None:
+        yield Notifier(config_for(settings, policy), WebhookStore(session), metrics)
+        return
+    from cassandra.cluster import Cluster
+
+    from spotreel.infra.migrate import migrate
+
+    cluster = Cluster([settings.host], port=settings.cassandra_port, protocol_version=5)
+    try:
+        own = cluster.connect()
+        migrate(own, settings.cassandra_keyspace, say=log.info)
+        own.set_keyspace(settings.cassandra_keyspace)
+        yield Notifier(config_for(settings, policy), WebhookStore(own), metrics)
+    finally:
+        cluster.shutdown()
