@@ -15,6 +15,7 @@ Registrar = Callable[[argparse._SubParsersAction], None]
 def _registrars() -> list[Registrar]:
     from spotreel.codec.cli import register as schemas
     from spotreel.infra.cli import register as infra
+    from spotreel.services.capacity.sim_cli import register as simulate
     from spotreel.services.gateway.cli import register as gateway
     from spotreel.services.gateway.client_cli import register as client
     from spotreel.services.projector.cli import register as projector
@@ -22,7 +23,7 @@ def _registrars() -> list[Registrar]:
     from spotreel.services.scheduler.cli import register as scheduler
     from spotreel.services.webhooks.cli import register as webhooks
 
-    return [infra, schemas, projector, scheduler, gateway, client, capacity, webhooks]
+    return [infra, schemas, projector, scheduler, gateway, client, capacity, webhooks, simulate]
 
 
 def build_parser() -> argparse.ArgumentParser:

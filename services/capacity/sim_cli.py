@@ -1,0 +1,61 @@
+"""`spotreel simulate`: a fleet of simulated GPU workers against private, real spotreel services."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from spotreel.settings import Settings
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("simulate", help="simulate a spot GPU fleet against real services and print figures",
+                       description="Starts a private scheduler, projector and gateway (own topics, keyspace, "
+                                   "ports) on the running Kafka and Cassandra, ramps simulated workers through "
+                                   "the worker API, submits jobs through the public API, then judges the "
+                                   "run from its events.")
+    a = p.add_argument
+    a("--workers", default="250", help="fleet size per stage, e.g. 250,500,1000,2000,4000 (a ramp)")
+    a("--stage-seconds", type=float, default=60.0, help="seconds per stage")
+    a("--drain-seconds", type=float, default=120.0, help="after the last stage, wait this long for jobs to end")
+    a("--rate", type=float, default=2.0, help="submissions per second (Poisson, all tenants)")
+    a("--tenants", default="acme:5,globex:3,initech:2", help="tenant names and shares of the submissions")
+    a("--tiers", default="0:6,5:3,9:1", help="priority tiers (0..9) and their shares")
+    a("--steps", type=int, default=20, help="denoising steps per job")
+    a("--step-seconds", type=float, default=1.0, help="GPU seconds per step")
+    a("--checkpoint-seconds", type=float, default=0.5, help="checkpoint cost C")
+    a("--checkpoint-policy", default="adaptive", help="none | fixed:SECONDS | adaptive (sqrt(2*C*MTBF))")
+    a("--mtbf", type=float, default=600.0, help="mean seconds between preemptions per machine (0: none)")
+    a("--notice-share", type=float, default=0.5, help="share of preemptions that come with notice")
+    a("--cold-start", type=float, default=5.0, help="seconds from a new machine to its first request")
+    a("--heartbeat-seconds", type=float, default=10.0)
+    a("--progress-seconds", type=float, default=5.0)
+    a("--price", type=float, default=2.50, help="USD per GPU-hour for the cost estimate")
+    a("--partitions", type=int, default=6, help="partitions of the private topics")
+    a("--seed", type=int, default=1)
+    a("--out", type=Path, default=None, help="write the figures as JSON here")
+    a("--keep", action="store_true", help="keep the private topics and keyspace (for inspection)")
+    p.set_defaults(func=_simulate)
+
+
+def _simulate(args: argparse.Namespace, settings: Settings) -> int:
+    from spotreel.services.capacity.sim_config import (SimConfig, parse_policy, parse_ramp, parse_shares)
+    from spotreel.services.capacity.sim_run import simulate
+
+    try:
+        policy, fixed = parse_policy(args.checkpoint_policy)
+        cfg = SimConfig(
+            workers=parse_ramp(args.workers), stage_s=args.stage_seconds, drain_s=args.drain_seconds,
+            submit_rate=args.rate, tenants=parse_shares(args.tenants, "--tenants"),
+            tiers=parse_shares(args.tiers, "--tiers", key=int), steps=args.steps, step_s=args.step_seconds,
+            checkpoint_cost_s=args.checkpoint_seconds, policy=policy, fixed_interval_s=fixed, mtbf_s=args.mtbf,
+            notice_share=args.notice_share, cold_start_s=args.cold_start, heartbeat_s=args.heartbeat_seconds,
+            progress_s=args.progress_seconds, price_per_gpu_hour=args.price, seed=args.seed)
+        if args.partitions < 1:
+            raise ValueError("--partitions must be at least 1")
+    except ValueError as exc:
+        print(f"spotreel simulate: {exc}", file=sys.stderr)
+        return 2
+    report = simulate(cfg, settings, args.out, partitions=args.partitions, keep=args.keep)
+    return 1 if report["lost"] or report["duplicated"] else 0

@@ -1,0 +1,105 @@
+"""What a fleet simulation runs: fleet size and ramp, job shape, preemptions, load, and prices.
+
+Parsed from the `spotreel simulate` command line; every refusal says which option is wrong.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def parse_shares(text: str, what: str, key=str) -> tuple[tuple, ...]:
+    """'a:3,b:1' -> (('a', 0.75), ('b', 0.25)); a name without ':w' weighs 1."""
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        name, _, weight = part.partition(":")
+        try:
+            value = key(name.strip())
+            w = float(weight) if weight else 1.0
+        except ValueError:
+            raise ValueError(f"{what}: cannot read {part!r} (use NAME:WEIGHT,NAME:WEIGHT)") from None
+        if w <= 0:
+            raise ValueError(f"{what}: weight of {name!r} must be positive")
+        out.append((value, w))
+    if not out:
+        raise ValueError(f"{what}: give at least one entry")
+    names = [n for n, _ in out]
+    if len(set(names)) != len(names):
+        raise ValueError(f"{what}: an entry is given twice")
+    total = sum(w for _, w in out)
+    return tuple((n, w / total) for n, w in out)
+
+
+def parse_ramp(text: str) -> tuple[int, ...]:
+    try:
+        sizes = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"--workers: expected counts separated by commas, got {text!r}") from None
+    if not sizes or any(n < 1 for n in sizes):
+        raise ValueError("--workers: every fleet size must be at least 1")
+    return sizes
+
+
+def parse_policy(text: str) -> tuple[str, float | None]:
+    """none | fixed:SECONDS | adaptive."""
+    if text in ("none", "adaptive"):
+        return text, None
+    kind, _, secs = text.partition(":")
+    if kind == "fixed":
+        try:
+            value = float(secs)
+        except ValueError:
+            value = -1.0
+        if value > 0:
+            return "fixed", value
+    raise ValueError(f"--checkpoint-policy: use none, adaptive or fixed:SECONDS, got {text!r}")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    workers: tuple[int, ...] = (250,)       # fleet size per stage (a ramp when several)
+    stage_s: float = 60.0                   # seconds per ramp stage
+    drain_s: float = 120.0                  # after the last stage: no new submissions, wait for jobs to end
+    submit_rate: float = 2.0                # submissions per second, all tenants together (Poisson)
+    tenants: tuple[tuple[str, float], ...] = (("acme", 0.5), ("globex", 0.3), ("initech", 0.2))
+    tiers: tuple[tuple[int, float], ...] = ((0, 0.6), (5, 0.3), (9, 0.1))
+    steps: int = 20
+    step_s: float = 1.0
+    checkpoint_cost_s: float = 0.5
+    policy: str = "adaptive"
+    fixed_interval_s: float | None = None
+    interval_bounds_s: tuple[float, float] = (2.0, 600.0)
+    mtbf_s: float = 600.0                   # per worker; 0 = no preemptions
+    notice_share: float = 0.5
+    cold_start_s: float = 5.0
+    heartbeat_s: float = 10.0
+    progress_s: float = 5.0
+    lease_wait_s: float = 20.0
+    price_per_gpu_hour: float = 2.50
+    seed: int = 1
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.stage_s > 0, "--stage-seconds must be positive"),
+            (self.drain_s >= 0, "--drain-seconds must not be negative"),
+            (self.submit_rate >= 0, "--rate must not be negative"),
+            (self.steps >= 1, "--steps must be at least 1"),
+            (self.step_s > 0, "--step-seconds must be positive"),
+            (self.checkpoint_cost_s >= 0, "--checkpoint-seconds must not be negative"),
+            (self.mtbf_s >= 0, "--mtbf must not be negative (0: no preemptions)"),
+            (0.0 <= self.notice_share <= 1.0, "--notice-share must be within [0, 1]"),
+            (self.cold_start_s >= 0, "--cold-start must not be negative"),
+            (self.heartbeat_s > 0 and self.progress_s > 0, "heartbeat and progress periods must be positive"),
+            (0 < self.lease_wait_s <= 60, "--lease-wait must be within (0, 60]"),
+            (self.price_per_gpu_hour >= 0, "--price must not be negative"),
+            (all(0 <= t <= 9 for t, _ in self.tiers), "--tiers: priorities are 0..9"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+
+    @property
+    def run_s(self) -> float:
+        return self.stage_s * len(self.workers)

@@ -1,0 +1,310 @@
+"""Simulated GPU workers and clients that speak the real HTTP protocols to a gateway.
+
+One aiohttp session, one asyncio task per worker. A worker: cold start → register → long-poll a lease →
+compute steps (sleeps of `step_s`), heartbeat and progress on their own cadence, checkpoints by policy →
+complete. Its machine dies after an exponential lifetime (mean `mtbf_s`): with notice it writes an emergency
+checkpoint and releases the lease; without, it vanishes and the lease expires. The fleet replaces every
+dead machine with a new one (a new worker id), as a spot fleet does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from spotreel.services.capacity.sim_config import SimConfig
+from spotreel.services.capacity.sim_figures import Accepted, Attempt, WorkerLife
+from spotreel.services.capacity.sim_waste import adaptive_interval_s
+
+
+class Meter:
+    """Round-trip times and failures of HTTP calls by kind, for the current ramp stage."""
+
+    def __init__(self) -> None:
+        self.rtt: dict[str, list[float]] = defaultdict(list)
+        self.errors: dict[str, int] = defaultdict(int)
+        self.statuses: dict[str, int] = defaultdict(int)
+
+    def take(self) -> "Meter":
+        old = Meter()
+        old.rtt, old.errors, old.statuses = self.rtt, self.errors, self.statuses
+        self.rtt, self.errors, self.statuses = defaultdict(list), defaultdict(int), defaultdict(int)
+        return old
+
+
+@dataclass
+class Shared:
+    cfg: SimConfig
+    base_url: str
+    worker_key: str
+    tenant_keys: dict[str, str]
+    model: str
+    gpu_type: str
+    session: aiohttp.ClientSession
+    rng: random.Random
+    meter: Meter = field(default_factory=Meter)
+    accepted: list[Accepted] = field(default_factory=list)
+    refused: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    attempts: list[Attempt] = field(default_factory=list)
+    lives: list[WorkerLife] = field(default_factory=list)
+    vanished_at: list[float] = field(default_factory=list)
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def interval_s(self) -> float | None:
+        c = self.cfg
+        if c.policy == "none":
+            return None
+        if c.policy == "fixed":
+            return c.fixed_interval_s
+        mtbf = c.mtbf_s if c.mtbf_s > 0 else 1e9
+        return adaptive_interval_s(c.checkpoint_cost_s, mtbf, *c.interval_bounds_s)
+
+    async def call(self, kind: str, path: str, body: dict[str, Any], key: str | None = None,
+                   headers: dict[str, str] | None = None, timeout: float = 30.0) -> tuple[int, Any]:
+        """POST; returns (status, json or None). Status 0: the request itself failed (counted as an error)."""
+        t0 = time.perf_counter()
+        try:
+            async with self.session.post(
+                    self.base_url + path, json=body, timeout=aiohttp.ClientTimeout(total=timeout),
+                    headers={"Authorization": f"Bearer {key or self.worker_key}", **(headers or {})}) as r:
+                data = await r.json(content_type=None) if r.status != 204 else None
+                status = r.status
+        except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+            self.meter.errors[kind] += 1
+            return 0, None
+        self.meter.rtt[kind].append((time.perf_counter() - t0) * 1000)
+        self.meter.statuses[f"{kind}:{status}"] += 1
+        if status >= 500:
+            self.meter.errors[kind] += 1
+        return status, data
+
+
+class _Job:
+    """The state one attempt shares between its compute loop and its reporter task."""
+
+    def __init__(self, lease: dict[str, Any], worker_id: str) -> None:
+        self.job_id = lease["job_id"]
+        self.epoch = lease["epoch"]
+        self.fence = {"epoch": self.epoch, "worker_id": worker_id}
+        self.num_steps = lease["num_steps"]
+        self.start = lease.get("resume_step") or 0
+        self.step = self.start
+        self.durable = self.start
+        self.fenced = False
+        self.cancel = False
+        self.checkpoint_s = 0.0
+        self.checkpoints = 0
+
+
+async def _sleep_until(deadline: float, stopping: asyncio.Event) -> None:
+    left = deadline - time.monotonic()
+    if left > 0:
+        try:
+            await asyncio.wait_for(stopping.wait(), left)
+        except asyncio.TimeoutError:
+            pass
+
+
+class SimWorker:
+    def __init__(self, sh: Shared, worker_id: str) -> None:
+        self.sh = sh
+        self.id = worker_id
+        cfg = sh.cfg
+        self.born = time.monotonic()
+        life = sh.rng.expovariate(1.0 / cfg.mtbf_s) if cfg.mtbf_s > 0 else float("inf")
+        self.dies_at = self.born + life
+        self.notice = sh.rng.random() < cfg.notice_share
+        self.busy = 0.0
+
+    def dead(self) -> bool:
+        return time.monotonic() >= self.dies_at
+
+    async def live(self) -> None:
+        sh = self.sh
+        cold_end = min(self.dies_at, self.born + sh.cfg.cold_start_s)
+        await _sleep_until(cold_end, sh.stopping)
+        cold = time.monotonic() - self.born
+        try:
+            if not self.dead() and not sh.stopping.is_set():
+                await sh.call("register", f"/internal/workers/{self.id}/register",
+                              {"gpu_type": sh.gpu_type, "models": [sh.model]})
+            while not self.dead() and not sh.stopping.is_set():
+                wait = max(0.5, min(sh.cfg.lease_wait_s, self.dies_at - time.monotonic()))
+                status, lease = await sh.call("lease", f"/internal/workers/{self.id}/lease",
+                                              {"gpu_type": sh.gpu_type, "models": [sh.model], "wait_seconds": wait},
+                                              timeout=wait + 30)
+                if status == 200 and lease:
+                    t0 = time.monotonic()
+                    await self.run(_Job(lease, self.id))
+                    self.busy += time.monotonic() - t0
+                elif status != 204:
+                    await asyncio.sleep(1.0 + sh.rng.random())  # the gateway is struggling: back off
+        finally:
+            end = min(time.monotonic(), self.dies_at)
+            sh.lives.append(WorkerLife(self.id, max(0.0, end - self.born), cold, self.busy))
+
+    async def run(self, job: _Job) -> None:
+        sh, cfg = self.sh, self.sh.cfg
+        reporter = asyncio.create_task(self._report(job))
+        interval = sh.interval_s()
+        since_ckpt = 0.0
+        partial = 0.0
+        outcome = "completed"
+        try:
+            while job.step < job.num_steps:
+                if sh.stopping.is_set():
+                    outcome = "stopped"
+                    break
+                if job.fenced or job.cancel:
+                    outcome = "fenced"
+                    break
+                step_end = time.monotonic() + cfg.step_s
+                if step_end > self.dies_at:
+                    await _sleep_until(self.dies_at, sh.stopping)
+                    partial = max(0.0, cfg.step_s - (step_end - time.monotonic()))
+                    outcome = await self._preempted(job)
+                    break
+                await asyncio.sleep(cfg.step_s)
+                job.step += 1
+                since_ckpt += cfg.step_s
+                if interval is not None and since_ckpt >= interval - 1e-9 and job.step < job.num_steps:
+                    await self._checkpoint(job)
+                    since_ckpt = 0.0
+            else:
+                status, _ = await sh.call("complete", f"/internal/leases/{job.job_id}/complete",
+                                          {**job.fence, "artifact_key": f"videos/{job.job_id}/e{job.epoch}.mp4",
+                                           "artifact_checksum": "0" * 64, "artifact_size_bytes": 1})
+                if status == 409:
+                    outcome = "fenced"
+        finally:
+            reporter.cancel()
+            sh.attempts.append(Attempt(job.job_id, job.epoch, self.id, job.start, job.step - job.start,
+                                       job.durable, partial, job.checkpoint_s, job.checkpoints, outcome))
+
+    async def _preempted(self, job: _Job) -> str:
+        if not self.notice:
+            self.sh.vanished_at.append(time.time())
+            return "vanished"
+        # Spot notice: save what is finished, then hand the lease back so the job is requeued at once.
+        if job.step > job.durable:
+            await self._checkpoint(job)
+        await self.sh.call("release", f"/internal/leases/{job.job_id}/release", {**job.fence, "reason": "preempted"})
+        return "notice"
+
+    async def _checkpoint(self, job: _Job) -> None:
+        t0 = time.monotonic()
+        await asyncio.sleep(self.sh.cfg.checkpoint_cost_s)  # writing latents + RNG state to S3
+        step = job.step
+        status, _ = await self.sh.call(
+            "checkpoint", f"/internal/leases/{job.job_id}/checkpoint",
+            {**job.fence, "checkpoint_key": f"ckpt/{job.job_id}/e{job.epoch}/s{step}.safetensors", "step": step,
+             "progress_pct": 100.0 * step / job.num_steps, "checksum": "0" * 64, "size_bytes": 40_000})
+        if status in (200, 202):
+            job.durable = step
+        elif status == 409:
+            job.fenced = True
+        job.checkpoint_s += time.monotonic() - t0
+        job.checkpoints += 1
+
+    async def _report(self, job: _Job) -> None:
+        """Heartbeats and progress on their own clocks, so a slow answer never stalls the steps."""
+        cfg, sh = self.sh.cfg, self.sh
+        now = time.monotonic()
+        next_hb, next_pr = now + cfg.heartbeat_s, now + cfg.progress_s
+        while True:
+            await asyncio.sleep(max(0.0, min(next_hb, next_pr) - time.monotonic()))
+            if self.dead() and not self.notice:
+                return
+            if time.monotonic() >= next_hb:
+                next_hb += cfg.heartbeat_s
+                status, body = await sh.call("heartbeat", f"/internal/leases/{job.job_id}/heartbeat", job.fence)
+            else:
+                next_pr += cfg.progress_s
+                status, body = await sh.call(
+                    "progress", f"/internal/leases/{job.job_id}/progress",
+                    {**job.fence, "step": job.step, "progress_pct": 100.0 * job.step / job.num_steps})
+            if status == 409:
+                job.fenced = True
+                return
+            if status == 200 and body and body.get("cancel"):
+                job.cancel = True
+
+
+class Fleet:
+    """Keeps `target` machines alive; a machine that dies is replaced by a new worker."""
+
+    def __init__(self, sh: Shared, run_id: str) -> None:
+        self.sh = sh
+        self.run_id = run_id
+        self.target = 0
+        self.made = 0
+        self.tasks: set[asyncio.Task] = set()
+
+    def resize(self, target: int) -> None:
+        self.target = target
+        while len(self.tasks) < self.target:
+            self._spawn()
+
+    def _spawn(self) -> None:
+        self.made += 1
+        w = SimWorker(self.sh, f"sim-{self.run_id}-{self.made}")
+        task = asyncio.create_task(w.live())
+        self.tasks.add(task)
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task) -> None:
+        self.tasks.discard(task)
+        if not self.sh.stopping.is_set() and len(self.tasks) < self.target:
+            self._spawn()
+
+    async def stop(self) -> None:
+        self.sh.stopping.set()
+        if self.tasks:
+            await asyncio.wait(self.tasks, timeout=120)
+
+
+async def submit_loop(sh: Shared, until: float) -> None:
+    """Poisson arrivals at `submit_rate`, tenants and tiers drawn by their shares, via POST /v1/videos."""
+    cfg, rng = sh.cfg, sh.rng
+    if cfg.submit_rate <= 0:
+        return
+    pending: set[asyncio.Task] = set()
+    tenants, tw = zip(*cfg.tenants)
+    tiers, pw = zip(*cfg.tiers)
+    while True:
+        now = time.monotonic()
+        gap = rng.expovariate(cfg.submit_rate)
+        if now + gap >= until:
+            break
+        await asyncio.sleep(gap)
+        tenant = rng.choices(tenants, tw)[0]
+        tier = rng.choices(tiers, pw)[0]
+        task = asyncio.create_task(_submit(sh, tenant, tier))
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+    if pending:
+        await asyncio.wait(pending, timeout=60)
+
+
+async def _submit(sh: Shared, tenant: str, tier: int) -> None:
+    body = {"prompt": f"simulated clip {uuid.uuid4().hex[:8]}", "model": sh.model, "gpu_type": sh.gpu_type,
+            "num_steps": sh.cfg.steps, "priority": tier, "resolution": "64x64", "duration": 2.0}
+    key = f"sim-{uuid.uuid4().hex}"
+    for _ in range(3):  # the same Idempotency-Key makes a retry safe
+        status, data = await sh.call("submit", "/v1/videos", body, key=sh.tenant_keys[tenant],
+                                     headers={"Idempotency-Key": key})
+        if status == 202 and data:
+            sh.accepted.append(Accepted(data["job_id"], tenant, tier, int(time.time() * 1000)))
+            return
+        if status in (429, 503):
+            sh.refused[(data or {}).get("error", {}).get("code", str(status))] += 1
+            return
+        await asyncio.sleep(0.5)
+    sh.refused["no_answer"] += 1

@@ -1,0 +1,138 @@
+"""One fleet simulation: private services up, ramp the fleet stage by stage under load, drain, judge.
+
+Per stage it records the CPU of every process, the round trips of worker and client requests and the
+failures; at the end it reads the run's events back from Kafka and computes the figures
+(sim_figures.py). The report is printed and written as JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+import aiohttp
+
+from spotreel.services.capacity.sim_config import SimConfig
+from spotreel.services.capacity.sim_figures import gpu_accounting, judge_events, saturated, summary_ms
+from spotreel.services.capacity.sim_fleet import Fleet, Meter, Shared, submit_loop
+from spotreel.services.capacity.sim_stack import CpuWindow, PrivateStack, read_events
+from spotreel.settings import Settings
+
+
+def _meter_figures(m: Meter) -> dict[str, Any]:
+    rtt = {k: summary_ms(v) for k, v in sorted(m.rtt.items())}
+    return {"requests": sum(len(v) for v in m.rtt.values()) + sum(m.errors.values()),
+            "request_errors": sum(m.errors.values()), "errors_by_kind": dict(m.errors),
+            "statuses": dict(sorted(m.statuses.items())), "rtt": rtt,
+            "heartbeat_rtt": rtt.get("heartbeat", {})}
+
+
+def _per_s(counts: dict[str, int], kinds: tuple[str, ...], seconds: float) -> float:
+    return round(sum(v for k, v in counts.items() if k.split(":")[0] in kinds) / max(seconds, 1e-6), 1)
+
+
+async def _run(cfg: SimConfig, stack: PrivateStack, say: Callable[[str], None]) -> dict[str, Any]:
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=False)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        sh = Shared(cfg=cfg, base_url=stack.url, worker_key=stack.worker_key, tenant_keys=stack.tenant_keys,
+                    model=stack.model, gpu_type="sim-gpu", session=session, rng=random.Random(cfg.seed))
+        fleet = Fleet(sh, stack.settings.topic_prefix.split(".", 1)[1])
+        window = CpuWindow(stack.pids())
+        t_start = time.monotonic()
+        submitter = asyncio.create_task(submit_loop(sh, t_start + cfg.run_s))
+        stages = []
+        for i, size in enumerate(cfg.workers):
+            fleet.resize(size)
+            window.start()
+            sh.meter.take()
+            wall0 = time.time()
+            await asyncio.sleep(cfg.stage_s)
+            stage = {"stage": i + 1, "workers": size, "alive": len(fleet.tasks), "from_ms": int(wall0 * 1000),
+                     "to_ms": int(time.time() * 1000), **window.read(), **_meter_figures(sh.meter.take())}
+            stage["worker_requests_per_s"] = _per_s(stage["statuses"], ("lease", "heartbeat", "progress",
+                                                                         "checkpoint", "complete", "release"),
+                                                    stage["seconds"])
+            stage["vanished"] = sum(1 for t in sh.vanished_at if wall0 <= t < time.time())
+            stages.append(stage)
+            say(f"stage {i + 1}: {size} workers, cpu {stage['cpu_cores']}, machine {stage['cpu_cores_total']}, "
+                f"{stage['worker_requests_per_s']} worker req/s, heartbeat p99 "
+                f"{stage['heartbeat_rtt'].get('p99_ms')} ms, errors {stage['request_errors']}")
+        await submitter
+        say(f"submissions stopped ({len(sh.accepted)} accepted); draining up to {cfg.drain_s:.0f} s")
+        drain_end = time.monotonic() + cfg.drain_s
+        while time.monotonic() < drain_end:
+            done = {a.job_id for a in sh.attempts if a.outcome == "completed"}
+            if all(a.job_id in done for a in sh.accepted):
+                break
+            await asyncio.sleep(1.0)
+        await fleet.stop()
+        return {"sh": sh, "stages": stages, "elapsed_s": time.monotonic() - t_start, "workers_made": fleet.made}
+
+
+def simulate(cfg: SimConfig, base: Settings, out: Path | None, *, partitions: int = 6, keep: bool = False,
+             say: Callable[[str], None] = print) -> dict[str, Any]:
+    run_id = uuid.uuid4().hex[:10]
+    stack = PrivateStack(base, run_id, partitions, say)
+    say(f"simulation {run_id}: private services on {stack.url}, topics {stack.settings.topic_prefix}.*")
+    try:
+        stack.start([t for t, _ in cfg.tenants], quota=max(100, max(cfg.workers) * 2))
+        result = asyncio.run(_run(cfg, stack, say))
+        time.sleep(2.0)  # the last verdicts' events are written before their answers; let stragglers land
+        events = read_events(stack.settings)
+    finally:
+        stack.stop(drop=not keep)
+    sh = result["sh"]
+    judged = judge_events(sh.accepted, events)
+    expired = [e for e in events if type(e).__name__ == "LeaseExpired"]
+    for st in result["stages"]:
+        st["lease_expired"] = sum(1 for e in expired if st["from_ms"] <= e.at_ms < st["to_ms"])
+        st["saturated_because"] = saturated(st, os.cpu_count() or 1, lease_ttl_s=30.0)
+    first_sat = next((st["workers"] for st in result["stages"] if st["saturated_because"]), None)
+    report = {
+        "run_id": run_id, "config": {k: v for k, v in cfg.__dict__.items()},
+        "checkpoint_interval_s": sh.interval_s(), "elapsed_s": round(result["elapsed_s"], 1),
+        "workers_made": result["workers_made"], "submissions_refused": dict(sh.refused),
+        **judged,
+        **gpu_accounting(sh.attempts, sh.lives, cfg.step_s, cfg.price_per_gpu_hour, judged["completed"]),
+        "stages": result["stages"], "saturates_at_workers": first_sat,
+        "events_read": len(events), "cpu_cores_of_machine": os.cpu_count(),
+    }
+    say(render(report))
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=2, default=str))
+        say(f"figures written to {out}")
+    return report
+
+
+def render(r: dict[str, Any]) -> str:
+    d = r["dispatch_latency"]
+    lines = [
+        f"accepted {r['accepted']}  completed {r['completed']}  lost {r['lost']} {r['lost_by_last_event'] or ''}  "
+        f"duplicated {r['duplicated']}  failed {r['failed']}  dead-lettered {r['dead_lettered']}  "
+        f"refused {r['submissions_refused'] or 0}",
+        f"leases {r['leases']}  expired {r['lease_expired']}  released {r['lease_released']}  "
+        f"attempts {r['attempts_by_outcome']}  checkpoint interval {r['checkpoint_interval_s']}",
+        f"dispatch latency (ready -> leased) p50 {d['p50_ms']} ms  p99 {d['p99_ms']} ms  (n={d['n']})",
+    ]
+    for label, key in (("tier", "queue_wait_by_tier"), ("tenant", "queue_wait_by_tenant")):
+        parts = [f"{k}: p50 {v['p50_ms']} / p99 {v['p99_ms']} ms" for k, v in r[key].items()]
+        lines.append(f"queue wait by {label}: " + "; ".join(parts))
+    lines.append(
+        f"GPU-s billed {r['gpu_seconds_billed']:.0f} (cold {r['gpu_seconds_cold_start']:.0f}, idle "
+        f"{r['gpu_seconds_idle']:.0f}, computing {r['gpu_seconds_computing']:.0f})  wasted "
+        f"{r['wasted_gpu_seconds']:.0f}  checkpoint overhead {r['checkpoint_overhead_gpu_seconds']:.0f}  "
+        f"cost ${r['estimated_cost_usd']:.2f} at ${r['price_per_gpu_hour_usd']}/GPU-h")
+    for st in r["stages"]:
+        lines.append(f"  stage {st['stage']}: {st['workers']} workers  cpu {st['cpu_cores']}  total "
+                     f"{st['cpu_cores_total']}  {st['worker_requests_per_s']} req/s  hb p99 "
+                     f"{st['heartbeat_rtt'].get('p99_ms')} ms  -> {'; '.join(st['saturated_because']) or 'keeps up'}")
+    lines.append(f"saturates at: {r['saturates_at_workers'] or 'not within the ramp'} workers")
+    return "\n".join(lines)
+

@@ -1,0 +1,160 @@
+"""A private set of spotreel services for one simulation, on the running Kafka and Cassandra.
+
+Own topic prefix, keyspace, home directory and ports, so a simulation neither disturbs nor is disturbed by
+the shared services; its scheduler, projector and gateway are the real ones (`python -m spotreel.cli …`),
+started and stopped through the same `Service` classes as `infra up`. Also: CPU time of processes from
+/proc, and the events of the run read back from Kafka.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable
+
+from spotreel.infra.ports import bindable
+from spotreel.infra.services import services
+from spotreel.infra.stack import components
+from spotreel.settings import Settings
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _free_block(host: str, start: int = 21000, stop: int = 29000) -> int:
+    """A port p with p, p+1 and p+2 free (gateway, scheduler metrics, projector metrics)."""
+    for p in range(start + os.getpid() % 997 * 7, stop, 3):
+        if all(bindable(host, p + i) for i in range(3)):
+            return p
+    raise RuntimeError("no three consecutive free ports found for the private services")
+
+
+class PrivateStack:
+    def __init__(self, base: Settings, run_id: str, partitions: int, say: Callable[[str], None] = print) -> None:
+        self.base = base
+        self.say = say
+        home = base.home.parent / "spotreel-sim" / run_id
+        self.settings = replace(base, home=home, topic_prefix=f"sim.{run_id}", cassandra_keyspace=f"sim_{run_id}",
+                                gateway_port=_free_block(base.host), partitions=partitions)
+        self.servers = services(self.settings)
+        self.model = f"sim-{run_id}"
+        self.worker_key = ""
+        self.tenant_keys: dict[str, str] = {}
+
+    @property
+    def url(self) -> str:
+        return self.settings.gateway_url
+
+    def start(self, tenants: list[str], quota: int) -> None:
+        from spotreel.adapters.kafka import ensure_scheduler_topics
+        from spotreel.infra.cassandra import cql_session
+        from spotreel.infra.migrate import migrate
+        from spotreel.services.gateway.tenants import create_tenant, create_worker_key
+
+        s = self.settings
+        ensure_scheduler_topics(s)
+        with cql_session(s) as session:
+            migrate(session, s.cassandra_keyspace, say=lambda *_: None)
+            for t in tenants:
+                self.tenant_keys[t] = create_tenant(session, t, rate_per_minute=quota * 60, max_in_flight=quota)
+            self.worker_key = create_worker_key(session, "sim-fleet")
+        for server in self.servers:
+            server.ensure_up(self.say)
+
+    def pids(self) -> dict[str, int]:
+        """Every process worth watching: the private services and the shared servers they use."""
+        out = {}
+        for server in [*self.servers, *(c for c in components(self.base) if not c.service)]:
+            running = server.running()
+            if running is not None:
+                out[server.name] = running.pid
+        out["simulator"] = os.getpid()
+        return out
+
+    def stop(self, drop: bool = True) -> None:
+        for server in reversed(self.servers):
+            try:
+                server.stop(self.say)
+            except Exception as exc:  # keep stopping the others
+                self.say(f"{server.name}: stop failed: {exc}")
+        if drop:
+            from spotreel.adapters.kafka import delete_topics
+            from spotreel.infra.cassandra import cql_session
+
+            delete_topics(self.settings)
+            with cql_session(self.settings) as session:
+                session.execute(f"DROP KEYSPACE IF EXISTS {self.settings.cassandra_keyspace}")
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU of a process and its children (a Java or Python service may fork helpers)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    own = (int(fields[11]) + int(fields[12])) / _TICKS
+    if pid == os.getpid():
+        return own  # our own children are the services, counted on their own
+    return own + sum(cpu_seconds(c) or 0.0 for c in _children(pid))
+
+
+def machine_busy_seconds() -> float:
+    """CPU-seconds the whole machine spent not idle (all cores), from /proc/stat."""
+    parts = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    values = [int(x) for x in parts]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)
+    return (sum(values[:8]) - idle) / _TICKS
+
+
+class CpuWindow:
+    """CPU used per named process between `start()` and `read()`, in cores (1.0 = one core busy)."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.t0 = 0.0
+        self.before: dict[str, float | None] = {}
+        self.busy0 = 0.0
+
+    def start(self) -> None:
+        self.t0 = time.monotonic()
+        self.before = {n: cpu_seconds(p) for n, p in self.pids.items()}
+        self.busy0 = machine_busy_seconds()
+
+    def read(self) -> dict[str, Any]:
+        dt = max(1e-6, time.monotonic() - self.t0)
+        cores = {}
+        for n, p in self.pids.items():
+            now, then = cpu_seconds(p), self.before.get(n)
+            if now is not None and then is not None:
+                cores[n] = round((now - then) / dt, 3)
+        return {"cpu_cores": cores, "cpu_cores_total": round((machine_busy_seconds() - self.busy0) / dt, 3),
+                "seconds": round(dt, 1)}
+
+
+def read_events(settings: Settings) -> list[Any]:
+    """Every event of the run's events topic, decoded."""
+    from spotreel.adapters.kafka import read_partition
+    from spotreel.codec import Codec
+    from spotreel.infra.topics import events_topic
+
+    codec = Codec.default()
+    out = []
+    for p in range(settings.partitions):
+        for msg in read_partition(settings.kafka_bootstrap, events_topic(settings), p, timeout=30.0):
+            if msg.value() is not None:
+                out.append(codec.decode_message(msg.value()))
+    return out
