@@ -21,9 +21,10 @@ def _registrars() -> list[Registrar]:
     from spotreel.services.projector.cli import register as projector
     from spotreel.services.capacity.cli import register as capacity
     from spotreel.services.scheduler.cli import register as scheduler
+    from spotreel.worker.model_cli import register as model
     from spotreel.services.webhooks.cli import register as webhooks
 
-    return [infra, schemas, projector, scheduler, gateway, client, capacity, webhooks, simulate]
+    return [infra, schemas, projector, scheduler, gateway, client, capacity, webhooks, simulate, model]
 
 
 def build_parser() -> argparse.ArgumentParser:

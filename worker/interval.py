@@ -1,0 +1,77 @@
+"""When to checkpoint: Young/Daly's optimum from the checkpoint cost and the preemption rate.
+
+With checkpoint cost C and mean time between preemptions M, checkpointing every sqrt(2·C·M) seconds
+minimises expected lost work plus checkpoint overhead (Young 1974; Daly 2006 for C << M). The result is
+bounded: too short and a cheap checkpoint still floods S3, too long and a rare preemption throws away
+minutes of GPU time. C is measured by the worker as it goes; M comes from configuration or from what the
+pool observed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+def optimal_interval_s(checkpoint_cost_s: float, mtbf_s: float, lo: float, hi: float) -> float:
+    if not (checkpoint_cost_s >= 0 and math.isfinite(checkpoint_cost_s)):
+        raise ValueError(f"checkpoint cost must be a finite number >= 0, got {checkpoint_cost_s!r}")
+    if not (mtbf_s > 0):
+        raise ValueError(f"MTBF must be > 0 seconds, got {mtbf_s!r}")
+    if not (0 < lo <= hi):
+        raise ValueError(f"bounds must satisfy 0 < lo <= hi, got lo={lo!r} hi={hi!r}")
+    if math.isinf(mtbf_s):
+        return hi  # never preempted: checkpoint as rarely as allowed
+    return min(hi, max(lo, math.sqrt(2.0 * checkpoint_cost_s * mtbf_s)))
+
+
+@dataclass
+class IntervalPolicy:
+    """Decides whether a checkpoint is due. Fixed: every `fixed_s` seconds. Adaptive: Young/Daly from the
+    measured cost (an exponentially weighted mean of `record_cost` samples) and the MTBF."""
+
+    fixed_s: float | None = None
+    mtbf_s: float = 3600.0
+    lo_s: float = 5.0
+    hi_s: float = 600.0
+    cost_s: float = 0.0
+    smoothing: float = 0.3
+    samples: int = 0
+
+    def __post_init__(self) -> None:
+        if self.fixed_s is not None and not self.fixed_s > 0:
+            raise ValueError(f"a fixed interval must be > 0 seconds, got {self.fixed_s!r}")
+        if not 0 < self.smoothing <= 1:
+            raise ValueError(f"smoothing must be in (0, 1], got {self.smoothing!r}")
+        optimal_interval_s(self.cost_s, self.mtbf_s, self.lo_s, self.hi_s)  # validates the rest
+
+    @classmethod
+    def fixed(cls, interval_s: float) -> "IntervalPolicy":
+        return cls(fixed_s=interval_s)
+
+    @classmethod
+    def adaptive(cls, mtbf_s: float, lo_s: float = 5.0, hi_s: float = 600.0,
+                 initial_cost_s: float = 0.0) -> "IntervalPolicy":
+        return cls(mtbf_s=mtbf_s, lo_s=lo_s, hi_s=hi_s, cost_s=initial_cost_s)
+
+    @property
+    def interval_s(self) -> float:
+        if self.fixed_s is not None:
+            return self.fixed_s
+        return optimal_interval_s(self.cost_s, self.mtbf_s, self.lo_s, self.hi_s)
+
+    def record_cost(self, seconds: float) -> None:
+        """One measured checkpoint (snapshot + encode + upload). The first sample is taken as is."""
+        if not (seconds >= 0 and math.isfinite(seconds)):
+            raise ValueError(f"checkpoint cost must be a finite number >= 0, got {seconds!r}")
+        self.cost_s = seconds if self.samples == 0 else (
+            self.smoothing * seconds + (1 - self.smoothing) * self.cost_s)
+        self.samples += 1
+
+    def observe_mtbf(self, mtbf_s: float) -> None:
+        if not mtbf_s > 0:
+            raise ValueError(f"MTBF must be > 0 seconds, got {mtbf_s!r}")
+        self.mtbf_s = mtbf_s
+
+    def due(self, now: float, last_ckpt_at: float) -> bool:
+        return now - last_ckpt_at >= self.interval_s
