@@ -50,3 +50,11 @@ def stack(settings: Settings) -> Iterator[Endpoints]:
 def unique() -> str:
     """A short unique token for topic, keyspace, bucket and group names, so tests never share state."""
     return "t" + uuid.uuid4().hex[:12]
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(settings: Settings) -> Path:
+    """The project's tiny text-to-video model, built once into the cache (deterministic, idempotent)."""
+    from spotreel.worker.model_tiny import ensure_tiny_model
+
+    return ensure_tiny_model(settings.cache_dir)

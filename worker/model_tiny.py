@@ -15,7 +15,7 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from spotreel.worker.hf_logging import quietly
@@ -50,7 +50,6 @@ class TinyConfig:
     max_tokens: int = 32
     vae_channels: tuple[int, ...] = (32, 64)
     seed: int = 1234
-    extra: dict = field(default_factory=dict)
 
     def recipe(self) -> dict:
         d = asdict(self)
@@ -87,10 +86,7 @@ def build_tiny_model(out_dir: str | Path, config: str | TinyConfig = "tiny") -> 
     fp = recipe_fingerprint(cfg)
     marker = out / MARKER
     if marker.exists():
-        try:
-            existing = json.loads(marker.read_text()).get("fingerprint")
-        except (OSError, ValueError):
-            existing = None
+        existing = _marker_fingerprint(marker)
         if existing == fp:
             return False
         raise FileExistsError(f"{out} holds a different tiny model build (marker {existing!r}); use another DIR")
@@ -107,10 +103,36 @@ def build_tiny_model(out_dir: str | Path, config: str | TinyConfig = "tiny") -> 
         if out.exists():
             out.rmdir()
         os.replace(tmp, out)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        # Another process finished the same build first (two test sessions at once): that is success.
+        if _marker_fingerprint(marker) == fp:
+            return False
+        raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return True
+
+
+def cached_model_dir(cache_dir: str | Path, config: str = "tiny") -> Path:
+    """Where the tiny model of `config` lives under a cache directory; the name carries the recipe hash,
+    so a changed recipe builds next to the old one instead of refusing."""
+    return Path(cache_dir) / "models" / f"{config}-{recipe_fingerprint(_resolve(config))[:12]}"
+
+
+def ensure_tiny_model(cache_dir: str | Path, config: str = "tiny") -> Path:
+    """Build the model into the cache once; later calls only check the marker."""
+    out = cached_model_dir(cache_dir, config)
+    build_tiny_model(out, config)
+    return out
+
+
+def _marker_fingerprint(marker: Path) -> str | None:
+    try:
+        return json.loads(marker.read_text()).get("fingerprint")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def _resolve(config: str | TinyConfig) -> TinyConfig:
