@@ -169,15 +169,17 @@ def gpu_accounting(attempts: list[Attempt], lives: list[WorkerLife], step_s: flo
 
 def saturated(stage: dict[str, Any], cores: int, lease_ttl_s: float) -> list[str]:
     """Why a ramp stage counts as saturated (empty list: it kept up). A stage is saturated when a service
-    process uses ~a whole core (Python runs one thread of work), the machine is ~fully busy, requests fail,
+    process uses ~a whole core (Python runs one thread of work), the stack's processes fill the cores,
+    requests fail,
     or heartbeats come back so slowly that leases are at risk."""
     why = []
     for name, share in stage.get("cpu_cores", {}).items():
         if name != "simulator" and share >= 0.9:
             why.append(f"{name} uses {share:.2f} cores")
-    total = stage.get("cpu_cores_total")
-    if total is not None and total >= 0.9 * cores:
-        why.append(f"machine busy: {total:.2f} of {cores} cores")
+    # The stack's own processes, not the machine's total: on a shared machine others' work is not ours.
+    ours = sum(stage.get("cpu_cores", {}).values())
+    if ours >= 0.9 * cores:
+        why.append(f"the stack uses {ours:.2f} of {cores} cores")
     requests = stage.get("requests", 0)
     errors = stage.get("request_errors", 0)
     if requests and errors / requests > 0.01:

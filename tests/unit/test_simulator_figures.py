@@ -1,0 +1,135 @@
+"""The fleet simulator's judge: lost and duplicated jobs from real domain events, latencies, GPU accounting,
+saturation, and the option parsing."""
+
+from __future__ import annotations
+
+import pytest
+
+from spotreel.domain import events as ev
+from spotreel.services.capacity.sim_config import SimConfig, parse_policy, parse_ramp, parse_shares
+from spotreel.services.capacity.sim_figures import (Accepted, Attempt, WorkerLife, gpu_accounting, judge_events,
+                                                    percentile, saturated)
+
+
+def queued(job: str, v: int, at: int) -> ev.JobQueued:
+    return ev.JobQueued(job, v, at, f"c{v}", "submitted")
+
+
+def leased(job: str, v: int, at: int, epoch: int = 1) -> ev.JobLeased:
+    return ev.JobLeased(job, v, at, f"c{v}", "w1", "m@g", epoch, epoch, 30_000, at + 30_000, None, None, None)
+
+
+def requeued(job: str, v: int, at: int) -> ev.JobRequeued:
+    return ev.JobRequeued(job, v, at, f"c{v}", "lease_expired", False)
+
+
+def succeeded(job: str, v: int, at: int, epoch: int = 1) -> ev.JobSucceeded:
+    return ev.JobSucceeded(job, v, at, f"c{v}", epoch, f"videos/{job}.mp4", "0" * 64, 1)
+
+
+def expired(job: str, v: int, at: int) -> ev.LeaseExpired:
+    return ev.LeaseExpired(job, v, at, f"c{v}", 1, "w1", 1)
+
+
+ACC = [Accepted("ja", "acme", 0, 1_000), Accepted("jb", "globex", 9, 1_000), Accepted("jc", "acme", 0, 1_000),
+       Accepted("jd", "acme", 5, 1_000)]
+
+
+def test_judge_finds_duplicates_lost_and_never_seen_jobs():
+    events = [
+        queued("ja", 2, 1_010), leased("ja", 3, 1_050), succeeded("ja", 4, 2_000),
+        # jb completed twice: a duplicate even though each event alone looks fine
+        queued("jb", 2, 1_020), leased("jb", 3, 1_030), succeeded("jb", 4, 1_500),
+        succeeded("jb", 5, 1_600, epoch=2),
+        # jc leased, lease expired, requeued, then nothing more: not terminal -> lost
+        queued("jc", 2, 1_005), leased("jc", 3, 1_100), expired("jc", 4, 5_000), requeued("jc", 5, 5_000),
+        # an event of a job nobody accepted in this run is ignored
+        succeeded("zz", 2, 1_000),
+    ]  # jd: no event at all
+    j = judge_events(ACC, events)
+    assert j["accepted"] == 4
+    assert j["completed"] == 2
+    assert j["duplicated"] == 1 and j["duplicated_jobs"] == ["jb"]
+    assert j["lost"] == 2 and set(j["lost_jobs"]) == {"jc", "jd"}
+    assert j["never_seen_by_scheduler"] == 1
+    assert j["lost_by_last_event"] == {"JobRequeued": 1, "none": 1}
+    assert j["lease_expired"] == 1 and j["leases"] == 3
+
+
+def test_dispatch_latency_and_queue_wait_per_tier_and_tenant():
+    events = [queued("ja", 2, 1_010), leased("ja", 3, 1_050), requeued("ja", 4, 3_000),
+              leased("ja", 5, 3_400, epoch=2), succeeded("ja", 6, 4_000, epoch=2),
+              queued("jb", 2, 1_020), leased("jb", 3, 1_220), succeeded("jb", 4, 2_000)]
+    j = judge_events(ACC[:2], events)
+    # ready -> leased for every lease: 40, 400, 200 ms
+    assert j["dispatch_latency"]["n"] == 3
+    assert j["dispatch_latency"]["p50_ms"] == 200.0 and j["dispatch_latency"]["p99_ms"] == 400.0
+    # accepted at 1000 -> first lease
+    assert j["queue_wait_by_tier"]["0"]["p50_ms"] == 50.0
+    assert j["queue_wait_by_tier"]["9"]["p50_ms"] == 220.0
+    assert j["queue_wait_by_tenant"] == {"acme": {"n": 1, "p50_ms": 50.0, "p99_ms": 50.0, "max_ms": 50.0},
+                                         "globex": {"n": 1, "p50_ms": 220.0, "p99_ms": 220.0, "max_ms": 220.0}}
+    # events out of order on the wire are ordered by version
+    shuffled = judge_events(ACC[:2], list(reversed(events)))
+    assert shuffled["dispatch_latency"] == j["dispatch_latency"]
+
+
+def test_percentile_is_nearest_rank():
+    assert percentile([], 50) is None
+    assert percentile([5.0], 99) == 5.0
+    data = list(range(1, 101))
+    assert percentile(data, 50) == 50 and percentile(data, 99) == 99 and percentile(data, 100) == 100
+    with pytest.raises(ValueError):
+        percentile(data, 101)
+
+
+def test_gpu_accounting_counts_lost_steps_only_for_attempts_that_did_not_hand_over():
+    attempts = [
+        Attempt("ja", 1, "w1", 0, 7, 5, 0.4, 1.0, 2, "vanished"),   # steps 6,7 lost + 0.4 s cut short
+        Attempt("ja", 2, "w2", 5, 15, 5, 0.0, 0.0, 0, "completed"),
+        Attempt("jb", 1, "w3", 0, 4, 4, 0.3, 1.5, 1, "notice"),     # emergency checkpoint kept everything
+        Attempt("jb", 2, "w4", 4, 3, 4, 0.0, 0.5, 1, "fenced"),     # 3 steps beyond its durable step
+    ]
+    lives = [WorkerLife("w1", 100.0, 5.0, 20.0), WorkerLife("w2", 3600.0, 5.0, 40.0)]
+    g = gpu_accounting(attempts, lives, step_s=2.0, price_per_gpu_hour=3.0, completed=1)
+    assert g["lost_steps"] == 2 + 3
+    assert g["wasted_gpu_seconds"] == pytest.approx(5 * 2.0 + 0.7)
+    assert g["checkpoint_overhead_gpu_seconds"] == pytest.approx(3.0)
+    assert g["gpu_seconds_computing"] == pytest.approx(29 * 2.0)
+    assert g["gpu_seconds_idle"] == pytest.approx(3700 - 10 - 60)
+    assert g["estimated_cost_usd"] == pytest.approx(3700 / 3600 * 3.0)
+    assert g["cost_per_completed_usd"] == pytest.approx(g["estimated_cost_usd"])
+    assert g["attempts_by_outcome"] == {"vanished": 1, "completed": 1, "notice": 1, "fenced": 1}
+
+
+def test_saturation_reasons():
+    calm = {"cpu_cores": {"gateway": 0.3, "scheduler": 0.5, "simulator": 0.95}, "requests": 1000,
+            "request_errors": 2, "heartbeat_rtt": {"p99_ms": 300.0}, "lease_expired": 1, "vanished": 3}
+    assert saturated(calm, cores=2, lease_ttl_s=30.0) == []
+    hot = {**calm, "cpu_cores": {"gateway": 0.97, "scheduler": 0.88}, "request_errors": 50,
+           "heartbeat_rtt": {"p99_ms": 12_000.0}, "lease_expired": 9}
+    why = saturated(hot, cores=2, lease_ttl_s=30.0)
+    assert any("gateway" in w for w in why) and any("stack uses" in w for w in why)
+    assert any("failed" in w for w in why) and any("heartbeat" in w for w in why)
+    assert any("expired" in w for w in why)
+
+
+def test_option_parsing_and_clear_errors():
+    assert parse_shares("a:3,b:1", "--tenants") == (("a", 0.75), ("b", 0.25))
+    assert parse_shares("0:1, 9", "--tiers", key=int) == ((0, 0.5), (9, 0.5))
+    for bad in ("", "a:0", "a:x", "a,a"):
+        with pytest.raises(ValueError, match="--tenants"):
+            parse_shares(bad, "--tenants")
+    assert parse_ramp("250,500") == (250, 500)
+    with pytest.raises(ValueError, match="--workers"):
+        parse_ramp("10,0")
+    assert parse_policy("adaptive") == ("adaptive", None)
+    assert parse_policy("fixed:30") == ("fixed", 30.0)
+    for bad in ("fixed:", "fixed:-1", "sometimes"):
+        with pytest.raises(ValueError, match="--checkpoint-policy"):
+            parse_policy(bad)
+    with pytest.raises(ValueError, match="--notice-share"):
+        SimConfig(notice_share=1.5)
+    with pytest.raises(ValueError, match="priorities"):
+        SimConfig(tiers=((12, 1.0),))
+    assert SimConfig(workers=(250, 500), stage_s=60).run_s == 120
