@@ -1,0 +1,212 @@
+"""The webhook notifier against real Kafka and Cassandra, delivering to real local HTTP receivers.
+
+Events are produced to a per-test events topic as the scheduler writes them (histories driven through the
+domain's decide); the notifier runs in this process on that topic and a per-test keyspace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import replace
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from confluent_kafka import Producer
+
+from spotreel.adapters.kafka import delete_topics
+from spotreel.adapters.partitioning import partition_for
+from spotreel.codec import Codec
+from spotreel.infra.migrate import migrate
+from spotreel.infra.topics import ensure_topics, events_topic
+from spotreel.services.gateway.tenants import create_tenant, create_webhook_secret
+from spotreel.services.webhooks import signing
+from spotreel.services.webhooks.backoff import RetryPolicy
+from spotreel.services.webhooks.payload import event_id
+from spotreel.services.webhooks.service import build
+from spotreel.services.webhooks.store import WebhookStore
+from tests.unit.projection_histories import history
+
+FAST = RetryPolicy(max_attempts=5, base_s=0.05, cap_s=0.3, timeout_s=5)
+
+
+@pytest.fixture
+def wh_settings(settings, unique, cql):
+    s = replace(settings, topic_prefix=f"test.{unique}", cassandra_keyspace=unique, partitions=2,
+                webhook_allow_private=1)
+    ensure_topics(s, say=lambda *a, **k: None)
+    migrate(cql, unique, say=lambda *_: None)
+    yield s
+    delete_topics(s)
+
+
+@pytest.fixture
+def secret(cql):
+    create_tenant(cql, "hooks")
+    made = create_webhook_secret(cql, "hooks")
+    assert made is not None and create_webhook_secret(cql, "hooks") is None  # shown once, kept
+    return made
+
+
+class Receiver:
+    """A webhook endpoint that checks signature and timestamp, and answers from a script of statuses."""
+
+    def __init__(self, secret: str, script: list[int] | None = None) -> None:
+        self.secret = secret
+        self.script = list(script or [])
+        self.calls: list[dict] = []
+        self.bad: list[str] = []
+        app = web.Application()
+        app.router.add_post("/hook", self.handle)
+        self.server = TestServer(app, host="127.0.0.1")
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        try:
+            signing.verify(self.secret, request.headers, body, int(time.time()))
+        except signing.BadSignature as exc:
+            self.bad.append(str(exc))
+            return web.Response(status=400)
+        self.calls.append({"id": request.headers[signing.EVENT_ID_HEADER], "body": json.loads(body),
+                           "type": request.headers[signing.EVENT_TYPE_HEADER]})
+        return web.Response(status=self.script.pop(0) if self.script else 204)
+
+    @property
+    def url(self) -> str:
+        return str(self.server.make_url("/hook"))
+
+    def ids(self) -> list[str]:
+        return [c["id"] for c in self.calls]
+
+
+def produce(settings, events) -> None:
+    codec, p = Codec.default(), Producer({"bootstrap.servers": settings.kafka_bootstrap, "enable.idempotence": True})
+    for e in events:
+        p.produce(events_topic(settings), key=e.job_id.encode(), value=codec.encode_message(e),
+                  partition=partition_for(e.job_id, settings.partitions))
+    assert p.flush(30) == 0
+
+
+async def wait_until(pred, timeout: float = 60.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = pred()
+        if got:
+            return got
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def run_notifier(settings, cql, policy=FAST):
+    stop = asyncio.Event()
+    ctx = build(settings, policy, session=cql)
+    notifier = ctx.__enter__()
+    task = asyncio.create_task(notifier.run(stop, drain_s=2))
+
+    async def halt():
+        stop.set()
+        await asyncio.wait_for(task, 60)
+        ctx.__exit__(None, None, None)
+    return notifier, halt
+
+
+async def test_signed_webhooks_on_terminal_states_with_retries(wh_settings, cql, secret):
+    good, flaky = Receiver(secret), Receiver(secret, script=[500, 503])
+    await good.server.start_server()
+    await flaky.server.start_server()
+    ok = history("ok", [("grant", 0, 0), ("progress", 50, 10), ("complete", 0, 0)], tenant="hooks",
+                 callback_url=good.url)
+    cancelled = history("gone", [("cancel", 0, 0)], tenant="hooks", callback_url=flaky.url)
+    silent = history("quiet", [("grant", 0, 0), ("complete", 0, 0)], tenant="hooks")
+    produce(wh_settings, ok + cancelled + silent)
+    notifier, halt = await run_notifier(wh_settings, cql)
+    try:
+        await wait_until(lambda: good.calls and len(flaky.calls) >= 3, what="both webhooks delivered")
+        store = WebhookStore(cql)
+        await wait_until(lambda: (store.outcome(event_id(cancelled[-1].job_id, cancelled[-1].version)) or
+                                  False) and store.outcome(event_id(cancelled[-1].job_id,
+                                                                    cancelled[-1].version)).status == "delivered",
+                         what="the outcome row")
+    finally:
+        await halt()
+        await good.server.close()
+        await flaky.server.close()
+
+    assert good.bad == [] and flaky.bad == []
+    done = ok[-1]
+    [call] = good.calls
+    assert call["id"] == event_id(done.job_id, done.version) == call["body"]["id"]
+    assert call["type"] == "video.succeeded"
+    data = call["body"]["data"]
+    assert data["status"] == "succeeded" and data["job_id"] == done.job_id
+    assert data["content_url"] == f"{wh_settings.gateway_url}/v1/videos/{done.job_id}/content"
+    assert data["sha256"] == done.artifact_checksum
+
+    # Failed twice, then accepted: three signed requests carrying the same event id and the same body.
+    end = cancelled[-1]
+    assert flaky.ids() == [event_id(end.job_id, end.version)] * 3
+    assert all(c["body"] == flaky.calls[0]["body"] for c in flaky.calls)
+    assert flaky.calls[0]["body"]["data"]["status"] == "cancelled"
+    outcome = WebhookStore(cql).outcome(event_id(end.job_id, end.version))
+    assert (outcome.status, outcome.attempts, outcome.last_status) == ("delivered", 3, 204)
+    assert notifier.metrics.attempts.labels("retry")._value.get() == 2
+
+
+async def test_private_address_is_refused_unless_allowed(wh_settings, cql, secret):
+    strict = replace(wh_settings, webhook_allow_private=0)
+    rx = Receiver(secret)
+    await rx.server.start_server()
+    port = rx.server.port
+    urls = [f"http://127.0.0.1:{port}/hook", f"http://localhost:{port}/hook", f"http://[::1]:{port}/hook",
+            f"http://169.254.169.254:{port}/hook"]
+    jobs = [history(f"priv-{i}", [("grant", 0, 0), ("complete", 0, 0)], tenant="hooks", callback_url=u)
+            for i, u in enumerate(urls)]
+    produce(strict, [e for h in jobs for e in h])
+    store = WebhookStore(cql)
+    ends = [event_id(h[-1].job_id, h[-1].version) for h in jobs]
+    notifier, halt = await run_notifier(strict, cql)
+    try:
+        await wait_until(lambda: all(store.outcome(e) for e in ends), what="an outcome for every job")
+    finally:
+        await halt()
+        await rx.server.close()
+    assert rx.calls == [] and rx.bad == []
+    outcomes = [store.outcome(e) for e in ends]
+    assert [o.status for o in outcomes] == ["refused"] * 4
+    assert "loopback" in outcomes[0].last_error and "loopback" in outcomes[1].last_error
+    assert "link-local" in outcomes[3].last_error
+
+
+async def test_undelivered_webhook_survives_a_restart_and_delivered_ones_are_not_resent(wh_settings, cql, secret):
+    first = Receiver(secret)
+    down = Receiver(secret, script=[503] * 1000)
+    await first.server.start_server()
+    await down.server.start_server()
+    a = history("early", [("grant", 0, 0), ("complete", 0, 0)], tenant="hooks", callback_url=first.url)
+    b = history("later", [("grant", 0, 0), ("fail_final", 0, 0)], tenant="hooks", callback_url=down.url)
+    produce(wh_settings, a + b)
+    patient = RetryPolicy(max_attempts=50, base_s=0.05, cap_s=0.2, timeout_s=5)
+    _, halt = await run_notifier(wh_settings, cql, patient)
+    try:
+        await wait_until(lambda: first.calls and len(down.calls) >= 2, what="a delivery and failing attempts")
+    finally:
+        await halt()
+    store = WebhookStore(cql)
+    b_id = event_id(b[-1].job_id, b[-1].version)
+    assert store.outcome(b_id).status == "retrying"
+
+    # The receiver is back; a new notifier (same group) picks up where the committed offsets say.
+    down.script.clear()
+    before = len(down.calls)
+    _, halt = await run_notifier(wh_settings, cql, patient)
+    try:
+        await wait_until(lambda: (store.outcome(b_id) or False) and store.outcome(b_id).status == "delivered",
+                         what="the webhook delivered after the restart")
+    finally:
+        await halt()
+        await first.server.close()
+        await down.server.close()
+    assert down.ids()[before:] == [b_id] and down.calls[-1]["body"]["data"]["status"] == "failed"
+    assert first.ids() == [event_id(a[-1].job_id, a[-1].version)]  # not sent again
