@@ -36,9 +36,14 @@ def build(settings: Settings, policy: RetryPolicy | None = None, metrics_port: i
     from spotreel.services.webhooks.store import WebhookStore
 
     metrics = WebhookMetrics.create()
-    if metrics_port:
-        start_http_server(metrics_port, addr=settings.host, registry=metrics.registry)
+
+    def serve_metrics() -> None:
+        # Only once the store is reachable and migrated: `infra up` reads a served /metrics as "wired".
+        if metrics_port:
+            start_http_server(metrics_port, addr=settings.host, registry=metrics.registry)
+
     if session is not None:
+        serve_metrics()
         yield Notifier(config_for(settings, policy), WebhookStore(session), metrics)
         return
     from cassandra.cluster import Cluster
@@ -50,6 +55,7 @@ def build(settings: Settings, policy: RetryPolicy | None = None, metrics_port: i
         own = cluster.connect()
         migrate(own, settings.cassandra_keyspace, say=log.info)
         own.set_keyspace(settings.cassandra_keyspace)
+        serve_metrics()
         yield Notifier(config_for(settings, policy), WebhookStore(own), metrics)
     finally:
         cluster.shutdown()

@@ -25,7 +25,7 @@ def test_settings_round_trip_through_the_environment():
 def test_services_start_after_and_stop_before_the_servers():
     comps = components(Settings())
     names = [[c.name for c in t] for t in tiers(comps)]
-    assert names == [["kafka", "cassandra", "s3"], ["scheduler", "projector", "gateway"]]
+    assert names == [["kafka", "cassandra", "s3"], ["scheduler", "projector", "gateway", "webhooks"]]
 
 
 def test_service_commands_use_the_default_prefix_and_loopback_ports():

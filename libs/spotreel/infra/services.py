@@ -1,4 +1,5 @@
-"""The spotreel services in the local stack: scheduler, projector and gateway as background processes.
+"""The spotreel services in the local stack: scheduler, projector, gateway and the webhook notifier as
+background processes.
 
 They are `Server`s like Kafka and Cassandra (pid file, logs under logs/<name>/, probe, stop), started by
 `up` only once every server answers and stopped by `down` before any server. Each runs `python -m
@@ -8,8 +9,9 @@ process around it overrides for itself.
 
 Probes are real requests: the gateway's GET /healthz, and the Prometheus endpoints of the scheduler and the
 projector on 127.0.0.1 (they start serving only once the process is wired: the projector after its
-Cassandra session and migrations, the scheduler once its Faust app runs). Their ports are derived from the
-gateway's (gateway + 1, + 2) so one setting moves the whole service block.
+Cassandra session and migrations, the scheduler once its Faust app runs, the notifier once its keyspace is
+migrated). Their ports are derived from the gateway's (gateway + 1, + 2, + 3) so one setting moves the whole
+service block.
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ def scheduler_metrics_port(settings: Settings) -> int:
 
 def projector_metrics_port(settings: Settings) -> int:
     return settings.gateway_port + 2
+
+
+def webhooks_metrics_port(settings: Settings) -> int:
+    return settings.gateway_port + 3
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
@@ -151,5 +157,29 @@ class GatewayService(Service):
         return "healthz ok"
 
 
+class WebhooksService(Service):
+    name = "webhooks"
+
+    def port(self) -> int:
+        return webhooks_metrics_port(self.settings)
+
+    def address(self) -> str:
+        return f"http://{self.settings.host}:{self.port()}/metrics"
+
+    def ports(self) -> list[int]:
+        return [self.port()]
+
+    def argv(self) -> list[str]:
+        return ["webhooks", "--metrics-port", str(self.port())]
+
+    def probe(self, timeout: float) -> str:
+        text = http_get(self.address(), timeout)
+        m = re.search(r"^spotreel_webhook_in_flight ([0-9.e+-]+)$", text, re.M)
+        if m is None:
+            raise ProbeFailed(f"{self.address()} does not serve the webhook notifier's metrics")
+        return f"{int(float(m.group(1)))} webhooks in flight"
+
+
 def services(settings: Settings) -> list[Server]:
-    return [SchedulerService(settings), ProjectorService(settings), GatewayService(settings)]
+    return [SchedulerService(settings), ProjectorService(settings), GatewayService(settings),
+            WebhooksService(settings)]
