@@ -71,6 +71,15 @@ class Settings:
     webhook_allow_private: int = 0
     dev_api_key: str = "sr_dev_local_key_not_secret"
 
+    # `spotreel worker`: the gateway it asks for work (empty: this stack's gateway), its key for the
+    # /internal API (empty: the local stack's development worker key), its diffusers model directory
+    # (empty: the tiny model, built on first use under home/models/tiny-t2v) and how it reaches the
+    # control plane ("http" through the gateway, or "kafka" directly for internal pools).
+    worker_gateway_url: str = ""
+    worker_key: str = ""
+    worker_model_dir: str = ""
+    worker_transport: str = "http"
+
     topic_prefix: str = "spotreel"
     partitions: int = 6
     # Faust tables of the scheduler whose compacted changelog topics `infra up` declares ahead of time
