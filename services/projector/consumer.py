@@ -275,7 +275,23 @@ class Projector:
             total = 0
             for tp in self.consumer.position(parts):
                 _, high = self.consumer.get_watermark_offsets(tp, cached=True)  # high mark from fetches
-                total += max(0, high - tp.offset) if tp.offset >= 0 else high
+                if high < 0:
+                    # No fetch has reported a high mark yet (-1001, OFFSET_INVALID): ask the broker.
+                    _, high = self.consumer.get_watermark_offsets(tp, timeout=5.0)
+                total += partition_lag(tp.offset, high)
             return total
         except KafkaException:
             return None
+
+
+def partition_lag(position: int, high: int) -> int:
+    """Unprojected records of one partition, never negative.
+
+    librdkafka reports unknown offsets as negative sentinels (OFFSET_INVALID = -1001 for a position before
+    the first fetch or a high mark not yet cached). Added up as numbers they made the lag metric negative;
+    an unknown high mark counts as no lag, an unknown position as the whole partition."""
+    if high < 0:
+        return 0
+    if position < 0:
+        return high
+    return max(0, high - position)
