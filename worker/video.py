@@ -47,7 +47,13 @@ def encode_mp4(frames: np.ndarray, fps: int, codec: str | None = None) -> bytes:
     _check_frames(frames)
     if not isinstance(fps, int) or fps < 1:
         raise ValueError(f"fps must be a positive integer, got {fps!r}")
-    codec = codec or available_codec()
+    if codec is None:
+        codec = available_codec()
+    else:
+        try:
+            av.codec.Codec(codec, "w")
+        except Exception:
+            raise ValueError(f"video encoder {codec!r} is not in this FFmpeg build") from None
     t, h, w, _ = frames.shape
     # yuv420p halves chroma resolution, so odd sizes get one repeated edge row or column.
     if h % 2 or w % 2:
