@@ -22,9 +22,10 @@ def _registrars() -> list[Registrar]:
     from spotreel.services.capacity.cli import register as capacity
     from spotreel.services.scheduler.cli import register as scheduler
     from spotreel.worker.model_cli import register as model
+    from spotreel.worker.cli import register as worker
     from spotreel.services.webhooks.cli import register as webhooks
 
-    return [infra, schemas, projector, scheduler, gateway, client, capacity, webhooks, simulate, model]
+    return [infra, schemas, projector, scheduler, gateway, client, capacity, webhooks, simulate, model, worker]
 
 
 def build_parser() -> argparse.ArgumentParser:
