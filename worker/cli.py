@@ -1,0 +1,157 @@
+"""`spotreel worker`: one worker process. With no options it joins the local stack's default pool
+(tiny-t2v@any) through the gateway, building the tiny model on first use, so `spotreel worker &` next to
+`make up` is enough to get videos made."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+import sys
+import uuid
+from pathlib import Path
+
+from spotreel.settings import Settings
+
+DEFAULT_POOL = "tiny-t2v@any"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("worker", help="run one worker: lease jobs, render them, checkpoint, upload, complete")
+    p.add_argument("--pool", action="append", metavar="MODEL@GPU",
+                   help=f"pool to serve (repeatable, one GPU type); default {DEFAULT_POOL}")
+    p.add_argument("--worker-id", help="stable id of this worker (default: host-pid-random)")
+    p.add_argument("--transport", choices=("http", "kafka"), help="SPOTREEL_WORKER_TRANSPORT; default http")
+    p.add_argument("--gateway-url", help="SPOTREEL_WORKER_GATEWAY_URL; default this stack's gateway")
+    p.add_argument("--worker-key", help="SPOTREEL_WORKER_KEY; default the local stack's development key")
+    p.add_argument("--model-dir", type=Path, help="SPOTREEL_WORKER_MODEL_DIR; default the tiny model under "
+                   "the spotreel home (built on first use)")
+    p.add_argument("--device", help="cpu or cuda (default: cuda when torch sees one)")
+    p.add_argument("--sampler", choices=("ddim", "euler_a"), default="ddim",
+                   help="denoising sampler this pool's model version runs with (default ddim)")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--once", action="store_true", help="exit after one job")
+    p.add_argument("--max-jobs", type=int, help="exit after this many jobs")
+    p.add_argument("--lease-wait", type=float, default=20.0, help="long-poll seconds per lease request")
+    p.add_argument("--lease-ttl-ms", type=int, help="lease length to ask for (default: the control plane's)")
+    p.add_argument("--checkpoint-every", type=float, help="fixed checkpoint interval in seconds "
+                   "(default: adaptive, sqrt(2*cost*MTBF) bounded by --checkpoint-min/--checkpoint-max)")
+    p.add_argument("--mtbf", type=float, default=3600.0, help="expected seconds between preemptions")
+    p.add_argument("--checkpoint-min", type=float, default=5.0)
+    p.add_argument("--checkpoint-max", type=float, default=600.0)
+    p.add_argument("--heartbeat-seconds", type=float, help="default: the control plane's, at most TTL/3")
+    p.add_argument("--progress-seconds", type=float, help="default: the control plane's, at most TTL/3")
+    p.add_argument("--grace", type=float, default=20.0,
+                   help="seconds between SIGTERM and exit: emergency checkpoint + release must fit")
+    p.set_defaults(func=_run)
+
+
+def _fail(message: str) -> int:
+    print(f"spotreel worker: {message}", file=sys.stderr)
+    return 2
+
+
+def _pools(raw: list[str] | None) -> tuple[str, tuple[str, ...]] | str:
+    pools = raw or [DEFAULT_POOL]
+    models, gpus = [], set()
+    for pool in pools:
+        model, sep, gpu = pool.rpartition("@")
+        if not sep or not model or not gpu:
+            return f"--pool must look like MODEL@GPU (e.g. {DEFAULT_POOL}), got {pool!r}"
+        models.append(model)
+        gpus.add(gpu)
+    if len(gpus) != 1:
+        return f"a worker has one GPU type; --pool values name {sorted(gpus)}"
+    return gpus.pop(), tuple(dict.fromkeys(models))
+
+
+def _check(args: argparse.Namespace) -> str | None:
+    for name in ("max_jobs", "threads", "lease_ttl_ms"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            return f"--{name.replace('_', '-')} must be >= 1"
+    for name in ("lease_wait", "grace", "mtbf", "checkpoint_min", "checkpoint_max", "checkpoint_every",
+                 "heartbeat_seconds", "progress_seconds"):
+        value = getattr(args, name)
+        if value is not None and not value > 0:
+            return f"--{name.replace('_', '-')} must be > 0"
+    if args.checkpoint_min > args.checkpoint_max:
+        return "--checkpoint-min must not exceed --checkpoint-max"
+    return None
+
+
+def model_dir(settings: Settings, given: Path | None) -> Path:
+    """The model to load; the default tiny model is built on first use (idempotent, deterministic)."""
+    if given is not None:
+        return given
+    if settings.worker_model_dir:
+        return Path(settings.worker_model_dir).expanduser()
+    from spotreel.worker.model_tiny import build_tiny_model
+
+    target = settings.home / "models" / "tiny-t2v"
+    if build_tiny_model(target):
+        logging.getLogger("spotreel.worker").info("built the tiny model in %s", target)
+    return target
+
+
+def _run(args: argparse.Namespace, settings: Settings) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s worker %(levelname)s %(name)s %(message)s")
+    problem = _check(args)
+    pools = _pools(args.pool)
+    if isinstance(pools, str) or problem:
+        return _fail(problem or str(pools))
+    gpu_type, models = pools
+    transport_kind = args.transport or settings.worker_transport
+    if transport_kind not in ("http", "kafka"):
+        return _fail(f"SPOTREEL_WORKER_TRANSPORT must be http or kafka, got {transport_kind!r}")
+    worker_id = args.worker_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+    from spotreel.worker.signals import PreemptionNotice
+
+    # Installed before the slow imports and the model load: a SIGTERM then still ends the worker cleanly.
+    notice = PreemptionNotice(args.grace)
+    notice.install()
+
+    import torch
+
+    from spotreel.infra.seaweed import s3_client
+    from spotreel.worker.artifacts import ArtifactStore
+    from spotreel.worker.checkpoints import CheckpointStore
+    from spotreel.worker.hf_logging import quietly
+    from spotreel.worker.pipeline import Renderer
+    from spotreel.worker.runtime import RuntimeOptions, WorkerRuntime
+    from spotreel.worker.transport import WorkerProfile
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        directory = model_dir(settings, args.model_dir)
+        renderer = quietly(lambda: Renderer(directory, device=device))
+    except (FileNotFoundError, FileExistsError, NotADirectoryError, RuntimeError, ValueError) as exc:
+        return _fail(f"cannot load the model: {exc}")
+    profile = WorkerProfile(worker_id, gpu_type, models, warm_models=models)
+    if transport_kind == "kafka":
+        from spotreel.worker.transport_kafka import KafkaTransport
+
+        transport = KafkaTransport(settings, profile)
+    else:
+        from spotreel.infra.seed import DEV_WORKER_KEY
+        from spotreel.worker.transport_http import HttpTransport
+
+        transport = HttpTransport(args.gateway_url or settings.worker_gateway_url or settings.gateway_url,
+                                  args.worker_key or settings.worker_key or DEV_WORKER_KEY, profile)
+    s3 = s3_client(settings, timeout=30.0)
+    options = RuntimeOptions(
+        sampler=args.sampler, lease_wait_s=args.lease_wait, lease_ttl_ms=args.lease_ttl_ms,
+        max_jobs=1 if args.once else args.max_jobs, checkpoint_every_s=args.checkpoint_every, mtbf_s=args.mtbf,
+        checkpoint_min_s=args.checkpoint_min, checkpoint_max_s=args.checkpoint_max,
+        heartbeat_s=args.heartbeat_seconds, progress_s=args.progress_seconds)
+    runtime = WorkerRuntime(transport, renderer, s3, CheckpointStore(s3, settings.s3_bucket_checkpoints),
+                            ArtifactStore(s3, settings.s3_bucket_artifacts), notice, options)
+    try:
+        return runtime.serve()
+    finally:
+        transport.close()

@@ -1,0 +1,271 @@
+"""One lease, run to an end: resume or start, denoise step by step with checkpoints, then complete.
+
+Every way out is explicit and leaves the job's history telling what happened:
+- succeeded: MP4 uploaded under the lease's epoch, CompleteJob accepted, old checkpoints deleted;
+- stale: the scheduler refused a command because this worker lost the lease (expired while it was stopped
+  or cut off); it stops writing at once and deletes what it uploaded under its own epoch, which nothing
+  references. Checkpoints it recorded before are kept: the next worker resumes from them;
+- preempted / drained: emergency checkpoint, then ReleaseLease (requeued at once, not after the TTL);
+- cancelled: ReleaseLease confirming the cancel, no checkpoint;
+- invalid_checkpoint: the resume checkpoint failed its checksum or fingerprint; FailJob names it
+  (AttemptFailed.invalid_checkpoint_key) and the scheduler's next lease resumes from the one before it, or
+  from step 0 when there is none;
+- failed: anything else, as a FailJob with the error.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from spotreel.worker.artifacts import ArtifactStore
+from spotreel.worker.checkpoints import CheckpointError, CheckpointStore
+from spotreel.worker.interval import IntervalPolicy
+from spotreel.worker.pipeline import Renderer, RenderRequest, RenderState
+from spotreel.worker.pulse import Position, Pulse
+from spotreel.worker.signals import PreemptionNotice
+from spotreel.worker.transport import Lease, LeaseLost, Transport, TransportError, Verdict
+from spotreel.worker.video import encode_mp4, frames_checksum
+
+log = logging.getLogger("spotreel.worker.job")
+
+# Share of the job's progress that denoising covers; decoding, encoding and uploading take the rest.
+DENOISE_SHARE = 95.0
+# Fenced commands whose answer was lost are retried this often before the worker gives up on the lease.
+COMMAND_TRIES = 5
+
+
+@dataclass(frozen=True)
+class Outcome:
+    kind: str  # succeeded | stale | preempted | drained | cancelled | invalid_checkpoint | failed
+    detail: str = ""
+    artifact_key: str | None = None
+    steps_run: int = 0
+
+
+def step_pct(step: int, num_steps: int) -> float:
+    return round(DENOISE_SHARE * step / num_steps, 3)
+
+
+class JobRun:
+    def __init__(self, lease: Lease, transport: Transport, renderer: Renderer, s3: Any, checkpoints: CheckpointStore,
+                 artifacts: ArtifactStore, policy: IntervalPolicy, notice: PreemptionNotice, sampler: str = "ddim",
+                 heartbeat_s: float | None = None, progress_s: float | None = None,
+                 on_step: Callable[[int], None] | None = None) -> None:
+        self.lease = lease
+        self.transport = transport
+        self.renderer = renderer
+        self.s3 = s3
+        self.checkpoints = checkpoints
+        self.artifacts = artifacts
+        self.policy = policy
+        self.notice = notice
+        self.sampler = sampler
+        ttl_s = lease.lease_ttl_ms / 1000.0
+        # Several beats per lease, whatever the control plane's default cadence: a short test TTL must hold.
+        self.heartbeat_s = heartbeat_s or min(lease.heartbeat_seconds, ttl_s / 3)
+        self.progress_s = progress_s or min(lease.progress_seconds, ttl_s / 3)
+        self.on_step = on_step
+        self.durable_step = -1  # newest step whose checkpoint the scheduler accepted (or resumed from)
+        self.last_ckpt_at = time.monotonic()
+        self.steps_run = 0
+        self.pulse: Pulse | None = None
+
+    # -- entry -------------------------------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        lease = self.lease
+        try:
+            req = RenderRequest.from_job(prompt=lease.prompt, seed=lease.seed, num_steps=lease.num_steps,
+                                         resolution=lease.resolution, duration_s=lease.duration_s, fps=lease.fps,
+                                         sampler=self.sampler)
+        except ValueError as exc:
+            return self._fail("invalid_request", str(exc), retryable=False)
+        start_step = lease.resume_step or 0
+        start_pct = lease.resume_progress_pct if lease.resume_progress_pct is not None else 0.0
+        phase = "loading_checkpoint" if lease.resume_checkpoint_key else "starting"
+        self.pulse = Pulse(self.transport, lease, self.heartbeat_s, self.progress_s,
+                           Position(start_step, start_pct, phase)).start()
+        try:
+            return self._run(req)
+        except LeaseLost as exc:
+            return Outcome("stale", exc.reason, steps_run=self.steps_run)
+        except Exception as exc:  # a bug or a broken model: a visible, retryable failure
+            log.exception("job %s epoch %d failed", lease.job_id, lease.epoch)
+            return self._fail("worker_error", f"{type(exc).__name__}: {exc}", retryable=True)
+        finally:
+            self.pulse.stop()
+            forget = getattr(self.transport, "forget", None)
+            if forget is not None:
+                forget(lease)
+
+    def _run(self, req: RenderRequest) -> Outcome:
+        state = self._begin(req)
+        if isinstance(state, Outcome):
+            return state
+        pulse = self.pulse
+        assert pulse is not None
+        while True:
+            if pulse.lost.is_set():
+                return Outcome("stale", pulse.lost_reason, steps_run=self.steps_run)
+            if self.notice.requested:
+                return self._hand_back(state, "preempted", "preempted")
+            if pulse.cancel.is_set():
+                self._release("cancelled")
+                return Outcome("cancelled", steps_run=self.steps_run)
+            if pulse.drain.is_set():
+                return self._hand_back(state, "paused", "drained")
+            if state.done:
+                return self._finish(state)
+            state = self.renderer.step(state)
+            self.steps_run += 1
+            pulse.move(state.step, step_pct(state.step, state.num_steps), "denoising")
+            if self.on_step is not None:
+                self.on_step(state.step)
+            if not state.done and self.policy.due(time.monotonic(), self.last_ckpt_at):
+                self._checkpoint(state)
+
+    # -- start or resume ---------------------------------------------------------------------------------
+
+    def _begin(self, req: RenderRequest) -> RenderState | Outcome:
+        key = self.lease.resume_checkpoint_key
+        if not key:
+            return self.renderer.start(req)
+        try:
+            ckpt = self.checkpoints.load(key, None, self.renderer.fingerprint(req))
+            if self.lease.resume_step is not None and ckpt.step != self.lease.resume_step:
+                raise CheckpointError(f"{key} holds step {ckpt.step}, the job recorded step {self.lease.resume_step}")
+            state = self.renderer.resume(req, ckpt)
+        except CheckpointError as exc:
+            log.warning("job %s: resume checkpoint %s is unusable (%s); reporting it", self.lease.job_id, key, exc)
+            self._command(lambda: self.transport.fail(self.lease, "invalid_checkpoint", str(exc), True, key))
+            return Outcome("invalid_checkpoint", f"{key}: {exc}")
+        self.durable_step = state.step
+        assert self.pulse is not None
+        # Honest progress: this lease restarts at the checkpoint, below what the job may have shown before.
+        self.pulse.move(state.step, step_pct(state.step, state.num_steps), "resuming")
+        log.info("job %s epoch %d: resumed from %s at step %d", self.lease.job_id, self.lease.epoch, key, state.step)
+        return state
+
+    # -- checkpoints -------------------------------------------------------------------------------------
+
+    def _checkpoint(self, state: RenderState) -> bool:
+        """Save and record a checkpoint of `state`; True once the scheduler accepted it."""
+        if state.step <= self.durable_step:
+            return True
+        began = time.monotonic()
+        saved = self.checkpoints.save(self.lease.job_id, self.lease.epoch, state.step,
+                                      self.renderer.snapshot(state))
+        pct = step_pct(state.step, state.num_steps)
+        try:
+            verdict = self._command(lambda: self.transport.checkpoint(self.lease, saved.key, state.step, pct,
+                                                                      saved.checksum, saved.size_bytes))
+        except LeaseLost:
+            # Written under an epoch that no longer holds the lease: nothing references it, so it goes.
+            self._delete_quietly(self.checkpoints.bucket, saved.key)
+            raise
+        finally:
+            self.last_ckpt_at = time.monotonic()
+            self.policy.record_cost(self.last_ckpt_at - began)
+        # checkpoint_not_newer: a retry of a command that landed after all, or a newer one exists; either
+        # way the job can resume from this step or later, which is all `durable_step` promises.
+        if verdict is not None and (verdict.accepted or verdict.reason == "checkpoint_not_newer"):
+            self.durable_step = state.step
+        return self.durable_step >= state.step
+
+    def _hand_back(self, state: RenderState, reason: str, kind: str) -> Outcome:
+        """Emergency checkpoint, then release, both inside the preemption deadline when there is one."""
+        try:
+            if state.step > self.durable_step and self.notice.seconds_left() > 1.0:
+                self._checkpoint(state)
+        except LeaseLost as exc:
+            return Outcome("stale", exc.reason, steps_run=self.steps_run)
+        except Exception:
+            log.exception("job %s: emergency checkpoint failed; releasing without it", self.lease.job_id)
+        self._release(reason)
+        return Outcome(kind, f"released at step {state.step}, durable step {self.durable_step}",
+                       steps_run=self.steps_run)
+
+    def _release(self, reason: str) -> None:
+        try:
+            self._command(lambda: self.transport.release(self.lease, reason))
+        except LeaseLost:
+            pass  # already gone: the scheduler requeued the job on its own
+
+    # -- the end -----------------------------------------------------------------------------------------
+
+    def _finish(self, state: RenderState) -> Outcome:
+        pulse = self.pulse
+        assert pulse is not None
+        pulse.move(state.step, DENOISE_SHARE + 1.0, "decoding")
+        frames = self.renderer.finish(state)
+        digest = frames_checksum(frames)
+        pulse.move(state.step, DENOISE_SHARE + 3.0, "encoding")
+        mp4 = encode_mp4(frames, self.lease.fps)
+        if pulse.lost.is_set():
+            return Outcome("stale", pulse.lost_reason, steps_run=self.steps_run)
+        pulse.move(state.step, DENOISE_SHARE + 4.0, "uploading")
+        up = self.artifacts.upload(self.lease.job_id, self.lease.epoch, mp4, digest)
+        try:
+            verdict = self._command(lambda: self.transport.complete(self.lease, up.key, up.checksum, up.size_bytes))
+        except LeaseLost as exc:
+            # A refusal for a lease this worker no longer holds: the video under this epoch is referenced by
+            # nothing, and "terminal" never gets here (it could be this worker's own earlier success).
+            if exc.reason != "terminal":
+                self._delete_quietly(self.artifacts.bucket, up.key)
+            log.warning("job %s epoch %d: completion refused (%s); local result discarded",
+                        self.lease.job_id, self.lease.epoch, exc.reason)
+            return Outcome("stale", exc.reason, steps_run=self.steps_run)
+        if verdict is None or not verdict.accepted:
+            reason = verdict.reason if verdict else "no verdict"
+            if verdict is not None and not verdict.pending:
+                self._delete_quietly(self.artifacts.bucket, up.key)
+            return Outcome("failed", f"completion not accepted: {reason}", steps_run=self.steps_run)
+        try:
+            self.checkpoints.prune(self.lease.job_id, keep_keys=set())
+        except Exception:
+            log.warning("job %s: could not delete old checkpoints", self.lease.job_id, exc_info=True)
+        return Outcome("succeeded", artifact_key=up.key, steps_run=self.steps_run)
+
+    def _fail(self, code: str, message: str, retryable: bool) -> Outcome:
+        try:
+            self._command(lambda: self.transport.fail(self.lease, code, message, retryable))
+        except LeaseLost as exc:
+            return Outcome("stale", exc.reason, steps_run=self.steps_run)
+        return Outcome("failed", f"{code}: {message}", steps_run=self.steps_run)
+
+    # -- helpers -----------------------------------------------------------------------------------------
+
+    def _command(self, send: Callable[[], Verdict]) -> Verdict | None:
+        """Send a fenced command, retrying when the answer is lost or pending. LeaseLost propagates (and
+        tells the pulse); None means no verdict after every try (the lease TTL settles it)."""
+        delay = 0.5
+        last: Verdict | None = None
+        for _ in range(COMMAND_TRIES):
+            try:
+                last = send()
+            except LeaseLost as exc:
+                if self.pulse is not None:
+                    self.pulse.mark_lost(exc.reason)
+                raise
+            except TransportError as exc:
+                log.warning("job %s: %s; retrying", self.lease.job_id, exc)
+                time.sleep(delay)
+                delay = min(delay * 2, 4.0)
+                continue
+            if self.pulse is not None:
+                self.pulse.heed(last)
+            if not last.pending:
+                return last
+            time.sleep(delay)
+        return last
+
+    def _delete_quietly(self, bucket: str, key: str) -> None:
+        """Only for objects under this lease's own epoch whose recording the scheduler refused."""
+        try:
+            self.s3.delete_object(Bucket=bucket, Key=key)
+            log.info("deleted unreferenced %s/%s", bucket, key)
+        except Exception:
+            log.warning("could not delete unreferenced object %s/%s", bucket, key, exc_info=True)

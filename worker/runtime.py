@@ -1,0 +1,135 @@
+"""The worker's life: register, ask for a lease (long-poll), run exactly one job at a time, ask again.
+
+A worker holds one model in memory (loaded once, `Renderer`) and serves the pools of that model on its GPU
+type. Between jobs it only long-polls; a preemption notice while idle ends it at once, one during a job
+goes through the job's emergency checkpoint and release (job.py). `once` / `max_jobs` end it after that
+many leases, whatever their outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from spotreel.worker.artifacts import ArtifactStore
+from spotreel.worker.checkpoints import CheckpointStore
+from spotreel.worker.interval import IntervalPolicy
+from spotreel.worker.job import JobRun, Outcome
+from spotreel.worker.signals import PreemptionNotice
+from spotreel.worker.transport import Transport, TransportError
+from spotreel.worker.transport_http import Refused
+
+log = logging.getLogger("spotreel.worker")
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    sampler: str = "ddim"
+    lease_wait_s: float = 20.0
+    lease_ttl_ms: int | None = None  # None: the control plane's default
+    max_jobs: int | None = None  # None: until stopped
+    # Checkpoint interval: a fixed one, else Young/Daly from measured cost and this MTBF, bounded.
+    checkpoint_every_s: float | None = None
+    mtbf_s: float = 3600.0
+    checkpoint_min_s: float = 5.0
+    checkpoint_max_s: float = 600.0
+    heartbeat_s: float | None = None
+    progress_s: float | None = None
+
+    def policy(self) -> IntervalPolicy:
+        if self.checkpoint_every_s is not None:
+            return IntervalPolicy.fixed(self.checkpoint_every_s)
+        return IntervalPolicy.adaptive(self.mtbf_s, self.checkpoint_min_s, self.checkpoint_max_s)
+
+
+def say(kind: str, **fields: Any) -> None:
+    """One JSON line per thing that happened, on stdout: for operators, the demo and the tests."""
+    print(json.dumps({"at": round(time.time(), 3), "event": kind, **fields}, default=str), flush=True)
+
+
+class WorkerRuntime:
+    def __init__(self, transport: Transport, renderer: Any, s3: Any, checkpoints: CheckpointStore,
+                 artifacts: ArtifactStore, notice: PreemptionNotice, options: RuntimeOptions,
+                 report: Callable[..., None] = say) -> None:
+        self.transport = transport
+        self.renderer = renderer
+        self.s3 = s3
+        self.checkpoints = checkpoints
+        self.artifacts = artifacts
+        self.notice = notice
+        self.options = options
+        self.report = report
+        # One policy for the worker's life: the checkpoint cost it measures carries over between jobs.
+        self.policy = options.policy()
+        self.outcomes: list[Outcome] = []
+
+    def serve(self) -> int:
+        """Runs until stopped or `max_jobs` leases were run; returns the process exit status."""
+        try:
+            registered = self._with_retry(self.transport.register, "register")
+        except Refused as exc:
+            print(f"spotreel worker: {exc}", file=sys.stderr)
+            return 2
+        if registered is None:
+            return 0
+        profile = self.transport.profile
+        self.report("registered", worker_id=profile.worker_id, models=list(profile.models), gpu_type=profile.gpu_type)
+        while not self.notice.requested:
+            try:
+                lease = self._with_retry(lambda: self.transport.lease(self._wait_slice(),
+                                                                      lease_ttl_ms=self.options.lease_ttl_ms), "lease")
+            except Refused as exc:
+                print(f"spotreel worker: {exc}", file=sys.stderr)
+                return 2
+            if lease is None:
+                continue
+            if self.notice.requested:
+                # Granted while the notice arrived: hand it straight back, the job is requeued at once.
+                try:
+                    self.transport.release(lease, "preempted")
+                except Exception:
+                    log.warning("could not release %s; its lease will expire", lease.job_id, exc_info=True)
+                self.report("job", job_id=lease.job_id, epoch=lease.epoch, outcome="preempted", steps_run=0)
+                break
+            self.report("leased", job_id=lease.job_id, epoch=lease.epoch, attempt=lease.attempt,
+                        resume_checkpoint_key=lease.resume_checkpoint_key, resume_step=lease.resume_step)
+            started = time.monotonic()
+            outcome = self._run(lease)
+            self.outcomes.append(outcome)
+            self.report("job", job_id=lease.job_id, epoch=lease.epoch, outcome=outcome.kind, detail=outcome.detail,
+                        artifact_key=outcome.artifact_key, steps_run=outcome.steps_run,
+                        seconds=round(time.monotonic() - started, 3))
+            if self.options.max_jobs is not None and len(self.outcomes) >= self.options.max_jobs:
+                break
+        self.report("exit", jobs=len(self.outcomes), preempted=self.notice.requested)
+        return 0
+
+    def _run(self, lease) -> Outcome:
+        o = self.options
+        return JobRun(lease, self.transport, self.renderer, self.s3, self.checkpoints, self.artifacts, self.policy,
+                      self.notice, sampler=o.sampler, heartbeat_s=o.heartbeat_s, progress_s=o.progress_s,
+                      on_step=lambda step: self.report("step", job_id=lease.job_id, epoch=lease.epoch,
+                                                       step=step)).run()
+
+    def _wait_slice(self) -> float:
+        # Short enough that a notice while idle ends the worker within seconds, not a whole long-poll.
+        return max(1.0, min(self.options.lease_wait_s, 10.0))
+
+    def _with_retry(self, call: Callable[[], Any], what: str) -> Any:
+        """Retry a call that failed in transit (exponential backoff, capped) until it answers or a notice
+        arrives; Refused (bad key, bad request) propagates."""
+        delay = 0.5
+        while not self.notice.requested:
+            try:
+                return call()
+            except Refused:
+                raise
+            except TransportError as exc:
+                log.warning("%s failed (%s); retrying in %.1f s", what, exc, delay)
+                self.notice.wait(delay)
+                delay = min(delay * 2, 10.0)
+        return None
