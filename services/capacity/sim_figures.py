@@ -84,6 +84,7 @@ def judge_events(accepted: list[Accepted], events: list[Any]) -> dict[str, Any]:
     counts: dict[str, int] = defaultdict(int)
     duplicated, lost, never_seen = [], [], []
     last_status: dict[str, int] = defaultdict(int)
+    last_end = 0
     for job in accepted:
         evs = sorted(by_job.get(job.job_id, []), key=lambda e: getattr(e, "version", 0))
         names = [event_name(e) for e in evs]
@@ -94,6 +95,7 @@ def judge_events(accepted: list[Accepted], events: list[Any]) -> dict[str, Any]:
         terminal = [n for n in names if n in TERMINAL]
         if terminal:
             counts[terminal[0]] += 1
+            last_end = max(last_end, next(e.at_ms for e in evs if event_name(e) in TERMINAL))
         else:
             lost.append(job.job_id)
             last_status[names[-1] if names else "none"] += 1
@@ -127,6 +129,8 @@ def judge_events(accepted: list[Accepted], events: list[Any]) -> dict[str, Any]:
         "leases": counts["leases"], "lease_expired": counts["lease_expired"],
         "lease_released": counts["lease_released"], "rejected_commands": counts["rejected_commands"],
         "dispatch_latency": summary_ms(dispatch),
+        # first 202 to the last terminal event: the span the throughput is measured over
+        "makespan_s": (last_end - min(a.at_ms for a in accepted)) / 1000 if last_end and accepted else None,
         "queue_wait_by_tier": {k: summary_ms(v) for k, v in sorted(wait_tier.items())},
         "queue_wait_by_tenant": {k: summary_ms(v) for k, v in sorted(wait_tenant.items())},
     }

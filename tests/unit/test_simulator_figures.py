@@ -54,6 +54,7 @@ def test_judge_finds_duplicates_lost_and_never_seen_jobs():
     assert j["never_seen_by_scheduler"] == 1
     assert j["lost_by_last_event"] == {"JobRequeued": 1, "none": 1}
     assert j["lease_expired"] == 1 and j["leases"] == 3
+    assert j["makespan_s"] == pytest.approx(1.0)  # accepted at 1.0 s, last terminal event at 2.0 s
 
 
 def test_dispatch_latency_and_queue_wait_per_tier_and_tenant():
