@@ -60,6 +60,19 @@ ACCEPTED = {"type": "object", "required": ["job_id", "status", "queue_position",
                            "queue_position": {"type": ["integer", "null"]},
                            "estimated_wait_seconds": {"type": ["integer", "null"]},
                            "estimate_unavailable_reason": {"type": "string"}}}
+DAG = {"type": "object", "required": ["nodes"], "additionalProperties": False, "properties": {
+    "nodes": {"type": "array", "minItems": 1, "maxItems": 100, "items": {
+        "type": "object", "required": ["key", "prompt"], "additionalProperties": False,
+        "properties": {"key": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"},
+                       **{k: v for k, v in SUBMIT["properties"].items() if k not in ("dag_policy", "parents")},
+                       "parents": {"type": "array", "items": {"type": "string"},
+                                   "description": "keys of other nodes, or ids of the tenant's videos"}}}},
+    "dag_policy": {"type": "string", "enum": ["fail_fast", "continue"]}}}
+DAG_ACCEPTED = {"type": "object", "required": ["videos", "order"], "properties": {
+    "idempotency_key": {"type": "string"}, "dag_policy": {"type": "string"},
+    "order": {"type": "array", "items": {"type": "string"}},
+    "videos": {"type": "array", "items": {"allOf": [ACCEPTED, {"type": "object", "properties": {
+        "key": {"type": "string"}}}]}}}}
 COMMAND = {"type": "object", "properties": {"job_id": {"type": "string"}, "command_id": {"type": "string"},
                                             "requested": {"type": "string"}, "status": {"type": "string"}}}
 VIDEO = {"$ref": "#/components/schemas/Video"}
@@ -161,6 +174,11 @@ def document() -> dict[str, Any]:
                         {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1}},
                         {"name": "page_token", "in": "query", "schema": {"type": "string"}}]),
         },
+        "/v1/dags": {"post": _op(
+            "submit videos with dependencies among them; each node is accepted like POST /v1/videos, in "
+            "topological order, under the Idempotency-Key '<key>/<node key>'",
+            {"202": ("accepted", DAG_ACCEPTED)}, (400, 401, 409, 413, 422, 429, 503), path_id=False, body=DAG,
+            params=[IDEMPOTENCY])},
         "/v1/videos/{id}": {
             "get": _op("status, progress, attempt and result", {"200": ("the video", VIDEO)}, (401, 404, 503)),
             "patch": _op("change the priority", ok202, (400, 401, 404, 409, 422, 503),

@@ -6,7 +6,8 @@ Order of work, and why:
    same job id (and its SubmitJob is produced again: harmless, the domain ignores a repeated SubmitJob
    with the same hash, and it heals a first attempt whose write was never acknowledged); another body →
    409 at once. Replays skip the rate and in-flight checks: they never add work;
-3. admission (rate, in-flight, ETA) for new work only;
+3. admission (rate, in-flight, ETA) and the parents' existence (422 `unknown_parent` naming it) for new
+   work only;
 4. an "accepted" placeholder row in jobs_by_id at write timestamp 0 — every projector write is stamped
    with the event version (≥ 1), so the projection always wins — then the SubmitJob, awaited until Kafka
    acknowledged it (acks=all, idempotent producer);
@@ -16,17 +17,19 @@ Order of work, and why:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
+from typing import Any
 
 from aiohttp import web
 
 from spotreel.domain import ids
 from spotreel.services.gateway.auth import TENANT
-from spotreel.services.gateway.context import gateway
-from spotreel.services.gateway.deps import Claim
+from spotreel.services.gateway.context import Gateway, gateway
+from spotreel.services.gateway.deps import Claim, Tenant
 from spotreel.services.gateway.errors import ApiError
-from spotreel.services.gateway.lookup import status_of
+from spotreel.services.gateway.lookup import find, status_of
 from spotreel.services.gateway.submission import build_submit, check_idempotency_key, normalize
 from spotreel.services.gateway.views import ACCEPTED
 
@@ -41,12 +44,35 @@ async def _body(request: web.Request):
 
 async def submit_video(request: web.Request) -> web.Response:
     gw = gateway(request)
-    deps, tenant = gw.deps, request[TENANT]
     given = request.headers.get("Idempotency-Key")
     # No key: the request is still accepted once, under a fresh key the answer returns, so the client can
     # retry it safely from then on. Without a key a retried POST would create a second job.
     key = check_idempotency_key(given) if given is not None else "gen-" + uuid.uuid4().hex
     body = normalize(await _body(request), gw.cfg)
+    answer = await accept(gw, request[TENANT], key, body)
+    headers = {"Location": f"/v1/videos/{answer['job_id']}", "Idempotency-Key": key}
+    return web.json_response(answer, status=202, headers=headers)
+
+
+async def check_parents(gw: Gateway, tenant: Tenant, parents: list[str], known: frozenset[str] = frozenset()):
+    """Every parent must be a video of this tenant (projected, or accepted and not projected yet); a child
+    of a missing parent would otherwise wait for a job that never comes. `known`: accepted moments ago."""
+    async def one(parent: str) -> None:
+        try:
+            await find(gw.deps, tenant.tenant_id, parent)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            raise ApiError(422, "unknown_parent", f"parent video {parent} does not exist", field="parents",
+                           parent=parent) from None
+    await asyncio.gather(*(one(p) for p in parents if p not in known))
+
+
+async def accept(gw: Gateway, tenant: Tenant, key: str, body: dict[str, Any], *, admitted: bool = False,
+                 known_parents: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """Claim, admit, write the placeholder and produce the SubmitJob; the 202 body. `admitted`: the caller
+    already ran the rate and in-flight checks for this request (a DAG is admitted as a whole)."""
+    deps = gw.deps
     now = deps.clock_ms()
     submit = build_submit(tenant.tenant_id, key, body, now, gw.new_id())
     pool = ids.pool_key(submit.model, submit.gpu_type)
@@ -58,8 +84,10 @@ async def submit_video(request: web.Request) -> web.Response:
     held = await deps.reads.get_claim(submit.job_id)
     replay = held is not None
     if held is None:
-        gw.admission.check_rate(tenant, now)
-        await gw.admission.check_in_flight(tenant)
+        if not admitted:
+            gw.admission.check_rate(tenant, now)
+            await gw.admission.check_in_flight(tenant)
+        await check_parents(gw, tenant, body["parents"], known_parents)
     estimate = await gw.admission.estimate(pool)
     if held is None:
         gw.admission.check_eta(estimate)
@@ -88,5 +116,4 @@ async def submit_video(request: web.Request) -> web.Response:
               "queue_position": estimate.queue_position, "estimated_wait_seconds": estimate.wait_seconds}
     if estimate.wait_seconds is None:
         answer["estimate_unavailable_reason"] = estimate.reason
-    headers = {"Location": f"/v1/videos/{submit.job_id}", "Idempotency-Key": key}
-    return web.json_response(answer, status=202, headers=headers)
+    return answer

@@ -9,7 +9,7 @@ import binascii
 from aiohttp import web
 
 from spotreel.domain import commands as cmd
-from spotreel.services.gateway import stream
+from spotreel.services.gateway import dags, stream
 from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import gateway
 from spotreel.services.gateway.errors import ApiError, invalid
@@ -125,6 +125,7 @@ async def patch_video(request: web.Request) -> web.Response:
 
 def add_routes(router: web.UrlDispatcher) -> None:
     router.add_post("/v1/videos", submit_video)
+    router.add_post("/v1/dags", dags.submit_dag)
     router.add_get("/v1/videos", list_videos, allow_head=False)
     router.add_get("/v1/videos/{id}", get_video, allow_head=False)
     router.add_patch("/v1/videos/{id}", patch_video)
