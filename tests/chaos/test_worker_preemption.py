@@ -1,0 +1,144 @@
+"""Workers lost in every way a spot worker can be lost, with real processes and signals:
+
+- kill -9 at a random step: the lease expires, another worker resumes from the last recorded checkpoint,
+  and the video's frames are bit-identical to an uninterrupted run (DDIM and Euler ancestral);
+- SIGTERM: emergency checkpoint and release; the job is requeued at once, long before the lease TTL;
+- SIGSTOP past the lease, then SIGCONT: the paused worker's commands are refused as stale, it deletes what
+  it wrote under its dead epoch and exits; the referenced video is the other worker's.
+
+Each test runs with both transports (HTTP through the gateway, Kafka directly). The step to strike at is
+drawn at random and printed, so a failure can be replayed with the same step.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+import uuid
+
+import pytest
+
+from spotreel.domain import events as ev
+from tests.integration.workerkit import (STEPS, artifact_keys, events_of, reference_checksum, start_plane,
+                                         video_frames_checksum, wait_done)
+
+pytestmark = [pytest.mark.chaos, pytest.mark.timeout(300)]
+
+TRANSPORTS = ["http", "kafka"]
+
+
+@pytest.fixture(scope="module")
+def plane(settings, stack, tmp_path_factory):
+    yield from start_plane(settings, stack, tmp_path_factory.mktemp("worker-chaos"))
+
+
+def strike_step() -> int:
+    step = random.Random().randint(4, STEPS - 8)
+    print(f"striking at step {step}")
+    return step
+
+
+def at_step(worker, job_id: str, step: int) -> dict:
+    return worker.wait_line(lambda l: l.get("event") == "step" and l.get("job_id") == job_id and l["step"] >= step,
+                            what=f"step {step}")
+
+
+def last_step(worker) -> int:
+    return max(l["step"] for l in worker.lines() if l.get("event") == "step")
+
+
+def start_pair(plane, sampler: str, transport: str, ttl_ms: int, *a_extra: str):
+    """Worker A takes the job; B is started once A holds the lease, so it is warm and long-polling when
+    the job comes back."""
+    model = f"tiny-{uuid.uuid4().hex[:8]}"
+    common = ("--once", "--sampler", sampler, "--checkpoint-every", "0.3", "--lease-ttl-ms", str(ttl_ms))
+    a = plane.worker("a", model, transport, *common, *a_extra)
+    a.wait_ready()
+    job = plane.submit(model, sampler)
+    a.wait_line(lambda l: l.get("event") == "leased" and l["job_id"] == job.job_id, what="lease")
+    b = plane.worker("b", model, transport, *common)
+    return a, b, job
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("sampler", ["ddim", "euler_a"])
+def test_kill9_at_a_random_step_then_another_worker_resumes_bit_identical(plane, sampler, transport):
+    a, b, job = start_pair(plane, sampler, transport, 5000)
+    try:
+        at_step(a, job.job_id, strike_step())
+        plane.bus.wait_event(job.job_id, ev.CheckpointRecorded, timeout=60)
+        a.signal(signal.SIGKILL)
+        a.wait_exit(30)
+        killed_at = last_step(a)
+        done = wait_done(plane.bus, job.job_id)
+        assert b.wait_exit(60) == 0, b.logs()
+    finally:
+        a.stop()
+        b.stop()
+    expired = events_of(plane.bus, job.job_id, ev.LeaseExpired)
+    leases = events_of(plane.bus, job.job_id, ev.JobLeased)
+    assert [e.epoch for e in expired] == [1] and [le.worker_id for le in leases] == [a.worker_id, b.worker_id]
+    resumed = leases[1]
+    assert resumed.resume_checkpoint_key and 0 < resumed.resume_step <= killed_at < STEPS
+    assert done.epoch == 2 and done.artifact_key.endswith("/e00000002/video.mp4")
+    assert video_frames_checksum(plane, done.artifact_key) == reference_checksum(plane.model_dir, job, sampler)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_sigterm_checkpoints_and_releases_so_the_job_is_requeued_at_once(plane, transport):
+    ttl_ms = 60_000  # far longer than the test allows for the hand-over: only a release explains it
+    a, b, job = start_pair(plane, "ddim", transport, ttl_ms, "--grace", "15")
+    try:
+        at_step(a, job.job_id, strike_step())
+        sent_ms = time.time() * 1000
+        a.signal(signal.SIGTERM)
+        assert a.wait_exit(30) == 0, a.logs()
+        requeued = plane.bus.wait_event(job.job_id, ev.JobRequeued, timeout=30)
+        done = wait_done(plane.bus, job.job_id)
+        assert b.wait_exit(60) == 0, b.logs()
+    finally:
+        a.stop()
+        b.stop()
+    released = events_of(plane.bus, job.job_id, ev.LeaseReleased)
+    assert [(r.epoch, r.reason) for r in released] == [(1, "preempted")] and requeued.reason == "released"
+    assert requeued.at_ms - sent_ms < 15_000 < ttl_ms, (requeued.at_ms - sent_ms)
+    assert not events_of(plane.bus, job.job_id, ev.LeaseExpired)
+    # The emergency checkpoint holds the step A stopped at; B resumes exactly there.
+    stopped = [o for o in a.outcomes() if o["job_id"] == job.job_id]
+    assert [o["outcome"] for o in stopped] == ["preempted"]
+    last_step_a = last_step(a)
+    ckpts_a = [c for c in events_of(plane.bus, job.job_id, ev.CheckpointRecorded) if c.epoch == 1]
+    assert ckpts_a[-1].step == last_step_a
+    resumed = events_of(plane.bus, job.job_id, ev.JobLeased)[1]
+    assert resumed.worker_id == b.worker_id and resumed.resume_step == last_step_a
+    assert video_frames_checksum(plane, done.artifact_key) == reference_checksum(plane.model_dir, job, "ddim")
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_paused_worker_past_its_lease_writes_nothing_referenced_and_exits(plane, transport):
+    a, b, job = start_pair(plane, "ddim", transport, 4000)
+    try:
+        at_step(a, job.job_id, strike_step())
+        plane.bus.wait_event(job.job_id, ev.CheckpointRecorded, timeout=60)
+        a.signal(signal.SIGSTOP)
+        done = wait_done(plane.bus, job.job_id)
+        assert b.wait_exit(60) == 0, b.logs()
+        a.signal(signal.SIGCONT)
+        assert a.wait_exit(90) == 0, a.logs()
+    finally:
+        a.stop()
+        b.stop()
+    assert done.epoch == 2 and [o["outcome"] for o in a.outcomes()] == ["stale"]
+    history = plane.bus.job_events(job.job_id)
+    expiry = next(i for i, e in enumerate(history) if isinstance(e, ev.LeaseExpired) and e.epoch == 1)
+    # Nothing A sent after its lease died was applied; at least one of its commands was refused as stale.
+    assert not [e for e in history[expiry + 1:] if getattr(e, "epoch", None) == 1]
+    refused = [e for e in history if isinstance(e, ev.CommandRejected) and e.epoch_given == 1]
+    assert refused and {r.reason for r in refused} <= {"stale_epoch", "lease_expired", "terminal"}
+    # The only video is B's, and nothing A wrote under epoch 1 survives (its stale uploads were deleted,
+    # its referenced checkpoints were pruned after B's success).
+    assert artifact_keys(plane, job.job_id) == [done.artifact_key]
+    left = plane.s3.list_objects_v2(Bucket=plane.settings.s3_bucket_checkpoints, Prefix=f"ckpt/{job.job_id}/")
+    assert left.get("KeyCount", 0) == 0, left.get("Contents")
+    assert video_frames_checksum(plane, done.artifact_key) == reference_checksum(plane.model_dir, job, "ddim")
