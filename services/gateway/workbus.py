@@ -21,10 +21,13 @@ import uuid
 from collections import defaultdict
 from typing import Any
 
+from confluent_kafka import KafkaException
+
 from spotreel.adapters.kafka import assignments_topic
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
 from spotreel.infra.topics import events_topic, pool_stats_topic
+from spotreel.services.gateway.deps import SinkUnavailable
 from spotreel.settings import Settings
 
 log = logging.getLogger("spotreel.gateway.workbus")
@@ -59,7 +62,11 @@ class KafkaWorkBus:
             self._start_lock = asyncio.Lock()
         async with self._start_lock:
             if self._thread is None:
-                await asyncio.to_thread(self.start)
+                try:
+                    await asyncio.to_thread(self.start)
+                except KafkaException as exc:
+                    # Broker down or topics missing: the worker retries later (503), not a crash (500).
+                    raise SinkUnavailable(f"the worker bus could not start: {exc.args[0].str()}") from exc
 
     def start(self, timeout: float = 15.0) -> None:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -70,8 +77,12 @@ class KafkaWorkBus:
         parts = range(self.settings.partitions)
         # Explicit end offsets (not OFFSET_END, which resolves lazily): an answer produced after start()
         # returned is never skipped.
-        tps = [TopicPartition(t, p, c.get_watermark_offsets(TopicPartition(t, p), timeout=timeout)[1])
-               for t in (self.assignments, self.events) for p in parts]
+        try:
+            tps = [TopicPartition(t, p, c.get_watermark_offsets(TopicPartition(t, p), timeout=timeout)[1])
+                   for t in (self.assignments, self.events) for p in parts]
+        except BaseException:
+            c.close()
+            raise
         tps += [TopicPartition(self.pool_stats_topic, p, OFFSET_BEGINNING) for p in parts]
         c.assign(tps)
         self._consumer = c
