@@ -211,7 +211,8 @@ def run_spotreel(w: Workload, out: Path | None) -> dict:
         "dispatch_p50_ms": r["dispatch_latency"]["p50_ms"], "dispatch_p99_ms": r["dispatch_latency"]["p99_ms"],
         "wasted_gpu_seconds": r["wasted_gpu_seconds"],
         "checkpoint_overhead_gpu_seconds": r["checkpoint_overhead_gpu_seconds"],
-        "kills": r["attempts_by_outcome"].get("vanished", 0), "starts": r["leases"],
+        # every machine beyond the first W replaced one that died (busy or idle), as Celery's kills count
+        "kills": r["workers_made"] - w.workers, "starts": r["leases"],
     }
 
 

@@ -278,12 +278,15 @@ async def submit_loop(sh: Shared, until: float) -> None:
     pending: set[asyncio.Task] = set()
     tenants, tw = zip(*cfg.tenants)
     tiers, pw = zip(*cfg.tiers)
+    # Arrival times from their own seeded stream (the same one bench/peer_celery.py replays for Celery),
+    # on a fixed schedule, so slow answers do not thin out the load.
+    arrivals = random.Random(cfg.seed)
+    t0, offset = time.monotonic(), 0.0
     while True:
-        now = time.monotonic()
-        gap = rng.expovariate(cfg.submit_rate)
-        if now + gap >= until:
+        offset += arrivals.expovariate(cfg.submit_rate)
+        if t0 + offset >= until:
             break
-        await asyncio.sleep(gap)
+        await asyncio.sleep(max(0.0, t0 + offset - time.monotonic()))
         tenant = rng.choices(tenants, tw)[0]
         tier = rng.choices(tiers, pw)[0]
         task = asyncio.create_task(_submit(sh, tenant, tier))
