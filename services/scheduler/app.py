@@ -33,7 +33,7 @@ from spotreel.infra.topics import (commands_topic, deadletter_topic, events_topi
                                    scheduler_app_id)
 from spotreel.settings import Settings
 
-from spotreel.services.scheduler import followups, statecodec
+from spotreel.services.scheduler import followups, redelivery, statecodec, taskdump
 from spotreel.services.scheduler.catchup import catch_up
 from spotreel.services.scheduler.handler import Handler
 from spotreel.services.scheduler.metrics import Metrics
@@ -154,6 +154,7 @@ class Scheduler:
         app.timer(stats_interval)(self.publish_stats)
 
         async def start_metrics() -> None:
+            taskdump.install(asyncio.get_running_loop(), self.flow_state)
             if self.metrics_port:
                 self.metrics.serve(self.metrics_port)
 
@@ -178,8 +179,8 @@ class Scheduler:
         part = PartitionState(p)
         raw_meta = self.table.data.get(_meta_key(p))
         marker = json.loads(raw_meta)["events_offset"] if raw_meta else -1
-        caught = await asyncio.to_thread(catch_up, self.settings.kafka_bootstrap, self.events, p, self.codec,
-                                         marker, self.get, self.get_schedule)
+        caught, part.deadlettered = await asyncio.to_thread(self._read_back, p, marker)
+        part.grants = caught.grants
         # Follow-ups of the events past the marker may never have been sent: send them (again) first.
         await self._send_all([(self.commands, followups.key_of(c).encode(), self.codec.encode_message(c),
                                partition_for(followups.key_of(c), self.settings.partitions))
@@ -203,9 +204,18 @@ class Scheduler:
                 continue
             part.observe(None, self.get(key.decode()))
         log.info("partition %d: marker %d, %d events read, %d jobs caught up, %d follow-ups re-sent, applied up to "
-                 "offset %d, %d queued", p, marker, caught.read, len(caught.states), len(caught.followups),
-                 part.applied_upto, len(part.index))
+                 "offset %d, %d queued, redelivery window: %d grants, %d dead letters", p, marker, caught.read,
+                 len(caught.states), len(caught.followups), part.applied_upto, len(part.index), len(part.grants),
+                 len(part.deadlettered))
         return part
+
+    def _read_back(self, p: int, marker: int) -> tuple[Any, set[int]]:
+        """Blocking (a thread): the table's catch-up and what the redelivery window already produced."""
+        boot = self.settings.kafka_bootstrap
+        committed = redelivery.committed_offset(boot, scheduler_app_id(self.settings), self.commands, p)
+        caught = catch_up(boot, self.events, p, self.codec, marker, self.get, self.get_schedule, committed)
+        dead = redelivery.deadlettered_since(boot, deadletter_topic(self.settings), p, committed)
+        return caught, dead
 
     # -- commands --------------------------------------------------------------------------------------------
 
@@ -223,7 +233,7 @@ class Scheduler:
         producer = self.app.producer
         sends: list[Any] = []  # event send futures, with their partition
         writes: list[tuple[int, Any]] = []
-        after_acks: list[tuple[str, bytes, bytes, int]] = []  # (topic, key, value, partition)
+        after_acks: list[tuple] = []  # (topic, key, value, partition[, headers])
         answers: list[tuple[Any, Any]] = []
         marked: set[int] = set()
         for event in batch:
@@ -234,14 +244,23 @@ class Scheduler:
                 raise RuntimeError(f"command on partition {p} before its state was rebuilt")
             if msg.offset <= part.applied_upto:
                 self.metrics.skipped.inc()
+                # Its events are durable, but its answer may not be: a RequestWork is answered again.
+                again = self.handler.reanswer(part, msg.value, now_ms())
+                if again is not None:
+                    answers.append((again, msg))
                 continue
             out = self.handler.handle(part, msg.topic, msg.offset, msg.key, msg.value, now_ms())
             self.metrics.commands.inc()
             if out.deadletter is not None:
+                if msg.offset in part.deadlettered:  # redelivered after a crash: its dead letter is there
+                    self.metrics.skipped.inc()
+                    continue
+                part.deadlettered.add(msg.offset)
                 self.metrics.deadletters.labels(out.deadletter["reason"]).inc()
                 log.warning("dead-lettered %s[%d]@%d: %s", msg.topic, p, msg.offset, out.deadletter["detail"])
                 value = self.codec.encode("spotreel.v1.DeadLetteredCommand", out.deadletter)
-                after_acks.append((deadletter_topic(self.settings), msg.key, value, p))
+                after_acks.append((deadletter_topic(self.settings), msg.key, value, p,
+                                   [(CMD_OFFSET_HEADER, str(msg.offset).encode())]))
                 continue
             if out.events:
                 headers = [(CMD_OFFSET_HEADER, str(msg.offset).encode())]
@@ -292,10 +311,29 @@ class Scheduler:
             if msg.timestamp:
                 self.metrics.dispatch_latency.observe(max(0.0, time.time() - msg.timestamp))
 
-    async def _send_all(self, records: list[tuple[str, bytes, bytes, int]]) -> None:
-        futures = [await self.app.producer.send(topic, key, value, p, None, None) for topic, key, value, p in records]
+    async def _send_all(self, records: list[tuple]) -> None:
+        """Send (topic, key, value, partition[, headers]) records, then await every ack."""
+        futures = [await self.app.producer.send(r[0], r[1], r[2], r[3], None, r[4] if len(r) > 4 else None)
+                   for r in records]
         for fut in futures:
             await fut
+
+    def flow_state(self) -> str:
+        consumer = self.app.consumer
+        thread = getattr(consumer, "_thread", None)
+        inner = getattr(thread, "_consumer", None)
+        paused = inner.paused() if inner is not None else "?"
+        positions = {}
+        if inner is not None:
+            assignment = inner._subscription.subscription.assignment  # noqa: SLF001
+            for tp in assignment.tps:
+                st = assignment.state_value(tp)
+                positions[f"{tp.topic.rsplit('.', 1)[-1]}/{tp.partition}"] = (
+                    st.has_valid_position and st.position, st.paused, st.awaiting_reset, st.highwater)
+        return (f"parts={ {p: (s.applied_upto, s.events_offset) for p, s in self.parts.items()} } "
+                f"flow_active={consumer.flow_active} active={consumer._active_partitions} "  # noqa: SLF001
+                f"paused={paused} read_offset={dict(consumer._read_offset)} "  # noqa: SLF001
+                f"committed={dict(consumer._committed_offset)} positions={positions}")  # noqa: SLF001
 
     # -- timers and stats ------------------------------------------------------------------------------------
 

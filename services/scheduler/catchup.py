@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from spotreel.adapters.kafka import CMD_OFFSET_HEADER, read_partition
+from spotreel.adapters.kafka import read_partition
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
 from spotreel.domain.evolve import evolve
@@ -16,6 +16,7 @@ from spotreel.domain.schedules import ScheduleState, evolve_schedule
 from spotreel.domain.state import JobState
 
 from spotreel.services.scheduler import followups
+from spotreel.services.scheduler.redelivery import header_offset, window_start
 
 log = logging.getLogger(__name__)
 
@@ -30,18 +31,18 @@ class CatchUp:
     followups: list[Any] = field(default_factory=list)
     schedule_pending: list[Any] = field(default_factory=list)
     read: int = 0
-
-
-def header_offset(headers: Any) -> int | None:
-    for k, v in headers or ():
-        if k == CMD_OFFSET_HEADER:
-            return int(v)
-    return None
+    # RequestWork id -> the JobLeased it produced, for the commands Kafka will redeliver (offset >= the
+    # group's committed offset): a skipped RequestWork is answered again from it (redelivery.py).
+    grants: dict[str, ev.JobLeased] = field(default_factory=dict)
 
 
 def catch_up(bootstrap: str, topic: str, partition: int, codec: Codec, marker: int,
              get: Callable[[str], JobState | None],
-             get_schedule: Callable[[str], ScheduleState | None] = lambda _: None) -> CatchUp:
+             get_schedule: Callable[[str], ScheduleState | None] = lambda _: None,
+             committed: int | None = None) -> CatchUp:
+    """Fold the events past `marker` into the table's states. With `committed` (the commands partition's
+    committed offset), also read back over the events of every command that will be redelivered, for
+    the grants they hold (events at or below the marker are already in the table and are not folded)."""
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "spotreel-catchup"})
@@ -56,6 +57,8 @@ def catch_up(bootstrap: str, topic: str, partition: int, codec: Codec, marker: i
         return result
     # Always read the last event too: its header says which command was applied last.
     start = min(marker + 1, high - 1)
+    if committed is not None:
+        start = window_start(bootstrap, topic, partition, committed, start)
     for msg in read_partition(bootstrap, topic, partition, start, high):
         result.read += 1
         offset = header_offset(msg.headers())
@@ -63,6 +66,9 @@ def catch_up(bootstrap: str, topic: str, partition: int, codec: Codec, marker: i
             result.applied_upto = max(result.applied_upto, offset)
         result.events_offset = max(result.events_offset, msg.offset())
         event = codec.decode_message(msg.value())
+        if (isinstance(event, ev.JobLeased) and event.causation_id.startswith("rw:") and committed is not None
+                and offset is not None and offset >= committed):
+            result.grants[event.causation_id[3:]] = event
         if isinstance(event, ev.SCHEDULE_EVENTS):
             _schedule_event(result, event, get_schedule)
             continue

@@ -121,15 +121,35 @@ class Handler:
             if leased is None:
                 part.index.discard(job_id)
                 continue
-            s = out.states[job_id][1]
             part.workers[c.worker_id].idle = False
-            out.answer = ev.WorkAssigned(
-                request_id=c.command_id, worker_id=c.worker_id, job_id=job_id, epoch=leased.epoch,
-                attempt=leased.attempt, at_ms=now_ms, lease_ttl_ms=leased.lease_ttl_ms,
-                lease_expires_at_ms=leased.lease_expires_at_ms, pool=leased.pool, model=s.model,
-                gpu_type=s.gpu_type, prompt=s.prompt, duration_s=s.duration_s, resolution=s.resolution,
-                fps=s.fps, seed=s.seed, num_steps=s.num_steps, resume_checkpoint_key=leased.resume_checkpoint_key,
-                resume_step=leased.resume_step, resume_progress_pct=leased.resume_progress_pct,
-                partition=part.partition)
+            out.answer = work_assigned(c.command_id, leased, out.states[job_id][1], part.partition)
             return out
         return none("no_queued_job")
+
+    def reanswer(self, part: PartitionState, value: bytes | None, now_ms: int) -> Any:
+        """The answer to a redelivered RequestWork whose decision is already on the events topic (its offset
+        is at or below `applied_upto`): the same lease again, never a second one. Without a grant in the
+        redelivery window it had no events, so it was answered NoWorkAvailable. None for other commands."""
+        try:
+            command = self.codec.decode_message(value)
+        except CodecError:
+            return None
+        if not isinstance(command, cmd.RequestWork):
+            return None
+        leased = part.grants.get(command.command_id)
+        state = self.get(leased.job_id) if leased is not None else None
+        if leased is not None and state is not None:
+            return work_assigned(command.command_id, leased, state, part.partition)
+        return ev.NoWorkAvailable(command.command_id, command.worker_id, now_ms,
+                                  "draining" if command.draining else "no_queued_job", part.partition)
+
+
+def work_assigned(request_id: str, leased: ev.JobLeased, s: JobState, partition: int) -> ev.WorkAssigned:
+    """The answer for a grant: the lease from its JobLeased, the job's settings from its state."""
+    return ev.WorkAssigned(
+        request_id=request_id, worker_id=leased.worker_id, job_id=leased.job_id, epoch=leased.epoch,
+        attempt=leased.attempt, at_ms=leased.at_ms, lease_ttl_ms=leased.lease_ttl_ms,
+        lease_expires_at_ms=leased.lease_expires_at_ms, pool=leased.pool, model=s.model,
+        gpu_type=s.gpu_type, prompt=s.prompt, duration_s=s.duration_s, resolution=s.resolution,
+        fps=s.fps, seed=s.seed, num_steps=s.num_steps, resume_checkpoint_key=leased.resume_checkpoint_key,
+        resume_step=leased.resume_step, resume_progress_pct=leased.resume_progress_pct, partition=partition)

@@ -5,8 +5,10 @@ it has heard from. None of it is authoritative: `decide` judges every transition
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import Counter, deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from spotreel.domain.dispatch import DispatchIndex, QueuedJob
 from spotreel.domain.fairness import TenantUsage
@@ -32,7 +34,10 @@ class PartitionState:
     # Offset on the events topic that the table reflects (the table's own marker, see handler.py).
     events_offset: int = -1
     index: DispatchIndex = field(default_factory=DispatchIndex)
-    heap: list[tuple[int, str, Timer]] = field(default_factory=list)
+    # Entries are (due, kind, key, epoch, seq, timer): a total order on plain values, so two timers due at
+    # the same millisecond never compare Timer objects; `seq` (unique) breaks the last tie by arrival.
+    heap: list[tuple[int, str, str, int, int, Timer]] = field(default_factory=list)
+    _seq: itertools.count = field(default_factory=itertools.count, repr=False)
     armed: set[Timer] = field(default_factory=set)
     fired: dict[str, set[str]] = field(default_factory=dict)  # job_id -> timer command ids sent
     in_flight: Counter = field(default_factory=Counter)
@@ -44,6 +49,10 @@ class PartitionState:
     last_checkpoint_ms: dict[str, int] = field(default_factory=dict)
     known_pools: set[str] = field(default_factory=set)  # published once: keep publishing (zeros)
     holders: dict[str, str] = field(default_factory=dict)  # job_id -> pool, while leased
+    # For the commands Kafka redelivers after a crash (redelivery.py): RequestWork id -> its JobLeased,
+    # and the command offsets that already have a dead letter.
+    grants: dict[str, Any] = field(default_factory=dict)
+    deadlettered: set[int] = field(default_factory=set)
 
     def observe(self, before: JobState | None, after: JobState | None) -> None:
         """Keep the derived structures in line with one job's new state."""
@@ -84,8 +93,12 @@ class PartitionState:
         for timer in timers_for(after):
             # A fired timer whose command was refused leaves the state as it was: do not fire it again.
             if timer not in self.armed and timer.command().command_id not in sent:
-                self.armed.add(timer)
-                heapq.heappush(self.heap, (timer.at_ms, timer.key, timer))
+                self.arm(timer)
+
+    def arm(self, timer: Timer) -> None:
+        self.armed.add(timer)
+        epoch = -1 if timer.epoch is None else timer.epoch
+        heapq.heappush(self.heap, (timer.at_ms, timer.kind, timer.key, epoch, next(self._seq), timer))
 
     def observe_schedule(self, before: ScheduleState | None, after: ScheduleState | None) -> None:
         """Occurrence timers share the heap with the job timers (keys in `fired` are prefixed "s:")."""
@@ -97,15 +110,15 @@ class PartitionState:
         sent = self.fired.get(fired_key, ())
         for timer in schedule_timers(after):
             if timer not in self.armed and timer.command().command_id not in sent:
-                self.armed.add(timer)
-                heapq.heappush(self.heap, (timer.at_ms, timer.key, timer))
+                self.arm(timer)
 
     def due(self, now_ms: int, current: callable, current_schedule: callable = lambda _: None) -> list[Timer]:
         """Timers due at `now_ms` that the job's (or schedule's) current state still wants (stale ones are
         dropped)."""
         out: list[Timer] = []
         while self.heap and self.heap[0][0] <= now_ms:
-            _, key, timer = heapq.heappop(self.heap)
+            timer = heapq.heappop(self.heap)[-1]
+            key = timer.key
             self.armed.discard(timer)
             if timer.kind == TimerKind.FIRE_OCCURRENCE:
                 wanted, fired_key = schedule_timers(current_schedule(key)), "s:" + key

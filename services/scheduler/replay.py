@@ -16,7 +16,7 @@ from spotreel.infra.topics import changelog_topic, events_topic
 from spotreel.settings import Settings
 
 from spotreel.services.scheduler import statecodec
-from spotreel.services.scheduler.catchup import header_offset
+from spotreel.services.scheduler.redelivery import header_offset
 
 _SKIP = {"job_id", "version", "at_ms", "causation_id"}
 

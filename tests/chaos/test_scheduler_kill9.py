@@ -90,6 +90,11 @@ def test_kill9_mid_stream_loses_and_duplicates_nothing(stack, tmp_path):
             time.sleep(1)
         assert report.ok, report.summary()
         assert report.jobs == JOBS
+    except BaseException:
+        # CI shows captured stdout of a failed test: both schedulers' own account of what they did.
+        for p in procs:
+            print(f"----- tail of {p.log_path.name} -----\n{p.log()[-6000:]}")
+        raise
     finally:
         for p in procs:
             p.stop()

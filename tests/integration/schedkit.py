@@ -94,6 +94,7 @@ class Bus:
         self.events: list[Any] = []
         self.event_offsets: list[tuple[int, int]] = []
         self.answers: dict[str, Any] = {}
+        self.answer_log: list[Any] = []  # every answer read, duplicates included
         self._ec = self._consumer(events_topic(settings))
         self._ac = self._consumer(assignments_topic(settings))
         self._ids = 0
@@ -112,9 +113,20 @@ class Bus:
         produce_command(self.prod, self.settings, self.codec, command, partition)
         self.prod.flush(10)
 
-    def send_raw(self, key: bytes, value: bytes, partition: int) -> None:
-        self.prod.produce(commands_topic(self.settings), key=key, value=value, partition=partition)
+    def send_raw(self, key: bytes, value: bytes, partition: int) -> int:
+        """Produce raw bytes to the commands topic; returns the record's offset."""
+        got: list[Any] = []
+        self.prod.produce(commands_topic(self.settings), key=key, value=value, partition=partition,
+                          on_delivery=lambda err, msg: got.append((err, msg)))
         self.prod.flush(10)
+        err, msg = got[0]
+        assert err is None, err
+        return msg.offset()
+
+    def send_at(self, command: Any, partition: int) -> int:
+        """Produce `command` to `partition`; returns its offset on the commands topic."""
+        key = getattr(command, "job_id", None) or getattr(command, "schedule_id", None) or command.worker_id
+        return self.send_raw(key.encode(), self.codec.encode_message(command), partition)
 
     def poll(self, seconds: float = 0.2) -> None:
         deadline = time.monotonic() + seconds
@@ -129,6 +141,7 @@ class Bus:
                         self.event_offsets.append((msg.partition(), msg.offset()))
                     else:
                         self.answers[obj.request_id] = obj
+                        self.answer_log.append(obj)
 
     def wait_for(self, pred: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
         deadline = time.monotonic() + timeout
@@ -180,6 +193,31 @@ class Bus:
     def close(self) -> None:
         self._ec.close()
         self._ac.close()
+
+
+def rewind_commits(settings: Settings, partition: int, offset: int, timeout: float = 60.0) -> None:
+    """Set the scheduler group's committed offset of a commands partition back to `offset`, as if the
+    scheduler had processed everything after it but died before committing. Retries until the group is
+    empty (a kill -9'd member stays in it until its session times out)."""
+    from confluent_kafka import KafkaException
+
+    from spotreel.infra.topics import scheduler_app_id
+
+    cons = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": scheduler_app_id(settings),
+                     "enable.auto.commit": False})
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                cons.commit(offsets=[TopicPartition(commands_topic(settings), partition, offset)],
+                            asynchronous=False)
+                return
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+    finally:
+        cons.close()
 
 
 def scheduler_settings(unique: str, partitions: int = 3) -> Settings:
