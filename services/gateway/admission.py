@@ -5,7 +5,9 @@
   (Redis, or a Kafka-side quota) is the step beyond that.
 - In flight: the tenant's unfinished jobs (read model, cached for a second or two) against
   `max_in_flight × in_flight_queue_factor`; dispatch itself enforces `max_in_flight` on running work.
-- ETA: the domain's fluid estimate from the pool's load row; above `max_eta_seconds` → 503.
+- ETA: the domain's fluid estimate (queue position, active workers, mean generation time) from the
+  scheduler's pool-stats records (poolview.py); above `max_eta_seconds` → 503. Null, with the reason, when
+  the pool has no statistics, no measured generation time or no worker yet.
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ class Estimate:
 
 
 class Admission:
-    def __init__(self, cfg: GatewayConfig, reads: ReadStore, on_reject=lambda reason: None) -> None:
+    def __init__(self, cfg: GatewayConfig, reads: ReadStore, on_reject=lambda reason: None, pools=None) -> None:
         self.cfg = cfg
         self.reads = reads
+        self.pools = pools
         self.on_reject = on_reject
         self._buckets: dict[str, quotas.TokenBucket] = {}
         self._in_flight: dict[str, tuple[float, int]] = {}
@@ -68,7 +71,8 @@ class Admission:
         now = time.monotonic()
         cached = self._pools.get(pool)
         if cached is None or now - cached[0] > self.cfg.pool_stats_cache_seconds:
-            cached = (now, await self.reads.pool_load(pool))
+            source = self.pools.load if self.pools is not None else self.reads.pool_load
+            cached = (now, await source(pool))
             self._pools[pool] = cached
         return cached[1]
 

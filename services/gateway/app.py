@@ -85,7 +85,8 @@ async def openapi_view(request: web.Request) -> web.Response:
 def create_app(settings: Settings, deps: Deps, cfg: GatewayConfig | None = None) -> web.Application:
     cfg = cfg or GatewayConfig()
     metrics = Metrics.create()
-    admission = Admission(cfg, deps.reads, on_reject=lambda reason: metrics.rejections.labels(reason).inc())
+    admission = Admission(cfg, deps.reads, on_reject=lambda reason: metrics.rejections.labels(reason).inc(),
+                          pools=deps.pools)
     app = web.Application(
         client_max_size=cfg.max_body_bytes,
         middlewares=[_error_middleware(metrics), make_middleware(KeyCache(deps.auth, cfg.auth_cache_seconds))],

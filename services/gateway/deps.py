@@ -89,6 +89,9 @@ class Deps:
     new_id: Callable[[], str] | None = None
     # The shared dispatch/verdict consumer (workbus.KafkaWorkBus); None: /internal answers 503.
     work: Any = None
+    # Pool load for the ETA (poolview.KafkaPoolStats: `async load(pool) -> PoolLoad | None`); None: the
+    # read store's pool_load answers instead.
+    pools: Any = None
 
 
 class StoreUnavailable(Exception):

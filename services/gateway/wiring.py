@@ -9,6 +9,7 @@ from typing import Iterator
 from spotreel.services.gateway.cassandra_store import CassandraAuth, CassandraReads
 from spotreel.services.gateway.deps import Deps
 from spotreel.services.gateway.kafka_sink import KafkaCommandSink
+from spotreel.services.gateway.poolview import KafkaPoolStats
 from spotreel.services.gateway.workbus import KafkaWorkBus
 from spotreel.settings import Settings
 
@@ -35,14 +36,16 @@ def real_deps(settings: Settings, session=None, presign_seconds: int = 900) -> I
 
     sink = KafkaCommandSink(settings)
     work = KafkaWorkBus(settings)
+    pools = KafkaPoolStats(settings)
     try:
         if session is not None:
             yield Deps(sink, CassandraReads(session), CassandraAuth(session), lambda: int(time.time() * 1000),
-                       presign=presigner(settings, presign_seconds), work=work)
+                       presign=presigner(settings, presign_seconds), work=work, pools=pools)
             return
         with cql_session(settings, keyspace=settings.cassandra_keyspace) as own:
             yield Deps(sink, CassandraReads(own), CassandraAuth(own), lambda: int(time.time() * 1000),
-                       presign=presigner(settings, presign_seconds), work=work)
+                       presign=presigner(settings, presign_seconds), work=work, pools=pools)
     finally:
+        pools.close()
         work.close()
         sink.close()
