@@ -31,3 +31,70 @@ def test_s3_credentials_match_settings():
     assert f'"accessKey": "{s.s3_access_key}"' in COMPOSE
     assert f'"secretKey": "{s.s3_secret_key}"' in COMPOSE
     assert f"-s3.port={s.s3_port}" in COMPOSE
+
+
+# -- the spotreel services ----------------------------------------------------------------------------------
+
+import shlex  # noqa: E402
+
+import yaml  # noqa: E402
+
+from spotreel.cli import build_parser  # noqa: E402
+from spotreel.infra.services import (projector_metrics_port, scheduler_metrics_port, services,  # noqa: E402
+                                     webhooks_metrics_port)
+
+DOC = yaml.safe_load(COMPOSE)
+SPOTREEL = ("scheduler", "projector", "gateway", "webhooks", "worker")
+
+
+def _spotreel_argv(service: str) -> list[str]:
+    """The `spotreel …` part of a service's shell command."""
+    script = DOC["services"][service]["command"][-1]
+    tail = script.rsplit("exec spotreel ", 1)[1]
+    return shlex.split(tail)
+
+
+def test_every_local_stack_service_and_a_worker_are_in_compose():
+    local = {s.name for s in services(Settings())}
+    assert local <= set(DOC["services"]), local - set(DOC["services"])
+    assert set(SPOTREEL) <= set(DOC["services"])
+
+
+def test_service_commands_parse_and_use_the_local_stack_metrics_ports():
+    s = Settings()
+    parser = build_parser()
+    for name in SPOTREEL:
+        argv = _spotreel_argv(name)
+        parser.parse_args(argv)  # exits (SystemExit) on an unknown subcommand or option
+        assert argv[0] == name
+    assert "--metrics-port" in _spotreel_argv("scheduler")
+    ports = {n: int(a[a.index("--metrics-port") + 1]) for n in ("scheduler", "projector", "webhooks")
+             for a in [_spotreel_argv(n)]}
+    assert ports == {"scheduler": scheduler_metrics_port(s), "projector": projector_metrics_port(s),
+                     "webhooks": webhooks_metrics_port(s)}
+    assert f"http://127.0.0.1:{s.gateway_port}" in " ".join(_spotreel_argv("worker"))
+    assert f"127.0.0.1:{s.gateway_port}/healthz" in str(DOC["services"]["gateway"]["healthcheck"])
+
+
+def test_service_settings_are_real_settings_with_the_defaults():
+    s = Settings()
+    for name in ("provision", *SPOTREEL):
+        svc = DOC["services"][name]
+        assert svc["network_mode"] == "host", name  # 127.0.0.1 reaches the published ports
+        env = svc["environment"]
+        for var, value in env.items():
+            field = var.removeprefix("SPOTREEL_").lower()
+            assert var.startswith("SPOTREEL_") and hasattr(s, field), var
+            if field in ("home",):
+                continue  # the container's own path
+            if field == "webhook_allow_private":
+                assert value == "${SPOTREEL_WEBHOOK_ALLOW_PRIVATE:-0}" and s.webhook_allow_private == 0
+                continue
+            assert str(getattr(s, field)) == str(value), var
+        assert env["SPOTREEL_HOST"] == "127.0.0.1"
+
+
+def test_services_wait_for_provisioning():
+    for name in ("scheduler", "projector", "gateway", "webhooks"):
+        assert DOC["services"][name]["depends_on"] == {"provision": {"condition": "service_completed_successfully"}}
+    assert DOC["services"]["worker"]["depends_on"] == {"gateway": {"condition": "service_healthy"}}
