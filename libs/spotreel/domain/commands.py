@@ -190,6 +190,8 @@ class RecordCheckpoint:
     progress_pct: float
     checksum: str
     size_bytes: int
+    # How long the worker took to write it (the checkpoint cost C of Young/Daly); None when not measured.
+    duration_ms: int | None = None
 
 
 @dataclass(frozen=True)

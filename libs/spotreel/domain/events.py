@@ -259,6 +259,7 @@ class CheckpointRecorded:
     checksum: str
     size_bytes: int
     pruned_keys: tuple[str, ...]
+    duration_ms: int | None = None  # the worker's write time, as reported in RecordCheckpoint
 
 
 @dataclass(frozen=True)
@@ -576,7 +577,8 @@ class NoWorkAvailable:
 @dataclass(frozen=True)
 class PoolStats:
     """One scheduler partition's view of one pool, published (compacted, keyed `pool/partition`) for
-    admission control, ETA and the capacity manager. Sum over partitions for the pool's totals.
+    admission control, ETA and the capacity manager. Sum over partitions for the pool's totals (counts;
+    means and rates are per partition, weigh them by `leased`).
     `queued_by_tier` / `queued_by_tenant` entries read `priority=count` / `tenant=count`."""
 
     pool: str
@@ -591,6 +593,14 @@ class PoolStats:
     draining_workers: int = 0
     mean_run_ms: float = 0.0
     mean_checkpoint_interval_ms: float = 0.0
+    # Workers holding a lease of this pool on this partition.
+    active_workers: int = 0
+    # Mean checkpoint write time reported by workers (RecordCheckpoint.duration_ms); 0.0 when none reported.
+    mean_checkpoint_ms: float = 0.0
+    # Leases of this pool lost (expired, or released for preemption) in the last hour, and per hour of
+    # leased time in that hour (MTBF in hours = 1 / rate; 0.0 when nothing was lost).
+    lease_losses_1h: int = 0
+    lease_loss_rate_per_hour: float = 0.0
 
 
 SCHEDULER_RECORDS = (WorkAssigned, NoWorkAvailable, PoolStats)

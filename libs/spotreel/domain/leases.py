@@ -174,6 +174,7 @@ def _checkpoint(state: JobState, c: cmd.RecordCheckpoint, h: Head, now_ms: int) 
             checksum=c.checksum,
             size_bytes=c.size_bytes,
             pruned_keys=pruned,
+            duration_ms=c.duration_ms,
         ),
     )
 
