@@ -27,6 +27,7 @@ from spotreel.adapters.kafka import CMD_OFFSET_HEADER, assignments_topic
 from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
+from spotreel.domain.commands import RequestWork
 from spotreel.domain.schedules import ScheduleState
 from spotreel.domain.state import JobState
 from spotreel.infra.topics import (commands_topic, deadletter_topic, events_topic, pool_stats_topic,
@@ -173,7 +174,28 @@ class Scheduler:
         started = time.monotonic()
         for p in sorted(assigned - set(self.parts)):
             self.parts[p] = await self._rebuild(p)
+        await self._seek_uncommitted(assigned)
         log.info("scheduler owns partitions %s (rebuilt in %.2fs)", sorted(assigned), time.monotonic() - started)
+
+    async def _seek_uncommitted(self, assigned: set[int]) -> None:
+        """Put every commands partition without a committed offset back to the start of its log.
+
+        Faust pops records off the fetcher and throws them away when the flow stops or the generation
+        changes mid-fetch (a rebalance), counting on its seek to the committed offset after recovery to
+        read them again. That seek skips partitions whose committed offset is missing or 0
+        (`if offset and offset > 0`), so there the dropped records were lost for good and the partition
+        went silent: the kill -9 chaos test's stalls, when the first scheduler died before its first
+        commit. From the log start nothing is lost; what was applied already is skipped by offset."""
+        if not assigned:
+            return
+        starts = await asyncio.to_thread(redelivery.start_offsets, self.settings.kafka_bootstrap,
+                                         scheduler_app_id(self.settings), self.commands, sorted(assigned))
+        for tp in self.app.consumer.assignment():
+            if tp.topic == self.commands and tp.partition in starts:
+                committed, low = starts[tp.partition]
+                if committed <= 0:
+                    await self.app.consumer.seek(tp, low)
+                    log.info("partition %d: no committed offset, reading from the log start %d", tp.partition, low)
 
     async def _rebuild(self, p: int) -> PartitionState:
         part = PartitionState(p)
@@ -274,6 +296,12 @@ class Scheduler:
                         self.metrics.lease_expirations.inc()
                 marked.add(p)
             part.applied_upto = msg.offset
+            worker = getattr(out.command, "worker_id", None)
+            if worker is not None and not isinstance(out.command, RequestWork):
+                part.seen_worker(worker, now_ms())
+            for e in out.events:
+                if isinstance(e, ev.CheckpointRecorded):
+                    part.observe_checkpoint(out.states[e.job_id][1].pool, e.duration_ms)
             for before, after in out.states.values():
                 self.cache[after.job_id] = after
                 writes.append((p, after))
@@ -288,6 +316,10 @@ class Scheduler:
                                    partition_for(key, self.settings.partitions)))
             if out.answer is not None:
                 answers.append((out.answer, msg))
+                if isinstance(out.answer, ev.WorkAssigned):
+                    # Faust rereads the uncommitted tail after a rebalance: answer it from here again.
+                    part.remember_grant(out.answer.request_id,
+                                        next(e for e in out.events if isinstance(e, ev.JobLeased)))
         for p, fut in sends:
             meta = await fut
             part = self.parts[p]

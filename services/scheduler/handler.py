@@ -14,6 +14,7 @@ from spotreel.domain import events as ev
 from spotreel.domain.decide import decide
 from spotreel.domain.dispatch import DispatchConfig
 from spotreel.domain.evolve import fold
+from spotreel.domain.ids import pool_key
 from spotreel.domain.pools import WorkerOffer
 from spotreel.domain.schedules import ScheduleState, decide_schedule, fold_schedule
 from spotreel.domain.state import JobState
@@ -100,7 +101,7 @@ class Handler:
     def _request_work(self, part: PartitionState, c: cmd.RequestWork, now_ms: int) -> Outcome:
         offer = WorkerOffer(c.worker_id, c.gpu_type, frozenset(c.models), frozenset(c.warm_models), c.draining)
         seen = part.workers.get(c.worker_id)
-        part.workers[c.worker_id] = WorkerSeen(now_ms, c.draining, tuple(p.model for p in offer.pools), True)
+        part.workers[c.worker_id] = WorkerSeen(now_ms, c.draining, tuple(pool_key(p.model, p.gpu_type) for p in offer.pools), True)
         del seen
 
         def none(reason: str) -> Outcome:

@@ -21,7 +21,7 @@ from spotreel.domain.timers import Timer, TimerKind, schedule_timers, timers_for
 class WorkerSeen:
     last_ms: int
     draining: bool
-    pools: tuple[str, ...]
+    pools: tuple[str, ...]  # pool keys (model@gpu) it offered to serve
     idle: bool
 
 
@@ -45,10 +45,15 @@ class PartitionState:
     leased_at: dict[str, int] = field(default_factory=dict)
     workers: dict[str, WorkerSeen] = field(default_factory=dict)
     run_ms: deque = field(default_factory=lambda: deque(maxlen=200))
+    run_ms_by_pool: dict[str, deque] = field(default_factory=dict)
+    checkpoint_ms_by_pool: dict[str, deque] = field(default_factory=dict)  # reported write times
+    # Ended leases, oldest first: (pool, granted_at_ms, ended_at_ms, lost), for the loss rate (MTBF).
+    ended_leases: deque = field(default_factory=lambda: deque(maxlen=5000))
     checkpoint_gaps_ms: deque = field(default_factory=lambda: deque(maxlen=200))
     last_checkpoint_ms: dict[str, int] = field(default_factory=dict)
     known_pools: set[str] = field(default_factory=set)  # published once: keep publishing (zeros)
     holders: dict[str, str] = field(default_factory=dict)  # job_id -> pool, while leased
+    workers_of: dict[str, str] = field(default_factory=dict)  # job_id -> worker, while leased
     # For the commands Kafka redelivers after a crash (redelivery.py): RequestWork id -> its JobLeased,
     # and the command offsets that already have a dead letter.
     grants: dict[str, Any] = field(default_factory=dict)
@@ -69,16 +74,22 @@ class PartitionState:
         holding = after.lease is not None and after.status in Status.HOLDING_LEASE
         if holding and not was_holding:
             self.holders[job_id] = after.pool
+            self.workers_of[job_id] = after.lease.worker_id  # type: ignore[union-attr]
             self.in_flight[after.tenant] += 1
             self.leased_by_pool[after.pool] += 1
             self.leased_at[job_id] = after.lease.granted_at_ms  # type: ignore[union-attr]
         elif was_holding and not holding:
             pool = self.holders.pop(job_id)
+            self.workers_of.pop(job_id, None)
             self.in_flight[after.tenant] -= 1
             self.leased_by_pool[pool] -= 1
             started = self.leased_at.pop(job_id, None)
             if after.status == Status.SUCCEEDED and started is not None:
                 self.run_ms.append(after.updated_at_ms - started)
+                self.run_ms_by_pool.setdefault(pool, deque(maxlen=200)).append(after.updated_at_ms - started)
+            if started is not None:
+                lost = before is not None and after.preemptions > before.preemptions
+                self.ended_leases.append((pool, started, after.updated_at_ms, lost))
         if before is not None and after.checkpoints and (not before.checkpoints
                                                          or before.checkpoints[-1] != after.checkpoints[-1]):
             prev = self.last_checkpoint_ms.get(job_id, self.leased_at.get(job_id))
@@ -99,6 +110,23 @@ class PartitionState:
         self.armed.add(timer)
         epoch = -1 if timer.epoch is None else timer.epoch
         heapq.heappush(self.heap, (timer.at_ms, timer.kind, timer.key, epoch, next(self._seq), timer))
+
+    def observe_checkpoint(self, pool: str, duration_ms: int | None) -> None:
+        if duration_ms is not None and duration_ms >= 0:
+            self.checkpoint_ms_by_pool.setdefault(pool, deque(maxlen=200)).append(duration_ms)
+
+    def seen_worker(self, worker_id: str, now_ms: int) -> None:
+        """A heartbeat (renewal, progress, checkpoint) from a worker keeps it fresh without a RequestWork."""
+        seen = self.workers.get(worker_id)
+        if seen is not None:
+            seen.last_ms = max(seen.last_ms, now_ms)
+            seen.idle = False
+
+    def remember_grant(self, request_id: str, leased: Any, keep: int = 10_000) -> None:
+        # Only the uncommitted tail (a commit interval's worth) can be redelivered: a bounded memory does.
+        self.grants[request_id] = leased
+        while len(self.grants) > keep:
+            del self.grants[next(iter(self.grants))]
 
     def observe_schedule(self, before: ScheduleState | None, after: ScheduleState | None) -> None:
         """Occurrence timers share the heap with the job timers (keys in `fired` are prefixed "s:")."""

@@ -1,4 +1,8 @@
-"""Per-partition pool statistics for the compacted pool-stats topic (admission control, ETA, capacity)."""
+"""Per-partition pool statistics for the compacted pool-stats topic (admission control, ETA, capacity).
+
+One record per (pool, partition), key `pool/partition`; the fields are described on `events.PoolStats`
+and in README.md. Everything here is derived from what the partition's owner has seen since it took
+the partition (means and rates restart after a rebalance; the counts come from the table)."""
 
 from __future__ import annotations
 
@@ -9,8 +13,30 @@ from spotreel.domain.ids import pool_key
 
 from spotreel.services.scheduler.partition import PartitionState
 
-# A worker that asked within this window counts as present (idle if it holds nothing, or draining).
+# A worker heard from within this window (RequestWork, or a heartbeat of its lease) counts as present.
 WORKER_WINDOW_MS = 60_000
+HOUR_MS = 3_600_000
+
+
+def _mean(values) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def lease_losses(part: PartitionState, pool: str, now_ms: int) -> tuple[int, float]:
+    """Leases of `pool` lost in the last hour, and losses per hour of leased time in that hour (ended
+    leases and the ones still held)."""
+    since = now_ms - HOUR_MS
+    lost, leased_ms = 0, 0
+    for p, start, end, was_lost in part.ended_leases:
+        if p != pool or end < since:
+            continue
+        leased_ms += end - max(start, since)
+        lost += was_lost
+    for job_id, holder_pool in part.holders.items():
+        if holder_pool == pool and job_id in part.leased_at:
+            leased_ms += max(0, now_ms - max(part.leased_at[job_id], since))
+    rate = lost / (leased_ms / HOUR_MS) if lost and leased_ms > 0 else 0.0
+    return lost, rate
 
 
 def pool_stats(part: PartitionState, now_ms: int) -> list[ev.PoolStats]:
@@ -20,20 +46,26 @@ def pool_stats(part: PartitionState, now_ms: int) -> list[ev.PoolStats]:
     pools = set(by_pool) | {p for p, n in part.leased_by_pool.items() if n > 0} | part.known_pools
     part.known_pools |= pools
     recent = [w for w in part.workers.values() if now_ms - w.last_ms <= WORKER_WINDOW_MS]
-    mean_run = sum(part.run_ms) / len(part.run_ms) if part.run_ms else 0.0
-    mean_cp = sum(part.checkpoint_gaps_ms) / len(part.checkpoint_gaps_ms) if part.checkpoint_gaps_ms else 0.0
+    mean_cp = _mean(part.checkpoint_gaps_ms)
     out = []
     for pool in sorted(pools):
         jobs = by_pool.get(pool, [])
         tiers = Counter(j.priority for j in jobs)
         tenants = Counter(j.tenant for j in jobs)
         oldest = min((j.enqueued_at_ms for j in jobs), default=now_ms)
+        in_pool = [w for w in recent if pool in w.pools]
+        holding = {part.workers_of.get(j) for j, p in part.holders.items() if p == pool} - {None}
+        lost, rate = lease_losses(part, pool, now_ms)
         out.append(ev.PoolStats(
             pool=pool, partition=part.partition, at_ms=now_ms, queued=len(jobs),
             leased=part.leased_by_pool.get(pool, 0), oldest_wait_ms=max(0, now_ms - oldest),
             queued_by_tier=tuple(f"{k}={v}" for k, v in sorted(tiers.items())),
             queued_by_tenant=tuple(f"{k}={v}" for k, v in sorted(tenants.items())),
-            idle_workers=sum(1 for w in recent if w.idle and not w.draining),
-            draining_workers=sum(1 for w in recent if w.draining),
-            mean_run_ms=mean_run, mean_checkpoint_interval_ms=mean_cp))
+            idle_workers=sum(1 for w in in_pool if w.idle and not w.draining),
+            draining_workers=sum(1 for w in in_pool if w.draining),
+            mean_run_ms=_mean(part.run_ms_by_pool.get(pool, ())),
+            mean_checkpoint_interval_ms=mean_cp,
+            active_workers=len(holding),
+            mean_checkpoint_ms=_mean(part.checkpoint_ms_by_pool.get(pool, ())),
+            lease_losses_1h=lost, lease_loss_rate_per_hour=rate))
     return out

@@ -49,6 +49,21 @@ def committed_offset(bootstrap: str, group: str, topic: str, partition: int, tim
     return tp.offset if tp.offset is not None and tp.offset >= 0 else -1
 
 
+def start_offsets(bootstrap: str, group: str, topic: str, partitions: list[int],
+                  timeout: float = 10.0) -> dict[int, tuple[int, int]]:
+    """partition -> (committed offset or -1, log start offset) of the commands topic."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        committed = c.committed([TopicPartition(topic, p) for p in partitions], timeout=timeout)
+        return {tp.partition: (tp.offset if tp.offset is not None and tp.offset >= 0 else -1,
+                               c.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=timeout)[0])
+                for tp in committed}
+    finally:
+        c.close()
+
+
 def window_start(bootstrap: str, topic: str, partition: int, committed: int, start: int,
                  max_records: int = 20_000) -> int:
     """The lowest offset <= `start` from which every record has `cmd-offset` >= `committed`."""

@@ -1,0 +1,87 @@
+"""The pool-stats record the scheduler publishes on the compacted `<prefix>.pool-stats` topic, read back
+from Kafka with the codec the way the gateway (ETA) and the capacity manager read it."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from spotreel.domain import commands as c
+from spotreel.domain import events as ev
+from spotreel.infra.topics import pool_stats_topic
+from tests.integration.schedkit import POOL, Bus, SchedulerProc, drop_topics, make_topics, scheduler_settings, submit
+
+
+def _latest_stats(settings, codec, cons: Consumer, latest: dict) -> dict:
+    for msg in cons.consume(200, 0.2):
+        if not msg.error():
+            latest[msg.key().decode()] = codec.decode_message(msg.value())
+    return latest
+
+
+def test_pool_stats_carry_queue_workers_durations_and_lease_losses(stack, tmp_path):
+    settings = scheduler_settings("ps" + uuid.uuid4().hex[:10], partitions=1)
+    make_topics(settings)
+    bus = Bus(settings)
+    proc = SchedulerProc(settings, tmp_path)
+    cons = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": f"ps-{uuid.uuid4()}",
+                     "enable.auto.commit": False})
+    cons.assign([TopicPartition(pool_stats_topic(settings), 0, OFFSET_BEGINNING)])
+    run = uuid.uuid4().hex[:6]
+    try:
+        proc.wait_owning({0})
+        # A job run to the end with two checkpoints whose write times are reported (120 ms and 80 ms).
+        done = submit("acme", f"{run}-done")
+        bus.send(done)
+        a = bus.request_work("w-done", timeout=60)
+        assert a.job_id == done.job_id
+        for step, ms in ((5, 120), (10, 80)):
+            bus.send(c.RecordCheckpoint(bus.next_id(), done.job_id, a.epoch, "w-done", f"ck/{step}", step,
+                                        step * 5.0, "sum", 10, duration_ms=ms))
+        bus.send(c.CompleteJob(bus.next_id(), done.job_id, a.epoch, "w-done", "out.mp4", "sum", 1))
+        bus.wait_event(done.job_id, ev.JobSucceeded, timeout=60)
+        # A lease that is lost (no heartbeat), then the job leased again and held.
+        lost = submit("acme", f"{run}-lost")
+        bus.send(lost)
+        b = bus.request_work("w-lost", ttl_ms=1500, timeout=60)
+        assert b.job_id == lost.job_id
+        bus.wait_event(lost.job_id, ev.LeaseExpired, timeout=60)
+        held = bus.request_work("w-held", timeout=60)
+        assert held.job_id == lost.job_id and held.epoch == b.epoch + 1
+        # The queue is empty now: one worker waits idle, one drains.
+        assert isinstance(bus.request_work("w-idle", timeout=0), ev.NoWorkAvailable)
+        assert isinstance(bus.request_work("w-drain", draining=True), ev.NoWorkAvailable)
+        queued = [submit("acme", f"{run}-q1", priority=5), submit("acme", f"{run}-q2"), submit("beta", f"{run}-q3")]
+        for s in queued:
+            bus.send(s)
+        for s in queued:
+            bus.wait_event(s.job_id, ev.JobQueued, timeout=60)
+
+        latest: dict = {}
+        deadline = time.monotonic() + 60
+        while True:
+            rec = _latest_stats(settings, bus.codec, cons, latest).get(f"{POOL}/0")
+            if rec is not None and rec.queued == 3 and rec.draining_workers == 1:
+                break
+            assert time.monotonic() < deadline, f"no pool-stats record with the 3 queued jobs; last: {rec}"
+        assert isinstance(rec, ev.PoolStats) and (rec.pool, rec.partition) == (POOL, 0)
+        assert rec.leased == 1 and rec.active_workers == 1
+        assert rec.idle_workers == 1 and rec.draining_workers == 1
+        assert sorted(rec.queued_by_tier) == ["0=2", "5=1"]
+        assert sorted(rec.queued_by_tenant) == ["acme=2", "beta=1"]
+        assert rec.oldest_wait_ms >= 0
+        assert rec.mean_checkpoint_ms == 100.0
+        assert rec.mean_run_ms > 0
+        assert rec.lease_losses_1h == 1
+        # One loss in less than an hour of leased time: at least one loss per leased hour (MTBF < 1 h).
+        assert rec.lease_loss_rate_per_hour >= 1.0
+    except BaseException:
+        print(f"----- tail of {proc.log_path.name} -----\n{proc.log()[-5000:]}")
+        raise
+    finally:
+        cons.close()
+        proc.stop()
+        bus.close()
+        drop_topics(settings)
