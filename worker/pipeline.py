@@ -123,13 +123,25 @@ class Renderer:
         # Each UNet down block but the last halves the latent size, so latents must divide by this.
         self._latent_multiple = 2 ** (len(self.unet.config.block_out_channels) - 1)
         self.model_id = _model_identity(self.model_dir)
+        self.numerics = self._numerics()
 
     # -- identity ------------------------------------------------------------------------------------------
 
     def fingerprint(self, req: RenderRequest) -> str:
         doc = {"loop": LOOP_VERSION, "model": self.model_id, "dtype": str(self.dtype),
-               "device": self.device.type, "request": req.frame_settings()}
+               "numerics": self.numerics, "request": req.frame_settings()}
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+    def _numerics(self) -> dict[str, Any]:
+        """What besides the inputs decides the bits: on a CPU the thread count changes the order of float
+        reductions (1 and 2 threads give different frames), on a GPU the device model; both with the torch
+        build. A checkpoint from another numerical environment is a mismatch, not a silent divergence."""
+        env: dict[str, Any] = {"device": self.device.type, "torch": torch.__version__}
+        if self.device.type == "cuda":
+            env["gpu"] = torch.cuda.get_device_name(self.device)
+        else:
+            env["threads"] = torch.get_num_threads()
+        return env
 
     # -- the loop ------------------------------------------------------------------------------------------
 
@@ -169,6 +181,9 @@ class Renderer:
     def step(self, state: RenderState) -> RenderState:
         if state.done:
             raise ValueError(f"render already finished all {state.num_steps} steps")
+        if self.device.type == "cpu" and torch.get_num_threads() != self.numerics["threads"]:
+            raise RuntimeError(f"torch CPU threads changed from {self.numerics['threads']} to "
+                               f"{torch.get_num_threads()} after the Renderer was built; set them before")
         sched, latents, req = state.scheduler, state.latents, state.request
         t = sched.timesteps[state.step]
         guided = req.guidance_scale > 1.0
@@ -193,7 +208,7 @@ class Renderer:
             "scheduler.timesteps": state.scheduler.timesteps.detach().to("cpu").contiguous().clone(),
         }
         meta = {"sampler": state.request.sampler, "scheduler": type(state.scheduler).__name__,
-                "num_steps": state.num_steps, "dtype": str(self.dtype), "device": self.device.type,
+                "num_steps": state.num_steps, "dtype": str(self.dtype), "numerics": self.numerics,
                 "loop": LOOP_VERSION}
         return Checkpoint(step=state.step, fingerprint=state.fingerprint, tensors=tensors, meta=meta)
 

@@ -144,3 +144,23 @@ def test_request_from_job_settings() -> None:
         RenderRequest.from_job(prompt="p", seed=1, num_steps=4, resolution="64by32", duration_s=1, fps=8)
     with pytest.raises(ValueError, match="duration"):
         RenderRequest.from_job(prompt="p", seed=1, num_steps=4, resolution="64x32", duration_s=0, fps=8)
+
+
+def test_cpu_thread_count_is_part_of_the_fingerprint_and_is_pinned(renderer: Renderer,
+                                                                   tiny_model_dir: Path) -> None:
+    """1 and 2 torch threads give different bits on a CPU, so a checkpoint must not cross thread counts."""
+    before = torch.get_num_threads()
+    other = 2 if before == 1 else 1
+    state = renderer.start(request(num_steps=2))
+    torch.set_num_threads(other)
+    try:
+        with pytest.raises(RuntimeError, match="threads changed"):
+            renderer.step(state)
+        elsewhere = Renderer(tiny_model_dir)
+        assert elsewhere.numerics["threads"] == other
+        assert elsewhere.fingerprint(request()) != renderer.fingerprint(request())
+        with pytest.raises(CheckpointMismatch):
+            elsewhere.resume(request(num_steps=2), renderer.snapshot(state))
+    finally:
+        torch.set_num_threads(before)
+    assert renderer.step(state).step == 1
