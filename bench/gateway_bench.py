@@ -94,17 +94,16 @@ async def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 90) -
     raise SystemExit(f"{url} did not become healthy in {timeout}s")
 
 
-async def _load(url: str, key: str, rate: float, seconds: float) -> tuple[list[float], int]:
+async def _load(url: str, key: str, rate: float, seconds: float) -> tuple[list[float], dict[str, int]]:
     """Open loop: request i is due at start + i/rate; latency is measured from that due time."""
     latencies: list[float] = []
-    errors = 0
+    errors: dict[str, int] = {}
     n = int(rate * seconds)
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as s:
         start = time.perf_counter() + 0.05
 
         async def one(i: int) -> None:
-            nonlocal errors
             due = start + i / rate
             await asyncio.sleep(max(0.0, due - time.perf_counter()))
             headers = {"Authorization": f"Bearer {key}", "Idempotency-Key": f"bench-{uuid.uuid4().hex}"}
@@ -112,10 +111,10 @@ async def _load(url: str, key: str, rate: float, seconds: float) -> tuple[list[f
                 async with s.post(url + "/v1/videos", json=BODY, headers=headers) as r:
                     await r.read()
                     if r.status != 202:
-                        errors += 1
+                        errors[str(r.status)] = errors.get(str(r.status), 0) + 1
                         return
-            except aiohttp.ClientError:
-                errors += 1
+            except aiohttp.ClientError as exc:
+                errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
                 return
             latencies.append(time.perf_counter() - due)
 
@@ -160,16 +159,17 @@ async def _main(args: argparse.Namespace) -> dict:
         for name, proc in procs.items():
             await _wait_healthy(f"http://127.0.0.1:{ports[name]}", proc)
         got: dict[str, list[float]] = {"gateway": [], "bare": []}
-        errors = {"gateway": 0, "bare": 0}
+        errors: dict[str, dict[str, int]] = {"gateway": {}, "bare": {}}
         for name in procs:  # warm-up: connections, prepared statements, producer metadata
             await _load(f"http://127.0.0.1:{ports[name]}", key, args.rate, args.warmup)
         for _ in range(args.rounds):
             for name in ("bare", "gateway"):
                 lat, err = await _load(f"http://127.0.0.1:{ports[name]}", key, args.rate, args.seconds)
                 got[name] += lat
-                errors[name] += err
+                for k, v in err.items():
+                    errors[name][k] = errors[name].get(k, 0) + v
         for name, lat in got.items():
-            results[name] = {"requests": len(lat) + errors[name], "errors": errors[name],
+            results[name] = {"requests": len(lat) + sum(errors[name].values()), "errors": errors[name],
                              "p50_ms": _pct(lat, 50) * 1000, "p99_ms": _pct(lat, 99) * 1000,
                              "max_ms": max(lat) * 1000 if lat else float("nan")}
     finally:
@@ -206,7 +206,7 @@ def main() -> None:
     out = asyncio.run(_main(args))
     print(f"machine: {out['machine']}; {out['rate_per_s']:.0f} submits/s, {out['rounds']} x {out['seconds_per_round']:.0f} s")
     for name in ("bare", "gateway"):
-        print(f"{name:8s} requests {out[f'{name}_requests']:5d}  errors {out[f'{name}_errors']:3d}  "
+        print(f"{name:8s} requests {out[f'{name}_requests']:5d}  errors {out[f'{name}_errors'] or 0}  "
               f"p50 {out[f'{name}_p50_ms']:7.1f} ms  p99 {out[f'{name}_p99_ms']:7.1f} ms  max {out[f'{name}_max_ms']:7.1f} ms")
     print(f"gateway / bare: p50 x{out['ratio_p50']:.2f}, p99 x{out['ratio_p99']:.2f}")
     if args.json:
