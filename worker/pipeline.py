@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import warnings
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -233,8 +234,11 @@ class Renderer:
         from diffusers import DDIMScheduler, EulerAncestralDiscreteScheduler
 
         cls = DDIMScheduler if req.sampler == "ddim" else EulerAncestralDiscreteScheduler
-        scheduler = cls.from_config(self._scheduler_config)
-        scheduler.set_timesteps(req.num_steps, device=self.device)
+        with warnings.catch_warnings():
+            # diffusers' sigma table trips numpy 2's __array__ copy notice; the values are unaffected.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            scheduler = cls.from_config(self._scheduler_config)
+            scheduler.set_timesteps(req.num_steps, device=self.device)
         if hasattr(scheduler, "set_begin_index"):
             scheduler.set_begin_index(0)
         return scheduler
