@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 from dataclasses import asdict
 from typing import Any, Callable
@@ -40,6 +41,7 @@ WORKER = web.RequestKey("worker_key", str)
 PROFILES = web.AppKey("worker_profiles", dict)
 _WORKER_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
 AUTH_CACHE_SECONDS = 30.0
+MAX_LONG = 2**63 - 1
 
 
 # -- auth -------------------------------------------------------------------------------------------------
@@ -116,7 +118,18 @@ def _take(body: dict[str, Any], spec: dict[str, tuple[str, bool]]) -> dict[str, 
         value = body[name]
         if isinstance(value, bool) and kind != "bool" or not isinstance(value, _TYPES[kind]):
             raise invalid(name, f"{name} must be a {kind}")
-        out[name] = float(value) if kind == "float" else value
+        # Every integer here (epochs, steps, sizes, milliseconds) is an Avro long and never negative; a float
+        # must be a number (Python's json accepts NaN and Infinity).
+        if kind == "int" and not 0 <= value <= MAX_LONG:
+            raise invalid(name, f"{name} must be between 0 and {MAX_LONG}")
+        if kind == "float":
+            try:
+                value = float(value)
+            except OverflowError:
+                value = math.inf
+            if not math.isfinite(value):
+                raise invalid(name, f"{name} must be a finite number")
+        out[name] = value
     return out
 
 

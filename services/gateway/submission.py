@@ -76,8 +76,9 @@ def normalize(body: Any, cfg: GatewayConfig) -> dict[str, Any]:
     if "\x00" in prompt:
         raise invalid("prompt", "prompt must not contain NUL")
     duration = body.get("duration", cfg.default_duration_s)
-    if isinstance(duration, bool) or not isinstance(duration, (int, float)) or not math.isfinite(duration) \
-            or not 0 < duration <= cfg.max_duration_s:
+    # Compared as given: math.isfinite would overflow on a huge JSON integer.
+    if isinstance(duration, bool) or not isinstance(duration, (int, float)) \
+            or not (isinstance(duration, int) or math.isfinite(duration)) or not 0 < duration <= cfg.max_duration_s:
         raise invalid("duration", f"duration must be a number of seconds in (0, {cfg.max_duration_s}]")
     resolution = _str(body, "resolution", _RESOLUTION, "must look like 512x512 (WIDTHxHEIGHT, 10-9999)")
     callback = _str(body, "callback_url")
