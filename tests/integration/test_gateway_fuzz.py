@@ -119,7 +119,7 @@ def test_no_server_errors_and_answers_match_the_document(fuzzed):
         key = keys["worker"] if op.path.startswith("/internal/") else keys["tenant"]
 
         @given(case=op.as_strategy())
-        @hsettings(max_examples=12, deadline=None, derandomize=True, database=None,
+        @hsettings(max_examples=20, deadline=None, derandomize=True, database=None,
                    suppress_health_check=list(HealthCheck))
         def fuzz(case) -> None:
             case.call_and_validate(base_url=base, headers={"Authorization": f"Bearer {key}"}, checks=CHECKS,
