@@ -5,8 +5,10 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
+import signal
 import socket
 import sys
 import uuid
@@ -113,6 +115,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     # Installed before the slow imports and the model load: a SIGTERM then still ends the worker cleanly.
     notice = PreemptionNotice(args.grace)
     notice.install()
+    # `kill -USR1 <pid>` prints every thread's stack to stderr: what a stuck worker is waiting for.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     import torch
 

@@ -158,10 +158,13 @@ class JobRun:
         began = time.monotonic()
         saved = self.checkpoints.save(self.lease.job_id, self.lease.epoch, state.step,
                                       self.renderer.snapshot(state))
+        written_ms = int((time.monotonic() - began) * 1000)
         pct = step_pct(state.step, state.num_steps)
         try:
+            # Not re-sent when pending: the command is durable, and a copy could only be refused as not newer.
             verdict = self._command(lambda: self.transport.checkpoint(self.lease, saved.key, state.step, pct,
-                                                                      saved.checksum, saved.size_bytes))
+                                                                      saved.checksum, saved.size_bytes, written_ms),
+                                    retry_pending=False)
         except LeaseLost:
             # Written under an epoch that no longer holds the lease: nothing references it, so it goes.
             self._delete_quietly(self.checkpoints.bucket, saved.key)
@@ -238,7 +241,7 @@ class JobRun:
 
     # -- helpers -----------------------------------------------------------------------------------------
 
-    def _command(self, send: Callable[[], Verdict]) -> Verdict | None:
+    def _command(self, send: Callable[[], Verdict], retry_pending: bool = True) -> Verdict | None:
         """Send a fenced command, retrying when the answer is lost or pending. LeaseLost propagates (and
         tells the pulse); None means no verdict after every try (the lease TTL settles it)."""
         delay = 0.5
@@ -257,7 +260,7 @@ class JobRun:
                 continue
             if self.pulse is not None:
                 self.pulse.heed(last)
-            if not last.pending:
+            if not last.pending or not retry_pending:
                 return last
             time.sleep(delay)
         return last

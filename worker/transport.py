@@ -107,7 +107,8 @@ class Transport(Protocol):
     def progress(self, lease: Lease, step: int, progress_pct: float, phase: str) -> Verdict: ...
 
     def checkpoint(self, lease: Lease, key: str, step: int, progress_pct: float, checksum: str,
-                   size_bytes: int) -> Verdict: ...
+                   size_bytes: int, duration_ms: int | None = None) -> Verdict:
+        """`duration_ms`: how long writing the checkpoint took (feeds the pool's checkpoint-cost figures)."""
 
     def complete(self, lease: Lease, artifact_key: str, checksum: str, size_bytes: int) -> Verdict: ...
 

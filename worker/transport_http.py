@@ -102,7 +102,8 @@ class HttpTransport:
         return self._fenced(lease, "progress", {"step": step, "progress_pct": progress_pct, "phase": phase})
 
     def checkpoint(self, lease: Lease, key: str, step: int, progress_pct: float, checksum: str,
-                   size_bytes: int) -> Verdict:
+                   size_bytes: int, duration_ms: int | None = None) -> Verdict:
+        # duration_ms is not sent: the gateway's /checkpoint refuses fields it does not know yet.
         return self._fenced(lease, "checkpoint", {"checkpoint_key": key, "step": step, "progress_pct": progress_pct,
                                                   "checksum": checksum, "size_bytes": size_bytes})
 

@@ -67,6 +67,7 @@ class KafkaTransport:
         self._queued: dict[str, dict[int, int]] = defaultdict(dict)
         # job id -> (epoch, instructions); only the jobs this worker holds a lease on are decoded.
         self._jobs: dict[bytes, tuple[int, dict[str, bool]]] = {}
+        self._events_assigned: set[int] = set()  # touched by the consumer thread only
         self._ops: list[tuple[Callable[[Any], None], threading.Event]] = []
         self._stop = threading.Event()
         self._producer = producer(settings, **{"message.timeout.ms": 10_000})
@@ -273,11 +274,15 @@ class KafkaTransport:
 
         def assign(c: Any) -> None:
             low, high = c.get_watermark_offsets(TopicPartition(self.events, part), timeout=10)
-            try:
-                c.incremental_unassign([TopicPartition(self.events, part)])
-            except Exception:
-                pass  # not assigned yet
-            c.incremental_assign([TopicPartition(self.events, part, max(low, high - _EVENTS_LOOKBACK))])
+            start = TopicPartition(self.events, part, max(low, high - _EVENTS_LOOKBACK))
+            if part in self._events_assigned:
+                try:
+                    c.seek(start)  # read again from a little before the grant, for instructions since
+                except Exception:
+                    log.warning("could not rewind %s[%d]; reading on from where it is", self.events, part)
+            else:
+                c.incremental_assign([start])
+                self._events_assigned.add(part)
 
         self._on_consumer(assign)
 
@@ -322,9 +327,10 @@ class KafkaTransport:
         return self._fenced(lease, "prog", lambda c: cmd.ReportProgress(c, *self._fence(lease), step, progress_pct, phase))
 
     def checkpoint(self, lease: Lease, key: str, step: int, progress_pct: float, checksum: str,
-                   size_bytes: int) -> Verdict:
-        return self._fenced(lease, "ckpt", lambda c: cmd.RecordCheckpoint(c, *self._fence(lease), key, step, progress_pct,
-                                                                  checksum, size_bytes))
+                   size_bytes: int, duration_ms: int | None = None) -> Verdict:
+        return self._fenced(lease, "ckpt", lambda c: cmd.RecordCheckpoint(c, *self._fence(lease), key, step,
+                                                                          progress_pct, checksum, size_bytes,
+                                                                          duration_ms))
 
     def complete(self, lease: Lease, artifact_key: str, checksum: str, size_bytes: int) -> Verdict:
         return self._fenced(lease, "done", lambda c: cmd.CompleteJob(c, *self._fence(lease), artifact_key, checksum,

@@ -248,16 +248,18 @@ def reference_checksum(model_dir: Path, command, sampler: str) -> str:
     from spotreel.worker.pipeline import Renderer, RenderRequest
     from spotreel.worker.video import frames_checksum
 
-    torch.set_num_threads(1)  # as the workers run (--threads 1): same reduction order, same bits
-    renderer = _renderers.get(model_dir) or quietly(lambda: Renderer(model_dir))
-    _renderers[model_dir] = renderer
     req = RenderRequest.from_job(prompt=command.prompt, seed=command.seed, num_steps=command.num_steps,
                                  resolution=command.resolution, duration_s=command.duration_s, fps=command.fps,
                                  sampler=sampler)
-    state = renderer.start(req)
-    while not state.done:
-        state = renderer.step(state)
-    return frames_checksum(renderer.finish(state))
+    if (model_dir, req) not in _references:
+        torch.set_num_threads(1)  # as the workers run (--threads 1): same reduction order, same bits
+        renderer = quietly(lambda: Renderer(model_dir))
+        state = renderer.start(req)
+        while not state.done:
+            state = renderer.step(state)
+        _references[(model_dir, req)] = frames_checksum(renderer.finish(state))
+    return _references[(model_dir, req)]
 
 
-_renderers: dict[Path, Any] = {}
+# Several tests render the same request: the uninterrupted run is computed once per session.
+_references: dict[tuple[Path, Any], str] = {}
