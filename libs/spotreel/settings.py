@@ -67,6 +67,8 @@ class Settings:
     s3_bucket_checkpoints: str = "spotreel-checkpoints"
 
     gateway_port: int = 18700
+    # Key of the gateway's page tokens (share it between gateway replicas); empty: one per process.
+    gateway_token_key: str = ""
     # 1: webhooks may go to loopback/private/link-local addresses (the local stack and tests); 0 refuses them.
     webhook_allow_private: int = 0
     dev_api_key: str = "sr_dev_local_key_not_secret"

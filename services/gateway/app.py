@@ -21,6 +21,7 @@ from spotreel.services.gateway.context import GATEWAY, Gateway
 from spotreel.services.gateway.deps import Deps, SinkUnavailable, StoreUnavailable
 from spotreel.services.gateway.errors import ApiError
 from spotreel.services.gateway.metrics import Metrics
+from spotreel.services.gateway.pagetokens import PageTokens
 from spotreel.settings import Settings
 
 log = logging.getLogger("spotreel.gateway")
@@ -91,7 +92,7 @@ def create_app(settings: Settings, deps: Deps, cfg: GatewayConfig | None = None)
         client_max_size=cfg.max_body_bytes,
         middlewares=[_error_middleware(metrics), make_middleware(KeyCache(deps.auth, cfg.auth_cache_seconds))],
     )
-    app[GATEWAY] = Gateway(settings, cfg, deps, metrics, admission)
+    app[GATEWAY] = Gateway(settings, cfg, deps, metrics, admission, PageTokens(settings.gateway_token_key))
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/metrics", metrics_view)
     app.router.add_get("/openapi.json", openapi_view)

@@ -11,6 +11,7 @@ from typing import Any, Callable, TypeVar
 
 from cassandra import DriverException, RequestExecutionException, RequestValidationException
 from cassandra.cluster import NoHostAvailable, Session
+from cassandra.protocol import ProtocolException
 
 from spotreel.services.gateway.deps import Claim, PoolLoad, StoreUnavailable, Tenant
 from spotreel.services.gateway.views import ACCEPTED, TERMINAL
@@ -63,8 +64,8 @@ class CassandraReads:
     async def list_jobs(self, tenant: str, status: str | None, limit: int, page_state: bytes | None) -> JobPage:
         try:
             return await _call(self.models.list_jobs, tenant, status, limit, page_state)
-        except RequestValidationException as exc:
-            # Only a forged or stale page token makes this query invalid.
+        except (RequestValidationException, ProtocolException) as exc:
+            # Only a stale page token (tokens are authenticated, pagetokens.py) makes this query invalid.
             raise ValueError(str(exc)) from exc
 
     async def job_events(self, job_id: str) -> list[HistoryEntry]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 
@@ -11,6 +11,7 @@ from spotreel.services.gateway.admission import Admission
 from spotreel.services.gateway.config import GatewayConfig
 from spotreel.services.gateway.deps import Deps
 from spotreel.services.gateway.metrics import Metrics
+from spotreel.services.gateway.pagetokens import PageTokens
 from spotreel.settings import Settings
 
 
@@ -21,6 +22,7 @@ class Gateway:
     deps: Deps
     metrics: Metrics
     admission: Admission
+    page_tokens: PageTokens = field(default_factory=PageTokens)
 
     def new_id(self) -> str:
         return self.deps.new_id() if self.deps.new_id else uuid.uuid4().hex

@@ -3,9 +3,6 @@ one the OpenAPI test compares with openapi.py."""
 
 from __future__ import annotations
 
-import base64
-import binascii
-
 from aiohttp import web
 
 from spotreel.domain import commands as cmd
@@ -27,15 +24,6 @@ async def get_video(request: web.Request) -> web.Response:
     return web.json_response(job_json(found) if isinstance(found, JobView) else claim_json(found))
 
 
-def _page_state(token: str | None) -> bytes | None:
-    if not token:
-        return None
-    try:
-        return base64.urlsafe_b64decode(token.encode() + b"=" * (-len(token) % 4))
-    except (binascii.Error, ValueError):
-        raise invalid("page_token", "page_token is not one this API returned") from None
-
-
 async def list_videos(request: web.Request) -> web.Response:
     gw = gateway(request)
     q = request.query
@@ -48,12 +36,14 @@ async def list_videos(request: web.Request) -> web.Response:
         raise invalid("limit", "limit must be an integer") from None
     if not 1 <= limit <= gw.cfg.max_page_size:
         raise invalid("limit", f"limit must be between 1 and {gw.cfg.max_page_size}")
+    tenant = request[TENANT].tenant_id
     try:
-        page = await gw.deps.reads.list_jobs(request[TENANT].tenant_id, status, limit,
-                                             _page_state(q.get("page_token")))
-    except ValueError:
-        raise invalid("page_token", "page_token is not one this API returned") from None
-    token = base64.urlsafe_b64encode(page.page_state).decode().rstrip("=") if page.page_state else None
+        state = gw.page_tokens.state(tenant, status, q.get("page_token"))
+        page = await gw.deps.reads.list_jobs(tenant, status, limit, state)
+    except ValueError:  # BadToken, or a token Cassandra itself refused
+        raise invalid("page_token", "page_token is not one this API returned for this listing "
+                                    "(or it is from before a restart): list again from the start") from None
+    token = gw.page_tokens.issue(tenant, status, page.page_state)
     return web.json_response({"videos": [list_item_json(i) for i in page.items], "next_page_token": token})
 
 
