@@ -92,6 +92,9 @@ async def test_kill_9_mid_delivery_then_restart_delivers_everything_once_recorde
         await server.close()
         delete_topics(s)
     assert set(received) == expected
-    resent = [e for e in received[before:] if e in set(received[:before])]
-    assert not set(resent) & recorded, "an event recorded as delivered was sent again"
-    assert len(received) - len(expected) <= before  # duplicates bounded by what was in flight at the kill
+    assert not set(received[before:]) & recorded, "an event recorded as delivered was sent again"
+    # Duplicates are bounded: only events not yet recorded as delivered at the kill (in flight then) may
+    # arrive twice, each at most once per notifier run.
+    counts = {e: received.count(e) for e in expected}
+    assert all(n <= 2 for n in counts.values()), counts
+    assert {e for e, n in counts.items() if n == 2} <= expected - recorded
