@@ -7,7 +7,10 @@ from typing import Callable, Iterator
 import boto3
 import pytest
 from botocore.config import Config
-from cassandra.cluster import Cluster, Session
+import time
+
+from cassandra.cluster import Cluster, NoHostAvailable, Session
+from cassandra.policies import ConstantReconnectionPolicy
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.harness.stack import Endpoints
@@ -42,7 +45,14 @@ def make_topic(kafka_admin: AdminClient, unique: str) -> Iterator[Callable[..., 
 
 @pytest.fixture(scope="session")
 def cassandra_cluster(stack: Endpoints) -> Iterator[Cluster]:
-    cluster = Cluster([stack.cassandra_host], port=stack.cassandra_port, protocol_version=5)
+    # A long suite on a busy 2-core machine can see Cassandra pause long enough for the driver to mark
+    # its only host down; reconnect every second instead of backing off towards minutes.
+    cluster = Cluster(
+        [stack.cassandra_host],
+        port=stack.cassandra_port,
+        protocol_version=5,
+        reconnection_policy=ConstantReconnectionPolicy(1.0, max_attempts=None),
+    )
     yield cluster
     cluster.shutdown()
 
@@ -51,9 +61,20 @@ def cassandra_cluster(stack: Endpoints) -> Iterator[Cluster]:
 def cql(cassandra_cluster: Cluster, unique: str) -> Iterator[Session]:
     """A session bound to a fresh keyspace that is dropped after the test."""
     session = cassandra_cluster.connect()
-    session.execute(
-        f"CREATE KEYSPACE {unique} WITH replication = {{'class': 'SimpleStrategy', 'replication_factor': 1}}"
-    )
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            session.execute(
+                f"CREATE KEYSPACE IF NOT EXISTS {unique} "
+                "WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}",
+                timeout=30,
+            )
+            break
+        except NoHostAvailable:
+            # the host is marked down until the driver's next reconnection; a real outage still fails
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
     session.set_keyspace(unique)
     yield session
     session.execute(f"DROP KEYSPACE IF EXISTS {unique}")

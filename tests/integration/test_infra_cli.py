@@ -21,7 +21,7 @@ from spotreel.settings import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
-NAMES = ["kafka", "cassandra", "s3", "scheduler", "projector", "gateway"]
+NAMES = ["kafka", "cassandra", "s3", "scheduler", "projector", "gateway", "webhooks"]
 
 
 def infra(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:

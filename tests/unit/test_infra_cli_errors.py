@@ -122,7 +122,7 @@ def test_status_of_a_stack_that_is_not_running(capsys, monkeypatch, tmp_path):
     assert code == 1
     report = json.loads("\n".join(out))
     assert report["healthy"] is False
-    assert [c["name"] for c in report["components"]] == ["kafka", "cassandra", "s3", "scheduler", "projector", "gateway"]
+    assert [c["name"] for c in report["components"]] == ["kafka", "cassandra", "s3", "scheduler", "projector", "gateway", "webhooks"]
     assert {c["state"] for c in report["components"]} == {"stopped"}
 
 

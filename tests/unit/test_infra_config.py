@@ -113,7 +113,7 @@ def test_seaweed_binds_loopback_and_every_port_is_ours(settings):
 
 def test_components_have_distinct_ports_logs_and_pidfiles(settings):
     comps = components(settings)
-    assert [c.name for c in comps] == ["kafka", "cassandra", "s3", "scheduler", "projector", "gateway"]
+    assert [c.name for c in comps] == ["kafka", "cassandra", "s3", "scheduler", "projector", "gateway", "webhooks"]
     all_ports = [p for c in comps for p in c.ports()]
     assert len(all_ports) == len(set(all_ports))
     assert len({c.pidfile() for c in comps}) == len(comps)
