@@ -16,6 +16,9 @@ from typing import Any
 from spotreel.worker.transport import Lease, TransportError, Verdict, WorkerProfile, judge
 
 
+_MAX_CHECKPOINT_MS = 24 * 3600 * 1000
+
+
 class Refused(TransportError):
     """The gateway refused the request itself (bad key, bad field): retrying the same call cannot help."""
 
@@ -103,9 +106,12 @@ class HttpTransport:
 
     def checkpoint(self, lease: Lease, key: str, step: int, progress_pct: float, checksum: str,
                    size_bytes: int, duration_ms: int | None = None) -> Verdict:
-        # duration_ms is not sent: the gateway's /checkpoint refuses fields it does not know yet.
-        return self._fenced(lease, "checkpoint", {"checkpoint_key": key, "step": step, "progress_pct": progress_pct,
-                                                  "checksum": checksum, "size_bytes": size_bytes})
+        body: dict[str, Any] = {"checkpoint_key": key, "step": step, "progress_pct": progress_pct,
+                                "checksum": checksum, "size_bytes": size_bytes}
+        # The gateway refuses a write time outside 0..1 day (422); a clock jump must not cost the checkpoint.
+        if duration_ms is not None and 0 <= duration_ms <= _MAX_CHECKPOINT_MS:
+            body["duration_ms"] = int(duration_ms)
+        return self._fenced(lease, "checkpoint", body)
 
     def complete(self, lease: Lease, artifact_key: str, checksum: str, size_bytes: int) -> Verdict:
         return self._fenced(lease, "complete", {"artifact_key": artifact_key, "artifact_checksum": checksum,

@@ -42,6 +42,8 @@ PROFILES = web.AppKey("worker_profiles", dict)
 _WORKER_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
 AUTH_CACHE_SECONDS = 30.0
 MAX_LONG = 2**63 - 1
+# A checkpoint write that took longer than a day is a broken clock or unit, not a cost to average in.
+MAX_CHECKPOINT_MS = 24 * 3600 * 1000
 
 
 # -- auth -------------------------------------------------------------------------------------------------
@@ -104,13 +106,14 @@ async def _body(request: web.Request) -> dict[str, Any]:
 _TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
 
 
-def _take(body: dict[str, Any], spec: dict[str, tuple[str, bool]]) -> dict[str, Any]:
-    """Fields by name: (type, required). bool is not an int here; unknown fields are refused."""
+def _take(body: dict[str, Any], spec: dict[str, tuple]) -> dict[str, Any]:
+    """Fields by name: (type, required) or (type, required, largest int). bool is not an int here; unknown
+    fields are refused."""
     extra = set(body) - set(spec) - {"command_id"}
     if extra:
         raise invalid(sorted(extra)[0], "unknown field")
     out: dict[str, Any] = {}
-    for name, (kind, required) in spec.items():
+    for name, (kind, required, *bound) in spec.items():
         if name not in body or body[name] is None:
             if required:
                 raise invalid(name, f"{name} is required")
@@ -120,8 +123,9 @@ def _take(body: dict[str, Any], spec: dict[str, tuple[str, bool]]) -> dict[str, 
             raise invalid(name, f"{name} must be a {kind}")
         # Every integer here (epochs, steps, sizes, milliseconds) is an Avro long and never negative; a float
         # must be a number (Python's json accepts NaN and Infinity).
-        if kind == "int" and not 0 <= value <= MAX_LONG:
-            raise invalid(name, f"{name} must be between 0 and {MAX_LONG}")
+        top = bound[0] if bound else MAX_LONG
+        if kind == "int" and not 0 <= value <= top:
+            raise invalid(name, f"{name} must be between 0 and {top}")
         if kind == "float":
             try:
                 value = float(value)
@@ -245,7 +249,7 @@ def _stale(job, epoch: int) -> ApiError:
                     epoch_given=epoch, current_epoch=job.lease_epoch)
 
 
-async def _fenced(request: web.Request, spec: dict[str, tuple[str, bool]],
+async def _fenced(request: web.Request, spec: dict[str, tuple],
                   make: Callable[[str, str, dict[str, Any]], Any], extra: Callable[[Any, Any], dict] | None = None):
     gw, job_id = _gw(request), _job_id(request)
     body = await _body(request)
@@ -311,9 +315,11 @@ async def progress(request: web.Request) -> web.Response:
 async def checkpoint(request: web.Request) -> web.Response:
     return await _fenced(
         request, {"checkpoint_key": ("str", True), "step": ("int", True), "progress_pct": ("float", True),
-                  "checksum": ("str", True), "size_bytes": ("int", True)},
+                  "checksum": ("str", True), "size_bytes": ("int", True),
+                  "duration_ms": ("int", False, MAX_CHECKPOINT_MS)},
         lambda c, j, f: cmd.RecordCheckpoint(c, j, f["epoch"], f["worker_id"], f["checkpoint_key"], f["step"],
-                                             f["progress_pct"], f["checksum"], f["size_bytes"]))
+                                             f["progress_pct"], f["checksum"], f["size_bytes"],
+                                             f.get("duration_ms")))
 
 
 async def complete(request: web.Request) -> web.Response:

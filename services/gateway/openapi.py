@@ -114,7 +114,10 @@ LEASE_BODIES = {
                                      "phase": {"type": "string"}}),
     "checkpoint": ("record a durable checkpoint object", {
         "checkpoint_key": {"type": "string"}, "step": {"type": "integer"}, "progress_pct": {"type": "number"},
-        "checksum": {"type": "string"}, "size_bytes": {"type": "integer"}}),
+        "checksum": {"type": "string"}, "size_bytes": {"type": "integer"},
+        "duration_ms": {"type": "integer", "minimum": 0, "maximum": 86_400_000,
+                        "description": "optional: how long writing the checkpoint took (feeds the pool's "
+                                       "checkpoint cost, mean_checkpoint_ms)"}}),
     "complete": ("complete the job with its uploaded artifact", {
         "artifact_key": {"type": "string"}, "artifact_checksum": {"type": "string"},
         "artifact_size_bytes": {"type": "integer"}}),

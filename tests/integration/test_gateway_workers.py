@@ -130,3 +130,74 @@ async def test_worker_api_validation(gw):
     assert bad.status == 422 and (await bad.json())["error"]["field"] == "epoch"
     assert (await client.post("/internal/leases/nope/heartbeat", json={"epoch": 1, "worker_id": "w"},
                               headers=w)).status == 404
+
+
+def _pool_stats(settings, pool: str, partition: int, want, timeout: float = 60.0):
+    """The latest pool-stats record of (pool, partition) once `want(record)` holds."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    from spotreel.codec import Codec
+    from spotreel.infra.topics import pool_stats_topic
+
+    codec = Codec.default()
+    cons = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": f"ps-{uuid.uuid4()}",
+                     "enable.auto.commit": False})
+    cons.assign([TopicPartition(pool_stats_topic(settings), partition, OFFSET_BEGINNING)])
+    last = None
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            for msg in cons.consume(200, 0.2):
+                if not msg.error() and msg.key() == f"{pool}/{partition}".encode():
+                    last = codec.decode_message(msg.value())
+            if last is not None and want(last):
+                return last
+        raise AssertionError(f"no pool-stats record of {pool}/{partition} as wanted; last: {last}")
+    finally:
+        cons.close()
+
+
+async def test_checkpoint_write_time_reaches_pool_stats_through_the_http_worker_api(gw, wk_settings):
+    """duration_ms: HttpTransport -> POST /internal/leases/{job}/checkpoint -> RecordCheckpoint -> the
+    scheduler's pool-stats record (mean_checkpoint_ms)."""
+    import asyncio
+
+    from spotreel.adapters.partitioning import partition_for
+    from spotreel.domain.ids import pool_key
+    from spotreel.worker.transport import WorkerProfile
+    from spotreel.worker.transport_http import HttpTransport
+
+    client, keys = gw
+    w = bearer(keys["worker"])
+    model = f"m-{uuid.uuid4().hex[:8]}"
+    r = await client.post("/v1/videos", json={"prompt": "a slow fox", "model": model, "gpu_type": "cpu"},
+                          headers={**bearer(keys["tenant"]), "Idempotency-Key": f"ck-{model}"})
+    assert r.status == 202, await r.text()
+    job_id = (await r.json())["job_id"]
+
+    transport = HttpTransport(str(client.make_url("")), keys["worker"], WorkerProfile("w-ck", "cpu", (model,)))
+    lease = await asyncio.to_thread(transport.lease, 20.0)
+    assert lease is not None and lease.job_id == job_id
+
+    fence = {"epoch": lease.epoch, "worker_id": "w-ck"}
+    base = {**fence, "checkpoint_key": f"ckpt/{job_id}/e{lease.epoch}/s9.safetensors", "step": 9,
+            "progress_pct": 45.0, "checksum": "c" * 64, "size_bytes": 10}
+    for bad in (-1, 86_400_001, 2**63, 1.5, True, "120"):
+        r = await client.post(f"/internal/leases/{job_id}/checkpoint", json={**base, "duration_ms": bad}, headers=w)
+        assert r.status == 422, (bad, await r.text())
+        assert (await r.json())["error"]["field"] == "duration_ms"
+
+    first = await asyncio.to_thread(transport.checkpoint, lease, f"ckpt/{job_id}/e{lease.epoch}/s4.safetensors",
+                                    4, 20.0, "a" * 64, 10, 150)
+    assert first.accepted, first
+    r = await client.post(f"/internal/leases/{job_id}/checkpoint", json={**base, "duration_ms": 50}, headers=w)
+    assert r.status == 200 and (await r.json())["event"] == "CheckpointRecorded", await r.text()
+    # Without duration_ms the checkpoint still counts; it just adds nothing to the mean.
+    r = await client.post(f"/internal/leases/{job_id}/checkpoint",
+                          json={**base, "checkpoint_key": f"ckpt/{job_id}/e{lease.epoch}/s12.safetensors",
+                                "step": 12, "progress_pct": 60.0}, headers=w)
+    assert r.status == 200, await r.text()
+
+    rec = _pool_stats(wk_settings, pool_key(model, "cpu"), partition_for(job_id, wk_settings.partitions),
+                      lambda s: s.mean_checkpoint_ms > 0)
+    assert rec.mean_checkpoint_ms == 100.0 and rec.leased == 1

@@ -65,3 +65,18 @@ async def test_numbers_outside_what_the_records_can_hold_are_422_not_500(client)
     r = await c.post("/v1/videos", json={"prompt": "x", "duration": 10**400}, headers={"Authorization": "Bearer key-a"})
     assert r.status == 422 and (await r.json())["error"]["field"] == "duration"
     assert deps.commands.sent == []
+
+
+async def test_checkpoint_duration_ms_is_optional_and_bounded(client):
+    c, deps = client
+    base = {"epoch": 3, "worker_id": "w-new", "checkpoint_key": "ck/1", "step": 1, "progress_pct": 5.0,
+            "checksum": "c", "size_bytes": 1}
+    for bad in (-1, 24 * 3600 * 1000 + 1, 2**64, 2.5, False, "7", [7]):
+        r = await c.post(f"/internal/leases/{JOB}/checkpoint", json={**base, "duration_ms": bad}, headers=W)
+        assert r.status == 422, bad
+        assert (await r.json())["error"]["field"] == "duration_ms"
+    assert deps.commands.sent == []
+    # Valid (0, a day, absent, null): past validation, so this gateway without a dispatch link says 503.
+    for ok in ({"duration_ms": 0}, {"duration_ms": 24 * 3600 * 1000}, {}, {"duration_ms": None}):
+        r = await c.post(f"/internal/leases/{JOB}/checkpoint", json={**base, **ok}, headers=W)
+        assert r.status == 503, ok
