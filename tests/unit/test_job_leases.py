@@ -170,3 +170,72 @@ def test_a_renewal_never_shortens_the_lease_even_if_the_owner_clock_stepped_back
     d.send(c.RenewLease("r1", d.job_id, 1, "w1"), advance=10_000)
     out = d.send(c.RenewLease("r2", d.job_id, 1, "w1"), at=T0 + 5_000)  # a new owner, slightly behind
     assert out[0].lease_expires_at_ms == T0 + 10_000 + TTL
+
+
+# --- a lease that never reached its worker (the gateway hands it back as unclaimed) ----------------------
+
+def test_an_unclaimed_lease_is_requeued_at_once_and_costs_no_attempt_or_preemption() -> None:
+    from spotreel.domain.leases import UNCLAIMED
+
+    d = Driver()
+    d.submit(max_preemptions=1)
+    d.grant()
+    assert d.s.lease is not None and not d.s.lease.confirmed
+    out = d.release(reason=UNCLAIMED)
+    assert kinds(out) == ["LeaseReleased", "JobRequeued"]
+    assert out[0].reason == UNCLAIMED and out[0].preemptions == 0
+    assert out[1].reason == UNCLAIMED and not out[1].budget_reset
+    assert d.s.status == Status.QUEUED and d.s.preemptions == 0 and d.s.attempts_used == 0
+    assert d.s.phase == "pending"  # nothing ran, so nothing was interrupted
+    # With max_preemptions=1 a real preemption would dead-letter; any number of unclaimed leases does not.
+    for _ in range(5):
+        d.grant()
+        d.release(reason=UNCLAIMED)
+    assert d.s.status == Status.QUEUED and d.s.preemptions == 0
+    d.grant(worker="w2")
+    assert d.s.epoch == 7  # epochs still only grow: each unclaimed lease used one
+
+
+@pytest.mark.parametrize("act", ["renew", "progress", "checkpoint"])
+def test_a_lease_its_holder_acted_on_cannot_be_released_as_unclaimed(act: str) -> None:
+    from spotreel.domain.leases import UNCLAIMED
+
+    d = leased_job()
+    {"renew": d.renew, "progress": lambda: d.progress(10.0, step=2), "checkpoint": lambda: d.checkpoint(2, 10.0)}[act]()
+    assert d.s.lease is not None and d.s.lease.confirmed
+    before = d.state
+    assert rejection(d.release(reason=UNCLAIMED)) == "lease_in_use"
+    assert d.state == before
+    # The worker's own release is still a release (a preemption).
+    out = d.release()
+    assert kinds(out) == ["LeaseReleased", "JobRequeued"] and out[0].preemptions == 1
+
+
+def test_an_unclaimed_release_is_fenced_like_any_worker_command() -> None:
+    from spotreel.domain.leases import UNCLAIMED
+
+    d = leased_job()
+    assert rejection(d.release(worker="w2", reason=UNCLAIMED)) == "worker_mismatch"
+    assert rejection(d.release(epoch=2, reason=UNCLAIMED)) == "unknown_epoch"
+    d.now = T0 + TTL
+    assert rejection(d.release(reason=UNCLAIMED)) == "lease_expired"  # the expiry timer requeues it instead
+    d.expire(advance=0)
+    d.grant()
+    assert rejection(d.release(epoch=1, worker="w1", reason=UNCLAIMED)) == "stale_epoch"
+
+
+def test_an_unclaimed_lease_of_a_resumed_job_goes_back_to_interrupted_and_cancel_still_applies() -> None:
+    from spotreel.domain.leases import UNCLAIMED
+
+    d = leased_job()
+    d.progress(40.0, step=8)
+    d.checkpoint(8, 40.0)
+    d.release()
+    d.grant(worker="w2")
+    assert d.s.phase in ("starting", "resuming")
+    d.release(reason=UNCLAIMED)
+    assert d.s.phase == "interrupted" and d.s.progress_pct == 40.0 and not d.s.resuming
+    d.grant(worker="w3")
+    d.cancel()
+    out = d.release(reason=UNCLAIMED)
+    assert kinds(out) == ["LeaseReleased", "JobCancelled"] and d.s.status == Status.CANCELLED

@@ -24,6 +24,7 @@ from spotreel.domain import commands as c
 from spotreel.domain import events as ev
 from spotreel.domain import ids
 from spotreel.domain.decide import decide
+from spotreel.domain.leases import UNCLAIMED
 from spotreel.domain.evolve import evolve, fold
 from spotreel.domain.state import JobState, Status
 from tests.unit.jobkit import POOL, T0, submit
@@ -105,6 +106,12 @@ class JobMachine(RuleBasedStateMachine):
             assert before is not None
             after = fold(out, before)
             assert after is not None and after.attempts_used == before.attempts_used, "preemption used an attempt"
+        if isinstance(command, c.ReleaseLease) and command.reason == UNCLAIMED:
+            # Only a lease nobody acted on is unclaimed, and handing it back costs the job nothing.
+            assert before is not None and before.lease is not None and not before.lease.confirmed
+            after = fold(out, before)
+            assert after is not None and after.preemptions == before.preemptions
+            assert after.status in (Status.QUEUED, Status.CANCELLED, Status.PAUSED)
         for e in out:
             if isinstance(e, ev.JobLeased):
                 assert e.epoch > self.max_epoch_seen, "epochs strictly increase and are never reused"
@@ -169,15 +176,20 @@ class JobMachine(RuleBasedStateMachine):
             "complete": lambda: c.CompleteJob(i, j, e, w, ids.artifact_key(j, e), "s", 1),
             "fail": lambda: c.FailJob(i, j, e, w, "err", "msg", n % 4 != 0),
             "release": lambda: c.ReleaseLease(i, j, e, w),
+            "unclaimed": lambda: c.ReleaseLease(i, j, e, w, UNCLAIMED),
         }[kind]
-        self.send(cmd())
+        out = self.send(cmd())
+        if kind == "unclaimed" and len(out) == 1 and isinstance(out[0], ev.CommandRejected):
+            if out[0].reason == "lease_in_use":
+                assert self.state is not None and self.state.lease is not None and self.state.lease.confirmed
 
     # Worker traffic dominates a real job's history, so it has two rules (twice the share of steps).
     @rule(kind=st.sampled_from(("renew", "progress", "checkpoint")), who=WHO, n=st.integers(0, 62))
     def worker_reports(self, kind: str, who: tuple[str, str], n: int) -> None:
         self._worker_command(kind, who, n)
 
-    @rule(kind=st.sampled_from(("complete", "fail", "release", "progress")), who=WHO, n=st.integers(0, 62))
+    @rule(kind=st.sampled_from(("complete", "fail", "release", "progress", "unclaimed")), who=WHO,
+          n=st.integers(0, 62))
     def worker_ends(self, kind: str, who: tuple[str, str], n: int) -> None:
         self._worker_command(kind, who, n)
 
@@ -238,16 +250,20 @@ class JobMachine(RuleBasedStateMachine):
         assert s.status != Status.SUBMITTED
         # ...and the history never grants a lease before the previous one ended.
         open_lease = False
+        heard = False  # the current lease's holder has acted on it
         succeeded = 0
         for version, e in enumerate(self.history, start=1):
             assert e.version == version, "accepted events are numbered 1..n without gaps"
             if isinstance(e, ev.JobLeased):
                 assert not open_lease, "a second lease while one was still valid"
-                open_lease = True
+                open_lease, heard = True, False
             elif isinstance(e, LEASE_ENDS):
                 open_lease = False
+            elif isinstance(e, (ev.LeaseRenewed, ev.ProgressReported, ev.CheckpointRecorded)):
+                heard = True
             succeeded += isinstance(e, ev.JobSucceeded)
         assert succeeded <= 1, "completed twice"
+        assert s.lease is None or s.lease.confirmed == heard, "confirmed is exactly: its holder acted on it"
         assert s.epoch == self.max_epoch_seen
         assert s.progress_pct >= self.high_water, "visible progress went backwards"
         self.high_water = s.progress_pct
@@ -294,6 +310,7 @@ def _random_command(rng: random.Random, job_id: str, epoch_hint: int) -> Any:
             lambda: c.CompleteJob(i, job_id, e, w, "a", "s", 1),
             lambda: c.FailJob(i, job_id, e, w, "e", "m", n % 5 != 0),
             lambda: c.ReleaseLease(i, job_id, e, w),
+            lambda: c.ReleaseLease(i, job_id, e, w, UNCLAIMED),
             lambda: c.ExpireLease(i, job_id, e),
             lambda: c.CancelJob(i, job_id),
             lambda: c.PauseJob(i, job_id),

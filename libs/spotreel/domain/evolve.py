@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from spotreel.domain import events as ev
-from spotreel.domain import progress
+from spotreel.domain import leases, progress
 from spotreel.domain.retry import failures_in_window
 from spotreel.domain.state import Checkpoint, JobState, Lease, Status
 
@@ -62,7 +62,12 @@ def _ended(s: JobState) -> JobState:
 
 
 def _with_expiry(s: JobState, expires_at_ms: int) -> JobState:
-    return s if s.lease is None else replace(s, lease=replace(s.lease, expires_at_ms=expires_at_ms))
+    """A renewal or a progress report: the lease runs longer, and its holder evidently has it."""
+    return s if s.lease is None else replace(s, lease=replace(s.lease, expires_at_ms=expires_at_ms, confirmed=True))
+
+
+def _confirmed(s: JobState) -> JobState:
+    return s if s.lease is None or s.lease.confirmed else replace(s, lease=replace(s.lease, confirmed=True))
 
 
 def _apply(s: JobState, e: object) -> JobState:  # noqa: C901 - one flat dispatch reads best here
@@ -121,7 +126,10 @@ def _apply(s: JobState, e: object) -> JobState:  # noqa: C901 - one flat dispatc
         case ev.CheckpointRecorded():
             cp = Checkpoint(e.checkpoint_key, e.step, e.progress_pct, e.epoch, e.checksum, e.size_bytes, e.at_ms)
             kept = tuple(c for c in s.checkpoints if c.key not in e.pruned_keys)
-            return progress.on_report(replace(s, checkpoints=(*kept, cp)), e.progress_pct, e.step, s.phase)
+            return progress.on_report(_confirmed(replace(s, checkpoints=(*kept, cp))), e.progress_pct, e.step,
+                                      s.phase)
+        case ev.LeaseReleased(reason=leases.UNCLAIMED):
+            return progress.on_unclaimed(replace(s, lease=None, preemptions=e.preemptions))
         case ev.LeaseExpired() | ev.LeaseReleased():
             return progress.on_lease_end(replace(s, lease=None, preemptions=e.preemptions))
         case ev.AttemptFailed():

@@ -8,6 +8,12 @@ is processed; the timer then requeues the job.
 
 The lease timer (ExpireLease) names the epoch it was armed for. Renewals push the expiry out, so a timer
 that fires before the current expiry is refused with lease_not_expired and the owner re-arms from state.
+
+A lease that was granted but never reached its worker (the gateway's long-poll had ended when the answer
+came, and the worker did not poll again in time) is handed back by the gateway with ReleaseLease reason
+UNCLAIMED. Nothing ran under it, so it is neither a failure nor a preemption: the job is requeued at once
+with its budgets untouched. Only a lease nobody has acted on can go that way; once its holder renewed,
+reported or checkpointed (`Lease.confirmed`) the release is refused with lease_in_use.
 """
 
 from __future__ import annotations
@@ -22,6 +28,9 @@ from spotreel.domain.progress import valid_pct
 from spotreel.domain.state import JobState, Status
 
 Events = tuple[Any, ...]
+
+# ReleaseLease.reason of a lease handed back because it never reached a worker.
+UNCLAIMED = "unclaimed"
 
 
 def _fence(state: JobState, epoch: int) -> str | None:
@@ -107,6 +116,11 @@ def worker_command(state: JobState, c: Any, h: Head, now_ms: int) -> Events:
             )
         case cmd.FailJob():
             return _fail(state, c, h, now_ms)
+        case cmd.ReleaseLease(reason=reason) if reason == UNCLAIMED:
+            if state.lease.confirmed:
+                return rejected(state, c, now_ms, Reason.LEASE_IN_USE,
+                                "its holder has acted on this lease; only an unused lease is unclaimed")
+            return lease_ended(state, c, h, now_ms, released=True, preemption=False)
     # ReleaseLease: the only worker command left.
     return lease_ended(state, c, h, now_ms, released=True)
 
@@ -121,11 +135,12 @@ def expire(state: JobState, c: cmd.ExpireLease, h: Head, now_ms: int) -> Events:
     return lease_ended(state, c, h, now_ms, released=False)
 
 
-def lease_ended(state: JobState, c: Any, h: Head, now_ms: int, *, released: bool) -> Events:
-    """A lease lost or handed back. It is a preemption unless it only confirms a requested cancel/pause."""
+def lease_ended(state: JobState, c: Any, h: Head, now_ms: int, *, released: bool, preemption: bool = True) -> Events:
+    """A lease lost or handed back. It is a preemption unless it only confirms a requested cancel/pause, or
+    never reached a worker (`preemption=False`, an unclaimed lease)."""
     assert state.lease is not None
     confirming = state.cancel_requested or state.pause_requested
-    preemptions = state.preemptions if confirming else state.preemptions + 1
+    preemptions = state.preemptions if confirming or not preemption else state.preemptions + 1
     ended: Any
     if released:
         ended = h.event(
@@ -150,7 +165,8 @@ def lease_ended(state: JobState, c: Any, h: Head, now_ms: int, *, released: bool
             attempts_used=state.attempts_used,
             preemptions=preemptions,
         )
-    return ended, h.event(ev.JobRequeued, reason="released" if released else "lease_expired", budget_reset=False)
+    reason = "lease_expired" if not released else ("released" if preemption else UNCLAIMED)
+    return ended, h.event(ev.JobRequeued, reason=reason, budget_reset=False)
 
 
 def _checkpoint(state: JobState, c: cmd.RecordCheckpoint, h: Head, now_ms: int) -> Events:

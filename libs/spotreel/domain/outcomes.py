@@ -28,6 +28,8 @@ class Reason:
     WORKER_MISMATCH = "worker_mismatch"
     LEASE_EXPIRED = "lease_expired"
     LEASE_NOT_EXPIRED = "lease_not_expired"
+    # An "unclaimed" release of a lease whose holder already sent commands under it (it has the lease).
+    LEASE_IN_USE = "lease_in_use"
     # Status.
     NOT_QUEUED = "not_queued"
     POOL_MISMATCH = "pool_mismatch"

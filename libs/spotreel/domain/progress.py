@@ -17,7 +17,8 @@ like a bug; showing 55% while the worker silently redoes 40→55 would hide the 
   phase            "pending" before any lease, "starting" on a fresh lease, "resuming" while resuming,
                    otherwise the phase of the last report ("denoising", "encoding", ...), "interrupted" once a
                    lease ended without success (lost, released, failed; until the next lease), "done" on
-                   success.
+                   success. A lease that never reached a worker (released as unclaimed) interrupted
+                   nothing: "pending" again if the job has no progress yet, else "interrupted".
 
 These are computed in `evolve` from the figures the events carry, so replay gives the same view.
 """
@@ -70,6 +71,12 @@ def on_report(state: JobState, pct: float, step: int, phase: str) -> JobState:
         resume_from_pct=state.resume_from_pct if resuming else None,
         phase="resuming" if resuming else phase,
     )
+
+
+def on_unclaimed(state: JobState) -> JobState:
+    """A lease handed back because it never reached a worker: nothing ran, so nothing was interrupted."""
+    return replace(state, reported_pct=state.progress_pct, resuming=False, resume_from_pct=None,
+                   phase="pending" if state.progress_pct == 0.0 else "interrupted")
 
 
 def on_lease_end(state: JobState) -> JobState:

@@ -39,6 +39,9 @@ class Lease:
     granted_at_ms: int
     ttl_ms: int
     expires_at_ms: int
+    # The holder has sent a command under this lease (renewal, progress, checkpoint), so it did receive it.
+    # Until then a lease may be handed back as never delivered (leases.UNCLAIMED) at no cost to the job.
+    confirmed: bool = False
 
 
 @dataclass(frozen=True)
