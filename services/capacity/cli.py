@@ -3,62 +3,162 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import signal
+import sys
 import threading
+import time
+from typing import Any
 
 from spotreel.settings import Settings
+from spotreel.worker.cli import DEFAULT_POOL
+
+# Simulated workers "complete" jobs without rendering anything, so they get a pool of their own by default:
+# pointed at the default pool they would answer real jobs with videos that do not exist.
+SIM_POOL = "sim-t2v@sim-gpu"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("capacity", help="add and drain workers of a pool from its queue and statistics")
-    p.add_argument("--pool", default="tiny-t2v@cpu", help="MODEL@GPU_TYPE (default: the local stack's pool)")
-    p.add_argument("--provider", choices=["local"], default="local",
-                   help="local: real worker processes on this machine")
-    p.add_argument("--floor", type=int, default=0)
-    p.add_argument("--ceiling", type=int, default=2)
-    p.add_argument("--idle-buffer", type=int, default=1, help="warm idle workers kept beyond the demand")
-    p.add_argument("--target-wait", type=float, default=120.0, help="seconds a queued job may wait")
-    p.add_argument("--up-cooldown", type=float, default=5.0)
-    p.add_argument("--down-cooldown", type=float, default=60.0)
-    p.add_argument("--cold-start", type=float, default=60.0,
-                   help="seconds a new worker may take to load its model before it counts as idle")
-    p.add_argument("--interval", type=float, default=2.0, help="seconds between decisions")
-    p.add_argument("--worker-argv", nargs="+", default=None,
-                   help="command that starts one worker; {pool} and {worker_id} are filled in")
+    p = sub.add_parser("capacity", help="add and drain workers of a pool from its queue and statistics",
+                       description="Reads the pool's statistics from the scheduler and which workers hold a "
+                                   "lease from the workers read model, and asks a provider to add workers or "
+                                   "drain idle ones. Prints one JSON line per action.")
+    a = p.add_argument
+    a("--pool", default=None, help=f"MODEL@GPU_TYPE (default: {DEFAULT_POOL}, where jobs submitted with the "
+                                   f"gateway's defaults go; {SIM_POOL} with --provider simulated)")
+    a("--provider", choices=["local", "simulated"], default="local",
+      help="local: real `spotreel worker` processes on this machine; simulated: the fleet simulator's workers "
+           "inside this process (no rendering), against a gateway")
+    a("--floor", type=int, default=0, help="never fewer workers than this (default 0)")
+    a("--ceiling", type=int, default=2, help="never more workers than this (default 2)")
+    a("--idle-buffer", type=int, default=1, help="warm idle workers kept beyond the demand (default 1)")
+    a("--target-wait", type=float, default=120.0, help="seconds a queued job may wait (default 120)")
+    a("--max-step-up", type=int, default=8, help="most workers added in one decision (default 8)")
+    a("--up-cooldown", type=float, default=5.0, help="seconds between two scale-ups (default 5)")
+    a("--down-cooldown", type=float, default=60.0,
+      help="seconds after any scale action before idle workers are drained (default 60)")
+    a("--cold-start", type=float, default=60.0,
+      help="seconds a new worker may take to load its model before it counts as idle (default 60)")
+    a("--interval", type=float, default=2.0, help="seconds between decisions (default 2)")
+
+    local = p.add_argument_group("--provider local")
+    local.add_argument("--worker-threads", type=int, default=1,
+                       help="torch CPU threads per worker (default 1: the workers share this machine's cores)")
+    local.add_argument("--worker-argv", nargs="+", default=None,
+                       help="command that starts one worker instead of `spotreel worker --pool {pool} "
+                            "--worker-id {worker_id} --threads {threads}`; those three are filled in")
+
+    sim = p.add_argument_group("--provider simulated")
+    sim.add_argument("--gateway-url", default=None,
+                     help="gateway the simulated workers talk to (default: SPOTREEL_WORKER_GATEWAY_URL, else "
+                          "this stack's gateway)")
+    sim.add_argument("--worker-key", default=None,
+                     help="their worker key (default: SPOTREEL_WORKER_KEY, else the local stack's dev key)")
+    sim.add_argument("--sim-cold-start", type=float, default=5.0,
+                     help="seconds from a new machine to its first request (default 5)")
+    sim.add_argument("--sim-step-seconds", type=float, default=1.0, help="seconds per denoising step (default 1)")
+    sim.add_argument("--sim-mtbf", type=float, default=600.0,
+                     help="mean seconds a machine lives before it is preempted, exponential (0: never; default 600)")
+    sim.add_argument("--sim-notice-share", type=float, default=0.5,
+                     help="share of preemptions announced ahead (default 0.5); the rest vanish")
+    sim.add_argument("--sim-notice-seconds", type=float, default=30.0,
+                     help="how long before the end a notice comes (default 30)")
+    sim.add_argument("--sim-checkpoint-seconds", type=float, default=0.5, help="checkpoint cost (default 0.5)")
+    sim.add_argument("--sim-checkpoint-policy", default="adaptive",
+                     help="none | fixed:SECONDS | adaptive (sqrt(2*cost*MTBF)); default adaptive")
+    sim.add_argument("--sim-lease-wait", type=float, default=5.0,
+                     help="long-poll seconds per lease request; an idle drained worker ends within it (default 5)")
+    sim.add_argument("--sim-seed", type=int, default=1, help="seed of the lifetimes and notices (default 1)")
     p.set_defaults(func=_run)
+
+
+def _fail(message: str) -> int:
+    print(f"spotreel capacity: {message}", file=sys.stderr)
+    return 2
+
+
+def _sim_config(args: argparse.Namespace) -> Any:
+    from spotreel.services.capacity.sim_config import SimConfig, parse_policy
+
+    checks = [(args.sim_cold_start >= 0, "--sim-cold-start must not be negative"),
+              (args.sim_step_seconds > 0, "--sim-step-seconds must be positive"),
+              (args.sim_mtbf >= 0, "--sim-mtbf must not be negative (0: no preemptions)"),
+              (0 <= args.sim_notice_share <= 1, "--sim-notice-share must be within [0, 1]"),
+              (args.sim_notice_seconds >= 0, "--sim-notice-seconds must not be negative"),
+              (args.sim_checkpoint_seconds >= 0, "--sim-checkpoint-seconds must not be negative"),
+              (0 < args.sim_lease_wait <= 60, "--sim-lease-wait must be within (0, 60]")]
+    for ok, message in checks:
+        if not ok:
+            raise ValueError(message)
+    try:
+        policy, fixed = parse_policy(args.sim_checkpoint_policy)
+    except ValueError:
+        raise ValueError("--sim-checkpoint-policy: use none, adaptive or fixed:SECONDS, "
+                         f"got {args.sim_checkpoint_policy!r}") from None
+    return SimConfig(step_s=args.sim_step_seconds, checkpoint_cost_s=args.sim_checkpoint_seconds, policy=policy,
+                     fixed_interval_s=fixed, mtbf_s=args.sim_mtbf, notice_share=args.sim_notice_share,
+                     cold_start_s=args.sim_cold_start, lease_wait_s=args.sim_lease_wait, seed=args.sim_seed)
+
+
+def _provider(args: argparse.Namespace, settings: Settings, pool: str) -> Any:
+    if args.provider == "simulated":
+        from spotreel.infra.seed import DEV_WORKER_KEY
+        from spotreel.services.capacity.provider_sim import SimulatedProvider
+
+        url = args.gateway_url or settings.worker_gateway_url or settings.gateway_url
+        key = args.worker_key or settings.worker_key or DEV_WORKER_KEY
+        return SimulatedProvider(pool, url, key, _sim_config(args), notice_lead_s=args.sim_notice_seconds)
+    from spotreel.services.capacity.providers import LocalProvider
+
+    if args.worker_threads < 1:
+        raise ValueError("--worker-threads must be at least 1")
+    safe = pool.replace("@", "_")
+    return LocalProvider(pool, settings.run_dir / "capacity" / safe, settings.logs_dir / "workers",
+                         argv=args.worker_argv, threads=args.worker_threads)
 
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
     from spotreel.infra.cassandra import cql_session
     from spotreel.services.capacity.manager import Manager
     from spotreel.services.capacity.policy import CapacityConfig
-    from spotreel.services.capacity.providers import LocalProvider
     from spotreel.services.capacity.stats import PoolStatsReader
     from spotreel.services.capacity.workers import status_lookup
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s capacity %(levelname)s %(message)s")
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s capacity %(levelname)s %(message)s")
+    pool = args.pool or (SIM_POOL if args.provider == "simulated" else DEFAULT_POOL)
+    model, sep, gpu = pool.rpartition("@")
+    if not sep or not model or not gpu:
+        return _fail(f"--pool must look like MODEL@GPU_TYPE, got {pool!r}")
+    if not args.interval > 0 or args.cold_start < 0:
+        return _fail("--interval must be positive and --cold-start not negative")
     try:
         cfg = CapacityConfig(floor=args.floor, ceiling=args.ceiling, idle_buffer=args.idle_buffer,
                              target_wait_s=args.target_wait, up_cooldown_s=args.up_cooldown,
-                             down_cooldown_s=args.down_cooldown)
+                             down_cooldown_s=args.down_cooldown, max_step_up=args.max_step_up)
+        provider = _provider(args, settings, pool)
     except ValueError as exc:
-        print(f"spotreel capacity: {exc}")
-        return 2
-    safe = args.pool.replace("@", "_")
-    provider = LocalProvider(args.pool, settings.run_dir / "capacity" / safe, settings.logs_dir / "workers",
-                             argv=args.worker_argv)
+        return _fail(str(exc))
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    print(json.dumps({"at": time.time(), "action": "start", "pool": pool, "provider": args.provider, "floor": cfg.floor,
+                      "ceiling": cfg.ceiling, "idle_buffer": cfg.idle_buffer}), flush=True)
     stats = PoolStatsReader(settings)
+    mgr = None
     try:
         with cql_session(settings, keyspace=settings.cassandra_keyspace) as session:
-            mgr = Manager(args.pool, cfg, stats, provider, status_lookup(session), cold_start_s=args.cold_start)
+            mgr = Manager(pool, cfg, stats, provider, status_lookup(session), cold_start_s=args.cold_start)
             mgr.run(args.interval, stop.is_set)
-        print(f"capacity: added {mgr.added}, drained {mgr.drained}, preemption notices {mgr.preempted}; "
-              f"stopping the {len(provider.workers())} workers it runs", flush=True)
     finally:
         stats.close()
+        left = provider.workers()
         provider.close()
+        if mgr is not None:
+            print(json.dumps({"at": time.time(), "action": "stop", "pool": pool, "added": mgr.added, "drained": mgr.drained,
+                              "preemption_notices": mgr.preempted,
+                              "stopped_at_exit": sum(not w.draining for w in left),
+                              "draining_at_exit": sum(w.draining for w in left),
+                              "provider": provider.summary()}), flush=True)
     return 0

@@ -10,7 +10,9 @@ cooldown rules are testable by property. The rules, in order:
    otherwise every tick during a slow boot would add more);
 3. scale up by at most `max_step_up` at a time, not within `up_cooldown_s` of the last scale-up;
 4. scale down only idle workers (never one that holds a lease: draining a busy worker throws away work
-   since its last checkpoint), not within `down_cooldown_s` of any scale action, and never below floor.
+   since its last checkpoint), not within `down_cooldown_s` of any scale action, and never below floor;
+   while jobs are queued, as many idle workers as there are queued jobs are about to be leased one, so
+   they are not surplus (draining one races its lease, and the job would be handed straight back).
 """
 
 from __future__ import annotations
@@ -95,8 +97,9 @@ def decide(view: PoolView, fleet: FleetView, cfg: CapacityConfig, now_s: float,
             return Decision(want=want, reason="scale-down cooling down")
         # want >= floor, so draining the surplus never goes below the floor. Newest idle first: the
         # oldest ones have the warmest caches.
-        drain = tuple(reversed(fleet.idle))[:have - want]
+        spare = max(0, len(fleet.idle) - view.queued)
+        drain = tuple(reversed(fleet.idle))[:min(have - want, spare)]
         if not drain:
-            return Decision(want=want, reason="surplus is busy; waiting for it to go idle")
+            return Decision(want=want, reason="surplus is busy or about to be; waiting for it to go idle")
         return Decision(drain=drain, want=want, reason=f"supply {have} > demand {want}")
     return Decision(want=want)

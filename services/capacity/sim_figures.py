@@ -29,7 +29,8 @@ class Accepted:
 @dataclass(frozen=True)
 class Attempt:
     """One lease as a simulated worker lived it. `outcome`: completed, notice (checkpoint + release),
-    vanished (no notice: the lease expires), fenced (a 409 told it the lease was gone), stopped (run end)."""
+    drained (the same, because the capacity manager drained it), vanished (no notice: the lease expires),
+    fenced (a 409 told it the lease was gone), stopped (run end)."""
 
     job_id: str
     epoch: int

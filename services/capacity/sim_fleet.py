@@ -5,6 +5,10 @@ compute steps (sleeps of `step_s`), heartbeat and progress on their own cadence,
 complete. Its machine dies after an exponential lifetime (mean `mtbf_s`): with notice it writes an emergency
 checkpoint and releases the lease; without, it vanishes and the lease expires. The fleet replaces every
 dead machine with a new one (a new worker id), as a spot fleet does.
+
+Under the capacity manager's `simulated` provider (provider_sim.py) the notice goes to the provider instead,
+`notice_lead_s` before the machine dies, and it is the manager's drain that makes the worker checkpoint and
+hand its lease back, as SIGTERM does to a real worker; a machine nobody drained in time vanishes.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import aiohttp
 
@@ -103,17 +107,26 @@ class _Job:
         self.checkpoints = 0
 
 
-async def _sleep_until(deadline: float, stopping: asyncio.Event) -> None:
+async def _sleep_until(deadline: float, stopping: asyncio.Event, also: asyncio.Event | None = None) -> None:
+    """Sleep until `deadline`, or until `stopping` (or `also`) is set."""
     left = deadline - time.monotonic()
-    if left > 0:
-        try:
-            await asyncio.wait_for(stopping.wait(), left)
-        except asyncio.TimeoutError:
-            pass
+    if left <= 0:
+        return
+    waits = [asyncio.ensure_future(e.wait()) for e in (stopping, also) if e is not None]
+    try:
+        await asyncio.wait(waits, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
 
 
 class SimWorker:
-    def __init__(self, sh: Shared, worker_id: str) -> None:
+    """One simulated machine. With `on_notice` its preemption notice is announced there `notice_lead_s`
+    before the end (the provider's job), and only `drain()` makes it checkpoint and release; without, it
+    acts on its own notice at the moment it dies (the `spotreel simulate` model)."""
+
+    def __init__(self, sh: Shared, worker_id: str, on_notice: Callable[[str], None] | None = None,
+                 notice_lead_s: float = 0.0) -> None:
         self.sh = sh
         self.id = worker_id
         cfg = sh.cfg
@@ -121,21 +134,42 @@ class SimWorker:
         life = sh.rng.expovariate(1.0 / cfg.mtbf_s) if cfg.mtbf_s > 0 else float("inf")
         self.dies_at = self.born + life
         self.notice = sh.rng.random() < cfg.notice_share
+        self.on_notice = on_notice
+        self.notice_lead_s = notice_lead_s
+        # acts on its own notice; under a provider the notice is the provider's and the drain does the work
+        self.self_notice = self.notice and on_notice is None
+        self.draining = asyncio.Event()
         self.busy = 0.0
+        self.jobs_done = 0
+        self.end = ""  # why live() returned: drained, died, stopped
 
     def dead(self) -> bool:
         return time.monotonic() >= self.dies_at
 
+    def drain(self) -> None:
+        """No new lease; a job in hand is checkpointed and released at the next step boundary."""
+        self.draining.set()
+
+    def _going(self) -> bool:
+        return not self.dead() and not self.sh.stopping.is_set() and not self.draining.is_set()
+
+    async def _announce_notice(self) -> None:
+        await _sleep_until(self.dies_at - self.notice_lead_s, self.sh.stopping)
+        if not self.sh.stopping.is_set() and self.on_notice is not None:
+            self.on_notice(self.id)
+
     async def live(self) -> None:
         sh = self.sh
+        announcer = (asyncio.create_task(self._announce_notice())
+                     if self.notice and self.on_notice is not None and self.dies_at != float("inf") else None)
         cold_end = min(self.dies_at, self.born + sh.cfg.cold_start_s)
-        await _sleep_until(cold_end, sh.stopping)
+        await _sleep_until(cold_end, sh.stopping, self.draining)
         cold = time.monotonic() - self.born
         try:
-            if not self.dead() and not sh.stopping.is_set():
+            if self._going():
                 await sh.call("register", f"/internal/workers/{self.id}/register",
                               {"gpu_type": sh.gpu_type, "models": [sh.model]})
-            while not self.dead() and not sh.stopping.is_set():
+            while self._going():
                 wait = max(0.5, min(sh.cfg.lease_wait_s, self.dies_at - time.monotonic()))
                 status, lease = await sh.call("lease", f"/internal/workers/{self.id}/lease",
                                               {"gpu_type": sh.gpu_type, "models": [sh.model], "wait_seconds": wait},
@@ -147,6 +181,9 @@ class SimWorker:
                 elif status != 204:
                     await asyncio.sleep(1.0 + sh.rng.random())  # the gateway is struggling: back off
         finally:
+            if announcer is not None:
+                announcer.cancel()
+            self.end = "drained" if self.draining.is_set() else "died" if self.dead() else "stopped"
             end = min(time.monotonic(), self.dies_at)
             sh.lives.append(WorkerLife(self.id, max(0.0, end - self.born), cold, self.busy))
 
@@ -164,6 +201,10 @@ class SimWorker:
                     break
                 if job.fenced or job.cancel:
                     outcome = "fenced"
+                    break
+                if self.draining.is_set():
+                    await self._hand_back(job)
+                    outcome = "drained"
                     break
                 step_end = time.monotonic() + cfg.step_s
                 if step_end > self.dies_at:
@@ -183,20 +224,25 @@ class SimWorker:
                                            "artifact_checksum": "0" * 64, "artifact_size_bytes": 1})
                 if status == 409:
                     outcome = "fenced"
+                elif status in (200, 202):
+                    self.jobs_done += 1
         finally:
             reporter.cancel()
             sh.attempts.append(Attempt(job.job_id, job.epoch, self.id, job.start, job.step - job.start,
                                        job.durable, partial, job.checkpoint_s, job.checkpoints, outcome))
 
     async def _preempted(self, job: _Job) -> str:
-        if not self.notice:
+        if not self.self_notice:
             self.sh.vanished_at.append(time.time())
             return "vanished"
-        # Spot notice: save what is finished, then hand the lease back so the job is requeued at once.
+        await self._hand_back(job)
+        return "notice"
+
+    async def _hand_back(self, job: _Job) -> None:
+        """Save what is finished, then release the lease so the job is requeued at once."""
         if job.step > job.durable:
             await self._checkpoint(job)
         await self.sh.call("release", f"/internal/leases/{job.job_id}/release", {**job.fence, "reason": "preempted"})
-        return "notice"
 
     async def _checkpoint(self, job: _Job) -> None:
         t0 = time.monotonic()
@@ -220,7 +266,7 @@ class SimWorker:
         next_hb, next_pr = now + cfg.heartbeat_s, now + cfg.progress_s
         while True:
             await asyncio.sleep(max(0.0, min(next_hb, next_pr) - time.monotonic()))
-            if self.dead() and not self.notice:
+            if self.dead() and not self.self_notice:
                 return
             if time.monotonic() >= next_hb:
                 next_hb += cfg.heartbeat_s

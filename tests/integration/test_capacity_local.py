@@ -1,8 +1,8 @@
 """The capacity manager against a real scheduler's pool statistics (Kafka) and real local processes.
 
-The processes here stand in for workers that never get a lease (the real worker joins in the chaos and
-e2e suites); what is under test is sizing from the scheduler's published queue, draining by SIGTERM, and
-preemption notices.
+The processes here stand in for workers that never get a lease (real `spotreel worker` processes are
+test_capacity_workers.py); what is under test, quickly, is sizing from the scheduler's published queue,
+draining by SIGTERM, and preemption notices.
 """
 
 from __future__ import annotations

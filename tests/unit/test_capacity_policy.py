@@ -54,6 +54,16 @@ def test_scale_down_drains_only_idle_workers_newest_first():
     assert decide(PoolView("p", leased=2), busy_only, CFG, 100, None, None).drain == ()
 
 
+def test_idle_workers_the_queue_is_about_to_take_are_not_drained():
+    # 8 idle, 3 queued and a long target wait: demand is small, but 3 of the idle are about to get a lease.
+    cfg = CapacityConfig(floor=0, ceiling=20, idle_buffer=1, target_wait_s=600, down_cooldown_s=0)
+    view = PoolView("p", queued=3, mean_run_ms=10_000)
+    d = decide(view, FleetView(idle=ids("i", 8)), cfg, now_s=100, last_up_s=None, last_down_s=None)
+    assert d.want == 2 and d.drain == ("i7", "i6", "i5", "i4", "i3")
+    d = decide(PoolView("p", queued=8, mean_run_ms=10_000), FleetView(idle=ids("i", 8)), cfg, 100, None, None)
+    assert d.drain == () and "busy or about to be" in d.reason
+
+
 def test_scale_down_waits_for_the_cooldown_after_any_action():
     fleet = FleetView(idle=ids("i", 5))
     view = PoolView("p")
@@ -87,6 +97,7 @@ def test_decisions_stay_in_bounds(view, fleet, cfg, now, last_up, last_down):
     assert 0 <= d.add <= cfg.max_step_up
     assert fleet.supply + d.add <= max(cfg.ceiling, fleet.supply)
     assert set(d.drain) <= set(fleet.idle), "only idle workers are drained"
+    assert len(d.drain) <= max(0, len(fleet.idle) - view.queued), "not the idle ones queued jobs are about to take"
     assert fleet.supply - len(d.drain) >= min(cfg.floor, fleet.supply)
     if d.add:
         assert last_up is None or now - last_up >= cfg.up_cooldown_s
