@@ -39,7 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     a("--down-cooldown", type=float, default=60.0,
       help="seconds after any scale action before idle workers are drained (default 60)")
     a("--cold-start", type=float, default=60.0,
-      help="seconds a new worker may take to load its model before it counts as idle (default 60)")
+      help="seconds a new worker may take to load its model before it counts as idle; also the horizon of "
+           "the preemption spares (busy workers expected to be lost in that time at the pool's measured "
+           "lease-loss rate are replaced ahead; default 60)")
     a("--interval", type=float, default=2.0, help="seconds between decisions (default 2)")
 
     local = p.add_argument_group("--provider local")
@@ -136,7 +138,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     try:
         cfg = CapacityConfig(floor=args.floor, ceiling=args.ceiling, idle_buffer=args.idle_buffer,
                              target_wait_s=args.target_wait, up_cooldown_s=args.up_cooldown,
-                             down_cooldown_s=args.down_cooldown, max_step_up=args.max_step_up)
+                             down_cooldown_s=args.down_cooldown, max_step_up=args.max_step_up,
+                             cold_start_s=args.cold_start)
         provider = _provider(args, settings, pool)
     except ValueError as exc:
         return _fail(str(exc))

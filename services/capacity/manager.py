@@ -71,7 +71,8 @@ class Manager:
             self.last_up = now
             self.added += len(started)
             self.emit({"at": now, "pool": self.pool, "action": "add", "workers": started, "want": d.want,
-                       "queued": view.queued, "busy": view.leased, "reason": d.reason})
+                       "queued": view.queued, "busy": view.leased,
+                       "loss_rate_per_hour": round(view.loss_rate_per_hour, 2), "reason": d.reason})
         for wid in d.drain:
             self.provider.drain(wid)
         if d.drain:

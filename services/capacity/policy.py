@@ -5,7 +5,9 @@ cooldown rules are testable by property. The rules, in order:
 
 1. demand = busy workers + the workers needed to start the queue within `target_wait_s` (each worker gets
    through `target_wait_s / mean_run_s` jobs in that window; one job each while nothing is measured yet)
-   + a warm idle buffer, clamped to [floor, ceiling];
+   + a warm idle buffer + spares for preemptions (the busy workers expected to be lost, at the pool's
+   measured lease-loss rate, during one `cold_start_s`: their jobs come back to the queue before a
+   replacement started then could take them), clamped to [floor, ceiling];
 2. supply = live workers that are not draining, plus those still starting (a cold start counts as supply:
    otherwise every tick during a slow boot would add more);
 3. scale up by at most `max_step_up` at a time, not within `up_cooldown_s` of the last scale-up;
@@ -30,14 +32,15 @@ class CapacityConfig:
     up_cooldown_s: float = 5.0
     down_cooldown_s: float = 60.0
     max_step_up: int = 8
+    cold_start_s: float = 60.0  # how long a new worker takes to be ready: the horizon of preemption spares
 
     def __post_init__(self) -> None:
         if not 0 <= self.floor <= self.ceiling:
             raise ValueError(f"need 0 <= floor <= ceiling, got floor={self.floor} ceiling={self.ceiling}")
         if self.idle_buffer < 0 or self.max_step_up < 1:
             raise ValueError("idle_buffer must be >= 0 and max_step_up >= 1")
-        if self.target_wait_s <= 0 or self.up_cooldown_s < 0 or self.down_cooldown_s < 0:
-            raise ValueError("target_wait_s must be > 0 and cooldowns >= 0")
+        if self.target_wait_s <= 0 or self.up_cooldown_s < 0 or self.down_cooldown_s < 0 or self.cold_start_s < 0:
+            raise ValueError("target_wait_s must be > 0, cooldowns and cold_start_s >= 0")
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,7 @@ class PoolView:
     leased: int = 0
     oldest_wait_ms: int = 0
     mean_run_ms: float = 0.0
+    loss_rate_per_hour: float = 0.0  # leases lost to preemption per hour of leased time (1 / MTBF in hours)
 
 
 @dataclass(frozen=True)
@@ -73,13 +77,21 @@ class Decision:
     reason: str = "steady"
 
 
+def preemption_spares(view: PoolView, cfg: CapacityConfig) -> int:
+    """Busy workers expected to be preempted while a replacement boots, rounded to the nearest whole one
+    (a spare only once half a loss is expected, so a rare preemption does not cost an idle worker)."""
+    expected = view.leased * max(0.0, view.loss_rate_per_hour) * cfg.cold_start_s / 3600.0
+    return math.floor(expected + 0.5)
+
+
 def demand(view: PoolView, cfg: CapacityConfig) -> int:
     if view.queued > 0 and view.mean_run_ms > 0:
         per_worker = max(1, math.floor(cfg.target_wait_s * 1000 / view.mean_run_ms))
         for_queue = math.ceil(view.queued / per_worker)
     else:
         for_queue = view.queued
-    return max(cfg.floor, min(cfg.ceiling, view.leased + for_queue + cfg.idle_buffer))
+    want = view.leased + for_queue + cfg.idle_buffer + preemption_spares(view, cfg)
+    return max(cfg.floor, min(cfg.ceiling, want))
 
 
 def decide(view: PoolView, fleet: FleetView, cfg: CapacityConfig, now_s: float,

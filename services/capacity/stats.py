@@ -15,13 +15,20 @@ log = logging.getLogger("spotreel.capacity")
 
 
 def sum_pool(pool: str, records: list[ev.PoolStats]) -> PoolView:
-    """Totals of one pool over partitions; the mean run time weighted by each partition's leased count
-    (a partition that ran nothing has no say)."""
+    """Totals of one pool over partitions. The mean run time is weighted by each partition's leased count
+    (a partition that ran nothing has no say); so is the lease-loss rate, over the partitions that hold
+    leases or lost some (a partition idle now but with losses in its hour still counts once)."""
     mine = [r for r in records if r.pool == pool]
-    weights = [(r.mean_run_ms, max(1, r.leased)) for r in mine if r.mean_run_ms > 0]
-    mean = sum(m * w for m, w in weights) / sum(w for _, w in weights) if weights else 0.0
     return PoolView(pool=pool, queued=sum(r.queued for r in mine), leased=sum(r.leased for r in mine),
-                    oldest_wait_ms=max((r.oldest_wait_ms for r in mine), default=0), mean_run_ms=mean)
+                    oldest_wait_ms=max((r.oldest_wait_ms for r in mine), default=0),
+                    mean_run_ms=_weighted([(r.mean_run_ms, r.leased) for r in mine if r.mean_run_ms > 0]),
+                    loss_rate_per_hour=_weighted([(r.lease_loss_rate_per_hour, r.leased) for r in mine
+                                                  if r.lease_loss_rate_per_hour > 0 or r.leased > 0]))
+
+
+def _weighted(values: list[tuple[float, int]]) -> float:
+    weights = [(v, max(1, n)) for v, n in values]
+    return sum(v * w for v, w in weights) / sum(w for _, w in weights) if weights else 0.0
 
 
 class PoolStatsReader:

@@ -6,7 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spotreel.services.capacity.policy import CapacityConfig, Decision, FleetView, PoolView, decide, demand
+from spotreel.domain import events as ev
+from spotreel.services.capacity.policy import (CapacityConfig, Decision, FleetView, PoolView, decide, demand,
+                                               preemption_spares)
+from spotreel.services.capacity.stats import sum_pool
 
 pytestmark = pytest.mark.unit
 
@@ -28,6 +31,32 @@ def test_queue_is_served_within_the_target_wait_by_measured_run_time():
     assert demand(view, CFG) == 2 + 3 + 1
     # nothing measured yet: one worker per queued job (bounded by the ceiling)
     assert demand(PoolView("p", queued=7, leased=2), CFG) == 10
+
+
+def test_preemption_spares_cover_the_losses_expected_during_one_cold_start():
+    cfg = CapacityConfig(floor=0, ceiling=100, idle_buffer=0, cold_start_s=120)
+    # 30 busy, a lease lost every 2 h of leased time: 30 * 0.5/h * (120 s / 3600) = 0.5 -> one spare
+    assert preemption_spares(PoolView("p", leased=30, loss_rate_per_hour=0.5), cfg) == 1
+    assert demand(PoolView("p", leased=30, loss_rate_per_hour=0.5), cfg) == 31
+    # under half a loss expected: no idle worker for it
+    assert preemption_spares(PoolView("p", leased=20, loss_rate_per_hour=0.5), cfg) == 0
+    # a spot market in trouble: 40 busy, 6 losses per leased hour, 2 min boots -> 8 spares
+    assert preemption_spares(PoolView("p", leased=40, loss_rate_per_hour=6.0), cfg) == 8
+    assert preemption_spares(PoolView("p", leased=0, loss_rate_per_hour=6.0), cfg) == 0
+
+
+def test_pool_totals_weigh_run_time_and_loss_rate_by_leases():
+    def rec(partition, leased, run_ms, rate, queued=0):
+        return ev.PoolStats(pool="p", partition=partition, at_ms=1, queued=queued, leased=leased, oldest_wait_ms=0,
+                            mean_run_ms=run_ms, lease_loss_rate_per_hour=rate)
+
+    other = ev.PoolStats(pool="q", partition=0, at_ms=1, queued=50, leased=9, oldest_wait_ms=0)
+    view = sum_pool("p", [rec(0, 3, 10_000, 2.0, queued=4), rec(1, 1, 30_000, 0.0), rec(2, 0, 0.0, 0.0),
+                          rec(3, 0, 0.0, 4.0), other])
+    assert (view.queued, view.leased) == (4, 4)
+    assert view.mean_run_ms == pytest.approx((3 * 10_000 + 30_000) / 4)
+    assert view.loss_rate_per_hour == pytest.approx((3 * 2.0 + 0.0 + 4.0) / 5)  # idle partition 2 has no say
+    assert sum_pool("p", [other]) == PoolView("p")
 
 
 def test_scale_up_is_stepped_and_cooled_down():
@@ -79,12 +108,14 @@ def test_bad_configuration_is_refused(bad):
 
 
 views = st.builds(PoolView, pool=st.just("p"), queued=st.integers(0, 500), leased=st.integers(0, 60),
-                  mean_run_ms=st.sampled_from([0.0, 1_000.0, 30_000.0, 600_000.0]))
+                  mean_run_ms=st.sampled_from([0.0, 1_000.0, 30_000.0, 600_000.0]),
+                  loss_rate_per_hour=st.sampled_from([0.0, 0.5, 6.0, 120.0]))
 fleets = st.builds(lambda i, b, s, d: FleetView(ids("i", i), ids("b", b), ids("s", s), ids("d", d)),
                    st.integers(0, 30), st.integers(0, 60), st.integers(0, 10), st.integers(0, 5))
-configs = st.builds(lambda f, extra, buf, step: CapacityConfig(floor=f, ceiling=f + extra, idle_buffer=buf,
-                                                                max_step_up=step),
-                    st.integers(0, 5), st.integers(0, 40), st.integers(0, 3), st.integers(1, 10))
+configs = st.builds(lambda f, extra, buf, step, cold: CapacityConfig(floor=f, ceiling=f + extra, idle_buffer=buf,
+                                                                      max_step_up=step, cold_start_s=cold),
+                    st.integers(0, 5), st.integers(0, 40), st.integers(0, 3), st.integers(1, 10),
+                    st.sampled_from([0.0, 30.0, 300.0]))
 times = st.one_of(st.none(), st.floats(0, 200))
 
 
@@ -104,3 +135,12 @@ def test_decisions_stay_in_bounds(view, fleet, cfg, now, last_up, last_down):
     if d.drain:
         recent = [t for t in (last_up, last_down) if t is not None]
         assert not recent or now - max(recent) >= cfg.down_cooldown_s
+
+
+@settings(max_examples=200, deadline=None)
+@given(views, configs, st.floats(0, 500))
+def test_more_preemptions_never_ask_for_fewer_workers(view, cfg, more):
+    from dataclasses import replace
+
+    worse = replace(view, loss_rate_per_hour=view.loss_rate_per_hour + more)
+    assert demand(view, cfg) <= demand(worse, cfg) <= cfg.ceiling
