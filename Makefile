@@ -37,7 +37,7 @@ demo: up
 test: setup
 	$(SPOTREEL) infra up
 	$(BIN)/lint-imports
-	$(BIN)/pytest --cov=spotreel.domain --cov-report=term-missing:skip-covered --cov-fail-under=95 $(PYTEST_ARGS)
+	$(BIN)/pytest --durations=25 --cov=spotreel.domain --cov-report=term-missing:skip-covered --cov-fail-under=95 $(PYTEST_ARGS)
 
 test-unit: setup
 	$(BIN)/pytest -m unit --cov=spotreel.domain --cov-report=term-missing:skip-covered --cov-fail-under=95 $(PYTEST_ARGS)
