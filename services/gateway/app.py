@@ -97,5 +97,5 @@ def create_app(settings: Settings, deps: Deps, cfg: GatewayConfig | None = None)
     app.router.add_get("/metrics", metrics_view)
     app.router.add_get("/openapi.json", openapi_view)
     videos.add_routes(app.router)
-    internal.mount(app, settings, deps)
+    internal.mount(app, settings, deps, cfg, metrics)
     return app

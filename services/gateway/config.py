@@ -46,7 +46,11 @@ class GatewayConfig:
     lease_ttl_ms: int = 30_000
     heartbeat_seconds: float = 10.0
     progress_seconds: float = 5.0
-    dispatch_answer_seconds: float = 5.0
+    # A lease whose long-poll had ended when it was granted waits this long for the worker's next poll,
+    # then is released as unclaimed (leasedesk.py). Workers poll again at once after a 204.
+    unclaimed_lease_hold_seconds: float = 5.0
+    # A worker's unanswered RequestWork blocks a new one for this long (then another partition is asked).
+    lease_request_stale_seconds: float = 30.0
     verdict_seconds: float = 5.0
     # A pass over every partition found nothing: wait this long (less when pool stats show work) before the next.
     idle_pass_seconds: float = 1.0

@@ -13,7 +13,8 @@ Verdicts (how a worker learns its command was refused): both, in this order —
    scheduler's verdict on the events topic through the shared consumer (workbus.py): the event caused by
    the command → 200, a CommandRejected for it → 409 with its reason. No verdict in time → 202
    {"verdict": "pending"}: the command is durable and will be judged; the worker's next heartbeat tells.
-The scheduler stays the only authority; step 1 only saves a round trip for what is already certain.
+The scheduler stays the only authority; step 1 only saves a round trip for what is already certain, and is
+skipped while the read model does not answer (as is a fresh credential check for a key already known).
 """
 
 from __future__ import annotations
@@ -31,14 +32,18 @@ from spotreel.adapters.partitioning import partition_for
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
 from spotreel.infra.seed import api_key_hash
+from spotreel.services.gateway.config import GatewayConfig
 from spotreel.services.gateway.context import Gateway, gateway
-from spotreel.services.gateway.deps import Deps
+from spotreel.services.gateway.deps import Deps, StoreUnavailable
 from spotreel.services.gateway.errors import ApiError, invalid, not_found
+from spotreel.services.gateway.leasedesk import SUPERSEDED, LeaseDesk, Poll
+from spotreel.services.gateway.metrics import Metrics
 from spotreel.services.gateway.submission import _JOB_ID
 from spotreel.settings import Settings
 
 WORKER = web.RequestKey("worker_key", str)
 PROFILES = web.AppKey("worker_profiles", dict)
+DESK = web.AppKey("lease_desk", LeaseDesk)
 _WORKER_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
 AUTH_CACHE_SECONDS = 30.0
 MAX_LONG = 2**63 - 1
@@ -60,7 +65,15 @@ def _auth_middleware(deps: Deps):
         now = time.monotonic()
         hit = cache.get(digest)
         if hit is None or now >= hit[0]:
-            name = await deps.auth.worker_key_name(digest)
+            try:
+                name = await deps.auth.worker_key_name(digest)
+            except StoreUnavailable:
+                if hit is None or hit[1] is None:
+                    raise
+                # Cassandra is down (a restart): a key that was valid a moment ago stays valid until it
+                # answers again, or every running job would lose its lease to the outage. Revocations
+                # take effect once the store is back.
+                name = hit[1]
             if len(cache) > 10_000:
                 cache.clear()
             hit = cache[digest] = (now + (AUTH_CACHE_SECONDS if name else 2.0), name)
@@ -169,16 +182,23 @@ async def register(request: web.Request) -> web.Response:
         "progress_seconds": gw.cfg.progress_seconds, "max_poll_seconds": gw.cfg.lease_poll_max_seconds})
 
 
-def _order(bus, worker_id: str, models: tuple[str, ...], partitions: int, tried: set[int]) -> list[int]:
+def _order(bus, worker_id: str, models: tuple[str, ...], partitions: int, skip: set[int]) -> list[int]:
     start = partition_for(worker_id, partitions)
     ring = [(start + i) % partitions for i in range(partitions)]
     hinted = bus.partitions_with_work(models)
-    return [p for p in [*hinted, *ring] if p not in tried and p < partitions][:partitions]
+    return list(dict.fromkeys(p for p in [*hinted, *ring] if p not in skip and p < partitions))
 
 
-async def lease(request: web.Request) -> web.Response:
+def _connected(request: web.Request) -> bool:
+    transport = request.transport
+    return transport is not None and not transport.is_closing()
+
+
+async def lease(request: web.Request) -> web.StreamResponse:
     """Long-poll: RequestWork to partitions that pool stats show with work (then the rest), until a lease or
-    the deadline. 200 with the lease, 204 when nothing came."""
+    the deadline. 200 with the lease, 204 when nothing came. Answers go through the lease desk
+    (leasedesk.py): a lease that arrives after this poll ended waits for the worker's next poll, then is
+    released, so no grant is left to its TTL."""
     gw, wid = _gw(request), _worker_id(request)
     body = await _body(request)
     known = request.config_dict[PROFILES].get(wid, {})
@@ -197,45 +217,85 @@ async def lease(request: web.Request) -> web.Response:
     draining = f.get("draining", False)
     bus = _bus(gw)
     await bus.ensure_started()
-    n = gw.settings.partitions
-    deadline = time.monotonic() + wait
+    desk = request.config_dict[DESK]
+    poll = desk.open(wid, tuple(models), draining, lambda: _connected(request))
+    try:
+        answer = desk.claim(poll)
+        claimed = answer is not None
+        if answer is None:
+            answer, reason = await _wait_for_lease(request, gw, bus, desk, poll, (gpu, models, warm, ttl), wait)
+        if answer is None:
+            return web.Response(status=204, headers={"X-Spotreel-No-Work": reason})
+        return await _deliver(request, gw, desk, answer, claimed)
+    finally:
+        desk.close(poll)
+
+
+async def _wait_for_lease(request: web.Request, gw: Gateway, bus, desk: LeaseDesk, poll: Poll, ask: tuple,
+                          wait: float) -> tuple[ev.WorkAssigned | None, str]:
+    gpu, models, warm, ttl = ask
+    wid, draining, n = poll.worker_id, poll.draining, gw.settings.partitions
+    # Two Kafka hops: even a zero wait gives the answer already on its way a moment to arrive.
+    deadline = time.monotonic() + max(wait, 0.5)
     tried: set[int] = set()
-    last_reason = "no_work"
-    while True:
-        order = _order(bus, wid, models, n, tried)
-        if not order:
-            # Every partition said no: wait for pool stats to show work somewhere (or a short pause).
-            tried.clear()
-            pause_until = min(deadline, time.monotonic() + gw.cfg.idle_pass_seconds)
-            while time.monotonic() < pause_until and not bus.partitions_with_work(models):
-                await asyncio.sleep(0.05)
-            if time.monotonic() >= deadline:
-                break
-            continue
-        p = order[0]
-        rid = f"rw-{gw.new_id()}"
-        fut = bus.expect_answer(rid)
-        try:
-            await gw.deps.commands.send(cmd.RequestWork(rid, wid, gpu, models, warm, draining, ttl,
-                                                        gw.deps.clock_ms()), partition=p)
+    reason = "no_work"
+    asked = False  # a draining poll asks once: the scheduler must hear that the worker drains
+    while time.monotonic() < deadline and poll.alive():
+        # An unanswered request of this worker (maybe from its previous poll) is waited for, not repeated.
+        pending = desk.waiting(wid)
+        if not pending and not (draining and asked):
+            order = _order(bus, wid, models, n, tried | desk.asking(wid))
+            if not order:
+                # Every partition said no: wait for pool stats to show work somewhere (or a short pause).
+                tried.clear()
+                pause_until = min(deadline, time.monotonic() + gw.cfg.idle_pass_seconds)
+                while time.monotonic() < pause_until and not bus.partitions_with_work(models):
+                    await asyncio.sleep(0.05)
+                continue
+            rid = f"rw-{gw.new_id()}"
+            desk.sent(rid, wid, order[0])
+            bus.watch_answer(rid, desk.on_answer)
+            try:
+                await gw.deps.commands.send(cmd.RequestWork(rid, wid, gpu, models, warm, draining, ttl,
+                                                            gw.deps.clock_ms()), partition=order[0])
+            except BaseException:
+                desk.unsent(rid)
+                raise
             gw.metrics.commands.labels("RequestWork").inc()
-            left = deadline - time.monotonic()
-            answer = await asyncio.wait_for(fut, max(0.5, min(gw.cfg.dispatch_answer_seconds, left + 0.5)))
-        except asyncio.TimeoutError:
-            answer = None
-        finally:
-            bus.forget_answer(rid)
+            asked = True
+        answer = await poll.next(min(deadline - time.monotonic(), desk.until_stale(wid)))
+        if answer is SUPERSEDED:
+            return None, "superseded"
         if isinstance(answer, ev.WorkAssigned):
-            return web.json_response({**asdict(answer), "heartbeat_seconds": gw.cfg.heartbeat_seconds,
-                                      "progress_seconds": gw.cfg.progress_seconds})
-        tried.add(p)
+            return answer, ""
         if isinstance(answer, ev.NoWorkAvailable):
-            last_reason = answer.reason
+            tried.add(answer.partition)
+            reason = answer.reason
             if draining:
                 break  # a draining worker gets no lease: one answer is the whole story
-        if time.monotonic() >= deadline:
-            break
-    return web.Response(status=204, headers={"X-Spotreel-No-Work": last_reason})
+    return None, reason
+
+
+async def _deliver(request: web.Request, gw: Gateway, desk: LeaseDesk, answer: ev.WorkAssigned,
+                   claimed: bool) -> web.StreamResponse:
+    """Write the lease here rather than after the handler returns, so a client that is gone is noticed and
+    the lease parked for its next poll instead of being lost."""
+    response = web.json_response({**asdict(answer), "heartbeat_seconds": gw.cfg.heartbeat_seconds,
+                                  "progress_seconds": gw.cfg.progress_seconds})
+    written = False
+    try:
+        if _connected(request):
+            await response.prepare(request)
+            await response.write_eof()
+            written = True
+    except ConnectionError:
+        pass
+    finally:
+        if written:
+            desk.delivered(answer, claimed)
+        else:
+            desk.park(answer)
+    return response
 
 
 # -- fenced lease commands --------------------------------------------------------------------------------
@@ -257,7 +317,13 @@ async def _fenced(request: web.Request, spec: dict[str, tuple],
     command_id = body.get("command_id") or f"wk-{gw.new_id()}"
     if not isinstance(command_id, str) or len(command_id) > 128:
         raise invalid("command_id", "command_id must be a string of at most 128 characters")
-    job = await gw.deps.reads.get_job(job_id)
+    try:
+        job = await gw.deps.reads.get_job(job_id)
+    except StoreUnavailable:
+        # The early 409 and the cancel/drain hints come from the read model, but the scheduler judges the
+        # command either way: without Cassandra the command still goes through (found by the whole-system
+        # chaos test: a Cassandra restart cut every HTTP worker off, so running jobs lost their leases).
+        job = None
     if job is not None and job.lease_epoch is not None and f["epoch"] < job.lease_epoch:
         gw.metrics.rejections.labels("stale_epoch").inc()
         raise _stale(job, f["epoch"])
@@ -350,9 +416,21 @@ LEASE_ACTIONS = {"heartbeat": heartbeat, "progress": progress, "checkpoint": che
                  "fail": fail, "release": release}
 
 
-def build(settings: Settings, deps: Deps) -> web.Application:
+def build(settings: Settings, deps: Deps, cfg: GatewayConfig | None = None,
+          metrics: Metrics | None = None) -> web.Application:
+    cfg = cfg or GatewayConfig()
     sub = web.Application(middlewares=[_auth_middleware(deps)])
     sub[PROFILES] = {}
+    outcomes = metrics.lease_answers if metrics is not None else None
+    desk = LeaseDesk(deps.commands.send, hold_s=cfg.unclaimed_lease_hold_seconds, stale_s=cfg.lease_request_stale_seconds,
+                     forget_answer=deps.work.forget_answer if deps.work is not None else (lambda rid: None),
+                     on_outcome=(lambda o: outcomes.labels(o).inc()) if outcomes is not None else (lambda o: None))
+    sub[DESK] = desk
+
+    async def release_parked(_app: web.Application) -> None:
+        await desk.aclose()
+
+    sub.on_shutdown.append(release_parked)
     sub.router.add_post("/workers/{id}/register", register)
     sub.router.add_post("/workers/{id}/lease", lease)
     for action, handler in LEASE_ACTIONS.items():
@@ -360,5 +438,6 @@ def build(settings: Settings, deps: Deps) -> web.Application:
     return sub
 
 
-def mount(app: web.Application, settings: Settings, deps: Deps) -> None:
-    app.add_subapp("/internal/", build(settings, deps))
+def mount(app: web.Application, settings: Settings, deps: Deps, cfg: GatewayConfig | None = None,
+          metrics: Metrics | None = None) -> None:
+    app.add_subapp("/internal/", build(settings, deps, cfg, metrics))

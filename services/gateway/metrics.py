@@ -13,6 +13,7 @@ class Metrics:
     latency: Histogram
     rejections: Counter
     commands: Counter
+    lease_answers: Counter
 
     @classmethod
     def create(cls) -> Metrics:
@@ -26,4 +27,9 @@ class Metrics:
                                "requests refused by admission control", ["reason"], registry=reg),
             commands=Counter("spotreel_gateway_commands_total", "commands acknowledged by Kafka", ["type"],
                              registry=reg),
+            lease_answers=Counter("spotreel_gateway_lease_answers_total",
+                                  "lease grants by what became of them: delivered to the poll that waited, "
+                                  "parked and claimed by the worker's next poll, released as unclaimed "
+                                  "(release_failed: Kafka refused the release; the TTL frees it)",
+                                  ["outcome"], registry=reg),
         )

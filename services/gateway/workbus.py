@@ -2,7 +2,7 @@
 
 It reads three topics from a single thread:
 - `<prefix>.assignments` from its end: WorkAssigned / NoWorkAvailable, routed by request id to the
-  lease long-poll that is waiting for it;
+  gateway's lease desk (leasedesk.py) as long as it watches that request (every answer, not only the first);
 - `<prefix>.pool-stats` from the start (compacted): which partitions hold queued work per pool, so a
   RequestWork goes where work is (README of the scheduler, "Dispatch");
 - `<prefix>.events` from its end: the scheduler's verdict on a worker command (the accepted event names
@@ -19,7 +19,7 @@ import logging
 import threading
 import uuid
 from collections import defaultdict
-from typing import Any
+from typing import Any, Callable
 
 from confluent_kafka import KafkaException
 
@@ -41,7 +41,7 @@ class KafkaWorkBus:
         self.events = events_topic(settings)
         self.pool_stats_topic = pool_stats_topic(settings)
         self._lock = threading.Lock()
-        self._answers: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
+        self._answers: dict[str, tuple[asyncio.AbstractEventLoop, Callable[[Any], None]]] = {}
         self._verdicts: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = {}
         self._jobs: dict[bytes, int] = defaultdict(int)  # job id -> requests waiting on its events
         # pool -> partition -> queued (the latest PoolStats of that partition)
@@ -128,7 +128,11 @@ class KafkaWorkBus:
                 self._settle(self._verdicts, cid, event)
         elif topic == self.assignments:
             answer = self.codec.decode_message(msg.value())
-            self._settle(self._answers, answer.request_id, answer)
+            with self._lock:
+                watcher = self._answers.get(answer.request_id)
+            if watcher is not None:
+                loop, callback = watcher
+                loop.call_soon_threadsafe(callback, answer)
         elif msg.value() is not None:
             stats = self.codec.decode_message(msg.value())
             with self._lock:
@@ -154,12 +158,11 @@ class KafkaWorkBus:
                             totals[p] += n
         return sorted(totals, key=lambda p: (-totals[p], p))
 
-    def expect_answer(self, request_id: str) -> asyncio.Future:
+    def watch_answer(self, request_id: str, callback: Callable[[Any], None]) -> None:
+        """Call `callback(answer)` on the caller's loop for every answer to this request until forgotten."""
         loop = asyncio.get_running_loop()
-        fut = loop.create_future()
         with self._lock:
-            self._answers[request_id] = (loop, fut)
-        return fut
+            self._answers[request_id] = (loop, callback)
 
     def forget_answer(self, request_id: str) -> None:
         with self._lock:

@@ -34,7 +34,7 @@ from spotreel.services.gateway.wiring import real_deps
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 FAST = GatewayConfig(verdict_seconds=0.2, lease_poll_default_seconds=0.2, lease_poll_max_seconds=0.5,
-                     dispatch_answer_seconds=0.2, default_burst=1000, stream_max_seconds=2.0)
+                     default_burst=1000, stream_max_seconds=2.0)
 
 
 def _free_port() -> int:
