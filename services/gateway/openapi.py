@@ -142,9 +142,10 @@ def _worker_paths() -> dict[str, Any]:
             "register a worker's profile; answers the lease and heartbeat cadence",
             {"200": ("registered", {"type": "object"})}, (400, 401, 422), [WORKER_ID], profile)},
         "/internal/workers/{id}/lease": {"post": op(
-            "long-poll for a lease (RequestWork to the scheduler, answer on the assignments topic)",
+            "long-poll for a lease (RequestWork to the scheduler, answer on the assignments topic); a lease "
+            "granted after an earlier poll of this worker ended is handed to this one at once",
             {"200": ("a lease: job, epoch, expiry, what to run and where to resume", {"type": "object"}),
-             "204": ("no work within wait_seconds", {})}, (400, 401, 422, 503), [WORKER_ID],
+             "204": ("no work within wait_seconds (X-Spotreel-No-Work says why)", {})}, (400, 401, 422, 503), [WORKER_ID],
             {**profile, "properties": {**profile["properties"], "wait_seconds": {"type": "number"},
                                        "draining": {"type": "boolean"}, "lease_ttl_ms": {"type": "integer"}}})},
     }
