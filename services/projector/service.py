@@ -52,15 +52,14 @@ def _metrics(port: int):
 @contextlib.contextmanager
 def build(settings: Settings, *, rebuild: bool = False, until_idle: bool = False, truncate: bool = False,
           metrics_port: int = 0, batch_size: int = 2000) -> Iterator["Projector"]:  # noqa: F821
-    from cassandra.cluster import Cluster
-
     from spotreel.codec import Codec
+    from spotreel.infra.cassandra import cluster_for
     from spotreel.infra.migrate import migrate
     from spotreel.infra.topics import events_topic
     from spotreel.services.projector.consumer import Projector, ProjectorConfig
     from spotreel.services.projector.store import Store
 
-    cluster = Cluster([settings.host], port=settings.cassandra_port, protocol_version=5)
+    cluster = cluster_for(settings)
     try:
         session = cluster.connect()
         migrate(session, settings.cassandra_keyspace, say=log.info)

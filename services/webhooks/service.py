@@ -46,11 +46,10 @@ def build(settings: Settings, policy: RetryPolicy | None = None, metrics_port: i
         serve_metrics()
         yield Notifier(config_for(settings, policy), WebhookStore(session), metrics)
         return
-    from cassandra.cluster import Cluster
-
+    from spotreel.infra.cassandra import cluster_for
     from spotreel.infra.migrate import migrate
 
-    cluster = Cluster([settings.host], port=settings.cassandra_port, protocol_version=5)
+    cluster = cluster_for(settings)
     try:
         own = cluster.connect()
         migrate(own, settings.cassandra_keyspace, say=log.info)
