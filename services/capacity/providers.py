@@ -115,7 +115,10 @@ class LocalProvider:
         self._draining.add(worker_id)
         st = proc_stat(running.pid)
         if st is not None:
-            os.killpg(st.pgrp, signal.SIGTERM)
+            try:
+                os.killpg(st.pgrp, signal.SIGTERM)
+            except ProcessLookupError:
+                pass  # exited since we looked: nothing left to drain
 
     def notices(self) -> list[str]:
         out = []
