@@ -4,6 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 SPOTREEL := $(BIN)/spotreel
 PYTEST_ARGS ?=
+DEMO_ARGS ?=
 
 .PHONY: setup up down status fresh demo test test-unit test-integration lint bench clean
 
@@ -29,9 +30,10 @@ down: setup
 status: setup
 	$(SPOTREEL) infra status
 
-# The main job: bring the whole stack up and prove it answers.
+# The main job: bring the whole stack up, then one real worker renders a prompt into ./demo.mp4 through the
+# public API (progress, sha256 check, decode, summary). Options: make demo DEMO_ARGS='--frames 16 --seed 7'.
 demo: up
-	$(SPOTREEL) infra status
+	$(SPOTREEL) demo $(DEMO_ARGS)
 
 # The whole suite: unit (pure, hypothesis), integration against the real servers, e2e and chaos.
 test: setup

@@ -14,6 +14,7 @@ Registrar = Callable[[argparse._SubParsersAction], None]
 
 def _registrars() -> list[Registrar]:
     from spotreel.codec.cli import register as schemas
+    from spotreel.demo.cli import register as demo
     from spotreel.infra.cli import register as infra
     from spotreel.services.capacity.sim_cli import register as simulate
     from spotreel.services.gateway.cli import register as gateway
@@ -25,7 +26,7 @@ def _registrars() -> list[Registrar]:
     from spotreel.worker.cli import register as worker
     from spotreel.services.webhooks.cli import register as webhooks
 
-    return [infra, schemas, projector, scheduler, gateway, client, capacity, webhooks, simulate, model, worker]
+    return [infra, schemas, projector, scheduler, gateway, client, capacity, webhooks, simulate, model, worker, demo]
 
 
 def build_parser() -> argparse.ArgumentParser:

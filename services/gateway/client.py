@@ -4,12 +4,14 @@ commands: standard library only, so it works wherever the package is installed. 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import socket
 import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterator
 
 
@@ -69,6 +71,25 @@ class Client:
     def jobs(self, status: str | None = None, limit: int = 50) -> dict[str, Any]:
         query = urllib.parse.urlencode({k: v for k, v in (("status", status), ("limit", limit)) if v})
         return self._json("GET", f"/v1/videos?{query}")
+
+    def events(self, job_id: str) -> list[dict[str, Any]]:
+        """The job's history, oldest first: accepted events and rejected commands."""
+        return self._json("GET", f"/v1/videos/{urllib.parse.quote(job_id)}/events").get("events", [])
+
+    def download(self, job_id: str, out: Path) -> tuple[int, str]:
+        """Writes the finished video to `out` (from the object store the gateway redirects to);
+        returns its size and sha256."""
+        url = self.content_url(job_id)
+        digest, size = hashlib.sha256(), 0
+        try:
+            with urllib.request.urlopen(url, timeout=60) as resp, open(out, "wb") as fh:  # noqa: S310
+                while chunk := resp.read(1 << 16):
+                    digest.update(chunk)
+                    size += len(chunk)
+                    fh.write(chunk)
+        except OSError as exc:
+            raise ClientError(f"download from the object store failed: {exc}") from None
+        return size, digest.hexdigest()
 
     def content_url(self, job_id: str) -> str:
         resp = self._request("GET", f"/v1/videos/{urllib.parse.quote(job_id)}/content", follow=False)

@@ -8,10 +8,8 @@ and exit code 1; `watch` and `submit --wait` exit 0 only when the video succeede
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
-import urllib.request
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
@@ -102,20 +100,12 @@ def _watch(args: argparse.Namespace, settings: Settings) -> int:
 def _get(args: argparse.Namespace, settings: Settings) -> int:
     c = _client(args, settings)
     video = c.get(args.id)
-    url = c.content_url(args.id)
     out = Path(args.output or f"{args.id}.mp4")
-    digest = hashlib.sha256()
-    try:
-        with urllib.request.urlopen(url, timeout=60) as resp, open(out, "wb") as fh:  # noqa: S310
-            while chunk := resp.read(1 << 16):
-                digest.update(chunk)
-                fh.write(chunk)
-    except OSError as exc:
-        raise ClientError(f"download from the object store failed: {exc}") from None
+    _, got = c.download(args.id, out)
     want = (video.get("result") or {}).get("sha256")
-    if want and digest.hexdigest() != want:
+    if want and got != want:
         out.unlink(missing_ok=True)
-        raise ClientError(f"checksum mismatch: got {digest.hexdigest()}, the video's is {want}; file removed")
+        raise ClientError(f"checksum mismatch: got {got}, the video's is {want}; file removed")
     print(f"{out}: {out.stat().st_size} bytes" + (", sha256 verified" if want else ""))
     return 0
 
