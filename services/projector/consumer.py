@@ -152,7 +152,7 @@ class Projector:
             decoded = self._decode(m)
             if decoded is not None:
                 items.append(decoded)
-        ops = self._project(items)
+        ops = self._project(items, stop)
         self._write(ops, stop)
         self._pending_pools |= pools_touched(ops)
         self.producer.flush(30)
@@ -202,9 +202,9 @@ class Projector:
 
     # -- folding ------------------------------------------------------------------------------------------
 
-    def _project(self, items: list[tuple[Any, Envelope]]) -> list[RowOp]:
+    def _project(self, items: list[tuple[Any, Envelope]], stop: threading.Event) -> list[RowOp]:
         ops: list[RowOp] = []
-        ops += self._restore(items)
+        ops += self._restore(items, stop)
         for event, env in items:
             state = self._states.get(event.job_id)
             after, produced = project(state, event, env)
@@ -222,7 +222,7 @@ class Projector:
         while len(self._states) > self.config.cache_size:
             self._states.popitem(last=False)
 
-    def _restore(self, items: list[tuple[Any, Envelope]]) -> list[RowOp]:
+    def _restore(self, items: list[tuple[Any, Envelope]], stop: threading.Event) -> list[RowOp]:
         """Jobs first seen mid-history (after a restart) get their state folded from events_by_job.
 
         The full row is rewritten from that state: a crash between the history write and the job-row
@@ -239,7 +239,9 @@ class Projector:
         if not wanted:
             return []
         ops: list[RowOp] = []
-        for job, rows in self.store.histories(wanted).items():
+        # Read like the writes below, retried while Cassandra is away: a projector restarted during a
+        # Cassandra restart used to die here (found by the whole-system chaos test).
+        for job, rows in self._retrying(lambda: self.store.histories(wanted), "read", stop).items():
             history = []
             for _, payload in rows:
                 try:
@@ -256,15 +258,19 @@ class Projector:
     # -- writes -------------------------------------------------------------------------------------------
 
     def _write(self, ops: list[RowOp], stop: threading.Event) -> None:
+        self.stats.writes += self._retrying(lambda: self.store.write(ops), "write", stop)
+
+    @staticmethod
+    def _retrying(call: Callable[[], Any], what: str, stop: threading.Event) -> Any:
+        """Until Cassandra answers (down or overloaded: reads and idempotent writes can simply be retried)."""
         delay = 0.2
         while True:
             try:
-                self.stats.writes += self.store.write(ops)
-                return
-            except Exception as exc:  # Cassandra down or overloaded: idempotent writes can simply retry
+                return call()
+            except Exception as exc:
                 if stop.is_set():
                     raise
-                log.warning("cassandra write failed (%s: %s); retrying in %.1fs", type(exc).__name__, exc, delay)
+                log.warning("cassandra %s failed (%s: %s); retrying in %.1fs", what, type(exc).__name__, exc, delay)
                 stop.wait(delay)
                 delay = min(delay * 2, 10.0)
 
