@@ -35,7 +35,6 @@ ROOT = Path(__file__).resolve().parents[2]
 PORT_RANGE = (20000, 27900)
 PORT_FIELDS = ("kafka_port", "kafka_controller_port", "cassandra_port", "cassandra_storage_port", "s3_port",
                "s3_master_port", "s3_volume_port", "s3_filer_port", "s3_admin_port", "gateway_port")
-SERVICES = ("scheduler", "projector", "gateway", "webhooks")
 
 
 def _block_free(host: str, base: int) -> bool:
@@ -45,9 +44,13 @@ def _block_free(host: str, base: int) -> bool:
 
 
 def private_settings(home: Path, rng: random.Random | None = None, **overrides: object) -> Settings:
-    """Settings for a private stack: `home`, and a block of free ports chosen at random in PORT_RANGE."""
+    """Settings for a private stack: the environment's, with `home` and a block of free ports chosen at random
+    in PORT_RANGE (and the default topic prefix and keyspace unless `overrides` say otherwise)."""
     rng = rng or random.Random()
-    base_settings = Settings(home=home, **overrides)  # type: ignore[arg-type]
+    # Tools, heaps and the jar cache as the caller's environment sets them; home and ports its own.
+    own = {"home": home, "topic_prefix": "spotreel", "cassandra_keyspace": "spotreel", "worker_gateway_url": "",
+           **overrides}
+    base_settings = replace(Settings.from_env(), **own)  # type: ignore[arg-type]
     for _ in range(200):
         base = rng.randrange(PORT_RANGE[0], PORT_RANGE[1], 20)
         if _block_free(base_settings.host, base):
