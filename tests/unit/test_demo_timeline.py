@@ -64,4 +64,8 @@ def test_states_collapse_repeats_and_the_summary_names_the_next_commands():
                probe={"codec": "h264", "frames": 8, "width": 32, "height": 32, "fps": 8.0})
     text = "\n".join(summary_lines(r, "http://127.0.0.1:18700", "KEY"))
     assert "queue wait 2.5 s" in text and "render 7.2 s" in text and "spotreel status j1" in text
+    assert "rest" not in text  # some phases were not measured: no remainder to tell
+    r.stack_check_s, r.worker_start_s, r.download_s, r.worker_exit_s = 0.5, 1.0, 0.25, 0.5
+    r.total_s = 13.0
+    assert "rest 1.0 s" in "\n".join(summary_lines(r, "http://127.0.0.1:18700", "KEY"))  # 13 - 12
     assert "http://127.0.0.1:18700/v1/videos/j1/events" in text and "8 frames, 32x32, 8 fps" in text

@@ -84,7 +84,7 @@ class Demo:
             self._follow(deadline)
             self._download()
             self._decode()
-            self._finish_worker()
+            self._timed("worker_exit_s", self._finish_worker)
             self.report.history = self.client.events(self.report.job_id)
             self.report.worker_lines = self.worker.events() if self.worker else []
         except ClientError as exc:

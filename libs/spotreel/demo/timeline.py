@@ -84,6 +84,7 @@ class Report:
     stack_check_s: float | None = None
     worker_start_s: float | None = None
     download_s: float | None = None
+    worker_exit_s: float | None = None
     total_s: float | None = None
     video_path: str = ""
     size_bytes: int = 0
@@ -94,12 +95,18 @@ class Report:
 
 def phase_line(r: Report) -> str:
     denoise, finish = worker_split(r.worker_lines, r.job_id)
-    render = seconds(render_time(r.history))
+    queued, rendered = queue_wait(r.history), render_time(r.history)
+    render = seconds(rendered)
     if denoise is not None or finish is not None:
         render += f" (denoising {seconds(denoise)}, decode + encode + upload {seconds(finish)})"
-    return " | ".join([f"stack check {seconds(r.stack_check_s)}", f"worker start {seconds(r.worker_start_s)}",
-                       f"queue wait {seconds(queue_wait(r.history))}", f"render {render}",
-                       f"download + verify {seconds(r.download_s)}"])
+    parts = [f"stack check {seconds(r.stack_check_s)}", f"worker start {seconds(r.worker_start_s)}",
+             f"queue wait {seconds(queued)}", f"render {render}", f"download + verify {seconds(r.download_s)}",
+             f"worker exit {seconds(r.worker_exit_s)}"]
+    known = (r.stack_check_s, r.worker_start_s, queued, rendered, r.download_s, r.worker_exit_s)
+    if r.total_s is not None and None not in known:
+        # Submitting, the read model catching up with the worker's completion, decoding, the history.
+        parts.append(f"rest {seconds(max(0.0, r.total_s - sum(known)))}")  # type: ignore[arg-type]
+    return " | ".join(parts)
 
 
 def summary_lines(r: Report, gateway_url: str, api_key: str) -> list[str]:
