@@ -1,8 +1,10 @@
 """The lease's heartbeat and progress reports, on their own clock in a background thread.
 
 Denoising steps can take milliseconds (tiny model) or a minute (a full model on a slow GPU), so liveness
-must not depend on step length: this thread heartbeats every `heartbeat_s` and reports the run's latest
-progress every `progress_s`, whatever the run is doing. It also carries the control plane's answers back:
+must not depend on step length: this thread reports the run's latest progress every `progress_s` and
+heartbeats whenever `heartbeat_s` passed without a report, whatever the run is doing. A progress report
+renews the lease exactly as a heartbeat does (ProgressReported carries the new expiry), so with reports
+every 5 s and heartbeats every 10 s a running job sends reports only: a third fewer requests per worker. It also carries the control plane's answers back:
 the lease was lost (stop writing), a cancel was requested, or a drain (pause) was requested.
 """
 
@@ -85,6 +87,7 @@ class Pulse:
                     next_report = now + self.progress_s
                     pos = self.position
                     self.heed(self.transport.progress(self.lease, pos.step, pos.progress_pct, pos.phase))
+                    next_beat = now + self.heartbeat_s  # the report renewed the lease
                 if now >= next_beat:
                     next_beat = now + self.heartbeat_s
                     self.heed(self.transport.heartbeat(self.lease))

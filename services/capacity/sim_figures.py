@@ -191,7 +191,7 @@ def saturated(stage: dict[str, Any], cores: int, lease_ttl_s: float) -> list[str
         why.append(f"{errors} of {requests} worker requests failed")
     hb = stage.get("heartbeat_rtt", {}).get("p99_ms")
     if hb is not None and hb > lease_ttl_s * 1000 / 3:
-        why.append(f"heartbeat p99 {hb:.0f} ms (lease {lease_ttl_s:.0f} s)")
+        why.append(f"lease renewal (heartbeat/progress) p99 {hb:.0f} ms (lease {lease_ttl_s:.0f} s)")
     if stage.get("lease_expired", 0) > stage.get("vanished", 0):
         why.append("more leases expired than workers vanished")
     return why

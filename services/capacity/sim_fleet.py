@@ -260,7 +260,9 @@ class SimWorker:
         job.checkpoints += 1
 
     async def _report(self, job: _Job) -> None:
-        """Heartbeats and progress on their own clocks, so a slow answer never stalls the steps."""
+        """Progress and heartbeats on their own clock, so a slow answer never stalls the steps. As the real
+        worker (worker/pulse.py): an accepted progress report renews the lease, so a heartbeat goes out only
+        when `heartbeat_s` passed without one."""
         cfg, sh = self.sh.cfg, self.sh
         now = time.monotonic()
         next_hb, next_pr = now + cfg.heartbeat_s, now + cfg.progress_s
@@ -276,6 +278,8 @@ class SimWorker:
                 status, body = await sh.call(
                     "progress", f"/internal/leases/{job.job_id}/progress",
                     {**job.fence, "step": job.step, "progress_pct": 100.0 * job.step / job.num_steps})
+                if status in (200, 202):
+                    next_hb = time.monotonic() + cfg.heartbeat_s
             if status == 409:
                 job.fenced = True
                 return

@@ -30,7 +30,8 @@ def _meter_figures(m: Meter) -> dict[str, Any]:
     return {"requests": sum(len(v) for v in m.rtt.values()) + sum(m.errors.values()),
             "request_errors": sum(m.errors.values()), "errors_by_kind": dict(m.errors),
             "statuses": dict(sorted(m.statuses.items())), "rtt": rtt,
-            "heartbeat_rtt": rtt.get("heartbeat", {})}
+            # Both renew the lease (a running worker sends progress only), so both say whether leases are safe.
+            "heartbeat_rtt": summary_ms([*m.rtt.get("heartbeat", []), *m.rtt.get("progress", [])])}
 
 
 def _per_s(counts: dict[str, int], kinds: tuple[str, ...], seconds: float) -> float:
@@ -61,7 +62,7 @@ async def _run(cfg: SimConfig, stack: PrivateStack, say: Callable[[str], None]) 
             stage["vanished"] = sum(1 for t in sh.vanished_at if wall0 <= t < time.time())
             stages.append(stage)
             say(f"stage {i + 1}: {size} workers, cpu {stage['cpu_cores']}, machine {stage['cpu_cores_total']}, "
-                f"{stage['worker_requests_per_s']} worker req/s, heartbeat p99 "
+                f"{stage['worker_requests_per_s']} worker req/s, renewal p99 "
                 f"{stage['heartbeat_rtt'].get('p99_ms')} ms, errors {stage['request_errors']}")
         await submitter
         say(f"submissions stopped ({len(sh.accepted)} accepted); draining up to {cfg.drain_s:.0f} s")
@@ -131,7 +132,7 @@ def render(r: dict[str, Any]) -> str:
         f"cost ${r['estimated_cost_usd']:.2f} at ${r['price_per_gpu_hour_usd']}/GPU-h")
     for st in r["stages"]:
         lines.append(f"  stage {st['stage']}: {st['workers']} workers  cpu {st['cpu_cores']}  total "
-                     f"{st['cpu_cores_total']}  {st['worker_requests_per_s']} req/s  hb p99 "
+                     f"{st['cpu_cores_total']}  {st['worker_requests_per_s']} req/s  renewal p99 "
                      f"{st['heartbeat_rtt'].get('p99_ms')} ms  -> {'; '.join(st['saturated_because']) or 'keeps up'}")
     lines.append(f"saturates at: {r['saturates_at_workers'] or 'not within the ramp'} workers")
     return "\n".join(lines)

@@ -1,0 +1,55 @@
+"""The pulse renews the lease with progress reports and heartbeats only when no report went out in time."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from spotreel.worker.pulse import Position, Pulse
+from spotreel.worker.transport import Lease, Verdict
+
+
+class CountingTransport:
+    """Records the renewals the pulse sends; every one is accepted."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self._lock = threading.Lock()
+
+    def _note(self, kind: str) -> Verdict:
+        with self._lock:
+            self.calls.append(kind)
+        return Verdict(accepted=True)
+
+    def heartbeat(self, lease: Lease) -> Verdict:
+        return self._note("heartbeat")
+
+    def progress(self, lease: Lease, step: int, progress_pct: float, phase: str) -> Verdict:
+        return self._note("progress")
+
+
+def _lease() -> Lease:
+    return Lease(job_id="j" + "0" * 32, epoch=1, worker_id="w", attempt=1, lease_ttl_ms=30_000,
+                 lease_expires_at_ms=0, pool="tiny-t2v@any", model="tiny-t2v", gpu_type="cpu", prompt="a fox",
+                 duration_s=1.0, resolution="32x32", fps=8, seed=1, num_steps=4)
+
+
+def _run(heartbeat_s: float, progress_s: float, seconds: float) -> list[str]:
+    transport = CountingTransport()
+    pulse = Pulse(transport, _lease(), heartbeat_s=heartbeat_s, progress_s=progress_s,  # type: ignore[arg-type]
+                  start=Position(0, 0.0, "denoising")).start()
+    time.sleep(seconds)
+    pulse.stop()
+    return transport.calls
+
+
+def test_reports_more_often_than_heartbeats_leave_no_heartbeat_to_send() -> None:
+    calls = _run(heartbeat_s=0.2, progress_s=0.05, seconds=1.0)
+    assert calls.count("progress") >= 5
+    assert calls.count("heartbeat") == 0
+
+
+def test_heartbeats_fill_the_gaps_when_reports_are_rarer() -> None:
+    calls = _run(heartbeat_s=0.05, progress_s=0.4, seconds=1.0)
+    assert calls.count("progress") >= 1
+    assert calls.count("heartbeat") >= 5
