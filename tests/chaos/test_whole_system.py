@@ -176,7 +176,11 @@ class Scenario:
 
     def reads_back(self) -> float:
         began = time.monotonic()
-        job, accepted = next(iter(self.sub.jobs().items()))
+        # When Cassandra is the first fault, the first submission may still be retrying: wait for its 202
+        # (the gateway needs Cassandra to accept it) before reading it back.
+        jobs = wait_until(self.sub.jobs, READS_BACK_S, f"a submission accepted (bound {READS_BACK_S:.0f} s)",
+                          every=0.25, on_timeout=self.diagnose)
+        job, accepted = next(iter(jobs.items()))
         key = self.keys[accepted.order.tenant]
         wait_until(lambda: api(self.s.gateway_url, key, "GET", f"/v1/videos/{job}")[0] == 200, READS_BACK_S,
                    f"the gateway to read Cassandra again (bound {READS_BACK_S:.0f} s)", every=0.25,
