@@ -19,6 +19,7 @@ from spotreel.services.capacity.manager import Manager
 from spotreel.services.capacity.policy import CapacityConfig
 from spotreel.services.capacity.providers import LocalProvider
 from spotreel.services.capacity.stats import PoolStatsReader
+from tests.integration.capacitykit import wait_until
 from tests.integration.schedkit import POOL, Bus, SchedulerProc, drop_topics, make_topics, scheduler_settings, submit
 
 pytestmark = pytest.mark.integration
@@ -26,16 +27,6 @@ pytestmark = pytest.mark.integration
 # Exits 0 on SIGTERM, like a worker with nothing to checkpoint.
 STAND_IN = [sys.executable, "-c",
             "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); time.sleep(600)"]
-
-
-def wait_until(pred, timeout=60.0, step=0.2, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(step)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_fleet_follows_the_queue_and_preemption_notices(stack, tmp_path):
