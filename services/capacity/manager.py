@@ -54,17 +54,20 @@ class Manager:
     preempted: int = 0
 
     def tick(self) -> Decision:
-        now = self.clock()
         self.stats.poll(0.2)
         for wid in self.provider.notices():
             # A preemption notice: drain now, so the job is checkpointed and released while there is time.
             self.provider.drain(wid)
             self.preempted += 1
-            self.emit({"at": now, "pool": self.pool, "action": "preemption_notice", "worker": wid})
+            self.emit({"at": self.clock(), "pool": self.pool, "action": "preemption_notice", "worker": wid})
         workers = self.provider.workers()
         live = [w.worker_id for w in workers if not w.draining]
-        fleet = classify(workers, self.statuses(live) if live else {}, now, self.cold_start_s)
+        statuses = self.statuses(live) if live else {}
         view = self.stats.view(self.pool)
+        # The clock is read after the fleet and the queue: an action is stamped no earlier than the state it
+        # was decided on (read at the tick's start, a drain could look as if it hit a worker still busy then).
+        now = self.clock()
+        fleet = classify(workers, statuses, now, self.cold_start_s)
         d = decide(view, fleet, self.cfg, now, self.last_up, self.last_down)
         if d.add:
             started = self.provider.add(d.add)

@@ -232,29 +232,47 @@ def worker_timestamp(event: Any) -> int:
     return event.at_ms * 1000 + min(event.version, 999)
 
 
-def worker_ops(event: Any, before: JobState | None) -> list[RowOp]:
-    holder = before.lease.worker_id if before is not None and before.lease is not None else None
-    ts = worker_timestamp(event)
+def lease_timestamp(granted_at_ms: int, ended: bool) -> int:
+    """The write time of a worker's status: ordered by the lease it concerns, not by when the event was stamped.
 
-    def op(worker: str | None, **values: Any) -> list[RowOp]:
+    A worker holds one lease at a time and asks for the next only after it finished the last, so its leases
+    are granted in the order it ran them. Their end events are not stamped in that order: a completion whose
+    verdict was slow (the worker moved on with a pending answer) can be judged on its job's partition after
+    the next lease was granted on another. Stamped by the end's own time, that late "idle" would overwrite
+    "busy" on the newer lease, and a capacity manager would drain a busy worker. Stamped by the lease it ends
+    (just after that lease's "busy"), it can only overwrite its own lease's status."""
+    return granted_at_ms * 1000 + (2 if ended else 1)
+
+
+def worker_ops(event: Any, before: JobState | None) -> list[RowOp]:
+    lease = before.lease if before is not None else None
+    holder = lease.worker_id if lease is not None else None
+
+    def op(worker: str | None, ts: int, **values: Any) -> list[RowOp]:
         if not worker:
             return []
         return [RowOp(WORKERS, (("worker_id", worker),), tuple(values.items()), ts)]
 
+    def seen(worker: str | None) -> list[RowOp]:
+        return op(worker, worker_timestamp(event), last_seen_at=event.at_ms)
+
+    def ended(worker: str | None, status: str) -> list[RowOp]:
+        ts = lease_timestamp(lease.granted_at_ms, True) if lease is not None else worker_timestamp(event)
+        return op(worker, ts, status=status, current_job_id=None, current_epoch=None)
+
     match event:
         case ev.JobLeased():
-            return op(event.worker_id, pool=event.pool, status="busy", current_job_id=event.job_id,
-                      current_epoch=event.epoch, last_seen_at=event.at_ms)
+            return op(event.worker_id, lease_timestamp(event.at_ms, False), pool=event.pool, status="busy",
+                      current_job_id=event.job_id, current_epoch=event.epoch) + seen(event.worker_id)
         case ev.LeaseRenewed() | ev.ProgressReported() | ev.CheckpointRecorded():
-            return op(holder, last_seen_at=event.at_ms)
+            return seen(holder)
         case ev.LeaseExpired():
-            # Missed its heartbeats: presumed gone until it asks for work again.
-            return op(event.worker_id, status="gone", current_job_id=None, current_epoch=None)
+            # Missed its heartbeats: presumed gone until it is leased work again.
+            return ended(event.worker_id, "gone")
         case ev.LeaseReleased() | ev.AttemptFailed():
-            return op(event.worker_id, status="idle", current_job_id=None, current_epoch=None,
-                      last_seen_at=event.at_ms)
+            return ended(event.worker_id, "idle") + seen(event.worker_id)
         case ev.JobSucceeded():
-            return op(holder, status="idle", current_job_id=None, current_epoch=None, last_seen_at=event.at_ms)
+            return ended(holder, "idle") + seen(holder)
     return []
 
 

@@ -227,7 +227,9 @@ def test_capacity_runs_real_workers_for_the_default_pool(plane, tiny_model_dir, 
     # Scale-down drained idle workers only, and every worker exited cleanly (drains and the final stop).
     holds = leases(events)
     scaled_down = [(w, a["at"]) for a in drains for w in a["workers"]]
-    assert scaled_down and all(not held_at(holds, w, int(at * 1000)) for w, at in scaled_down), scaled_down
+    assert scaled_down, "the fleet shrank by draining"
+    busy_drained = {w: held_at(holds, w, int(at * 1000)) for w, at in scaled_down}
+    assert not any(busy_drained.values()), (busy_drained, scaled_down)
     for wid, _ in scaled_down:
         assert not [l for l in cap.worker_log(wid) if l.get("event") == "job" and l["outcome"] != "succeeded"]
     assert stop["stopped_at_exit"] == 1 and stop["preemption_notices"] == 1

@@ -118,6 +118,66 @@ def test_lease_lifecycle_rows():
     assert t.table(pj.POOL_JOBS) == {}  # terminal: gone from its pool's live set
 
 
+def _worker_row(histories: list[list], order: list[int]) -> dict:
+    """The `w` row after applying the worker ops of these jobs' events in the given interleaving."""
+    steps = []
+    for h in histories:
+        state = None
+        for e in h:
+            state, ops = pj.project(state, e)
+            steps.append([op for op in ops if op.table == pj.WORKERS])
+    t = Tables()
+    for i in order:
+        t.apply_all(steps[i])
+    return t.table(pj.WORKERS)[(("worker_id", "w"),)]
+
+
+@given(st.randoms(use_true_random=False), st.sampled_from(["complete", "fail", "release", "expire"]))
+@FAST
+def test_a_late_end_of_a_workers_previous_lease_never_marks_it_idle_on_its_next(rnd, how):
+    # w finishes job x and is leased job y; x's end is judged late (its partition lagged, the worker moved on
+    # with a pending verdict), so y's JobLeased is stamped before x's end. Whatever order the projector
+    # applies them in, the row says w is busy on y.
+    x, y = Driver(), Driver()
+    x.submit(key="x")
+    y.submit(key="y")
+    x.grant(worker="w")
+    x.progress(50.0, 5)
+    y.now = T0 + 20_000
+    y.grant(worker="w")
+    if how == "expire":
+        x.expire(advance=40_000)
+    else:
+        getattr(x, how)()  # stamped at x's clock, then moved after y's grant:
+        x.history[-1] = replace_at(x.history[-1], T0 + 30_000)
+    n = len(x.history) + len(y.history)
+    order = list(range(n))
+    rnd.shuffle(order)
+    row = _worker_row([x.history, y.history], order)
+    assert (row["status"], row["current_job_id"], row["current_epoch"]) == ("busy", y.job_id, 1), row
+    assert row["last_seen_at"] == max(e.at_ms for e in x.history + y.history
+                                      if isinstance(e, (ev.JobLeased, ev.ProgressReported, ev.JobSucceeded,
+                                                        ev.AttemptFailed, ev.LeaseReleased)))
+
+
+def test_the_end_of_the_current_lease_marks_the_worker_idle_in_any_order():
+    x = Driver()
+    x.submit()
+    x.grant(worker="w")
+    x.progress(50.0, 5)
+    x.complete()
+    n = len(x.history)
+    for order in (list(range(n)), list(reversed(range(n))), [n - 1, *range(n - 1)]):
+        row = _worker_row([x.history], order)
+        assert row["status"] == "idle" and "current_job_id" not in row, row
+
+
+def replace_at(event, at_ms: int):
+    import dataclasses
+
+    return dataclasses.replace(event, at_ms=at_ms)
+
+
 def test_a_rejection_changes_no_state_row():
     d = Driver()
     d.submit()
