@@ -303,30 +303,18 @@ async def _deliver(request: web.Request, gw: Gateway, desk: LeaseDesk, answer: e
 FENCE = {"epoch": ("int", True), "worker_id": ("str", True)}
 
 
-def _stale(job, epoch: int) -> ApiError:
-    return ApiError(409, "stale_epoch", f"lease epoch {epoch} is older than the job's current epoch "
-                    f"{job.lease_epoch}: this worker no longer holds the lease", reason="stale_epoch",
-                    epoch_given=epoch, current_epoch=job.lease_epoch)
-
-
 async def _fenced(request: web.Request, spec: dict[str, tuple],
-                  make: Callable[[str, str, dict[str, Any]], Any], extra: Callable[[Any, Any], dict] | None = None):
+                  make: Callable[[str, str, dict[str, Any]], Any], answers: bool = False):
+    """Send a lease holder's command and answer with the scheduler's verdict, which is the only judge: a stale
+    epoch comes back as a CommandRejected (409). No read of the job on the way, so a fleet's heartbeats cost
+    Kafka round trips only. With `answers`, the reply also carries what the verdict asks of the holder
+    (cancel, drain) and the new expiry."""
     gw, job_id = _gw(request), _job_id(request)
     body = await _body(request)
     f = _take(body, {**FENCE, **spec})
     command_id = body.get("command_id") or f"wk-{gw.new_id()}"
     if not isinstance(command_id, str) or len(command_id) > 128:
         raise invalid("command_id", "command_id must be a string of at most 128 characters")
-    try:
-        job = await gw.deps.reads.get_job(job_id)
-    except StoreUnavailable:
-        # The early 409 and the cancel/drain hints come from the read model, but the scheduler judges the
-        # command either way: without Cassandra the command still goes through (found by the whole-system
-        # chaos test: a Cassandra restart cut every HTTP worker off, so running jobs lost their leases).
-        job = None
-    if job is not None and job.lease_epoch is not None and f["epoch"] < job.lease_epoch:
-        gw.metrics.rejections.labels("stale_epoch").inc()
-        raise _stale(job, f["epoch"])
     command = make(command_id, job_id, f)
     bus = _bus(gw)
     await bus.ensure_started()
@@ -342,6 +330,8 @@ async def _fenced(request: web.Request, spec: dict[str, tuple],
         bus.forget_verdict(command_id, job_id)
     answer: dict[str, Any] = {"job_id": job_id, "command_id": command_id, "epoch": f["epoch"]}
     if isinstance(verdict, ev.CommandRejected):
+        if verdict.reason == "stale_epoch":
+            gw.metrics.rejections.labels("stale_epoch").inc()
         raise ApiError(409, verdict.reason, verdict.detail or f"{verdict.command_type} rejected: {verdict.reason}",
                        reason=verdict.reason, command_id=command_id, epoch_given=verdict.epoch_given,
                        current_epoch=verdict.current_epoch)
@@ -351,31 +341,35 @@ async def _fenced(request: web.Request, spec: dict[str, tuple],
     else:
         answer |= {"verdict": "accepted", "event": type(verdict).__name__}
         status = 200
-    if extra is not None:
-        answer |= extra(verdict, job)
+    if answers:
+        answer |= await _instructions(gw, job_id, verdict)
     return web.json_response(answer, status=status)
 
 
-def _instructions(verdict, job) -> dict[str, Any]:
-    """What a heartbeat answer tells the worker beside the new expiry: stop (cancel) or checkpoint and hand
-    the lease back (drain: the job was paused). From the read model, which the projector keeps current."""
-    out: dict[str, Any] = {"cancel": bool(job and job.cancel_requested),
-                           "drain": bool(job and job.pause_requested)}
-    if isinstance(verdict, ev.LeaseRenewed):
-        out["lease_expires_at_ms"] = verdict.lease_expires_at_ms
-    return out
+async def _instructions(gw, job_id: str, verdict) -> dict[str, Any]:
+    """What a renewal's answer tells the worker beside the new expiry: stop (cancel) or checkpoint and hand
+    the lease back (drain: the job was paused). From the verdict itself; only a verdict still pending falls
+    back to the read model (a best effort: without Cassandra the worker hears it on its next renewal)."""
+    if isinstance(verdict, (ev.LeaseRenewed, ev.ProgressReported)):
+        return {"cancel": verdict.cancel_requested, "drain": verdict.drain_requested,
+                "lease_expires_at_ms": verdict.lease_expires_at_ms}
+    try:
+        job = await gw.deps.reads.get_job(job_id)
+    except StoreUnavailable:
+        job = None
+    return {"cancel": bool(job and job.cancel_requested), "drain": bool(job and job.pause_requested)}
 
 
 async def heartbeat(request: web.Request) -> web.Response:
     return await _fenced(request, {}, lambda c, j, f: cmd.RenewLease(c, j, f["epoch"], f["worker_id"]),
-                         _instructions)
+                         answers=True)
 
 
 async def progress(request: web.Request) -> web.Response:
     return await _fenced(
         request, {"step": ("int", True), "progress_pct": ("float", True), "phase": ("str", False)},
         lambda c, j, f: cmd.ReportProgress(c, j, f["epoch"], f["worker_id"], f["step"], f["progress_pct"],
-                                           f.get("phase", "denoising")), _instructions)
+                                           f.get("phase", "denoising")), answers=True)
 
 
 async def checkpoint(request: web.Request) -> web.Response:

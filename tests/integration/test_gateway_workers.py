@@ -201,3 +201,43 @@ async def test_checkpoint_write_time_reaches_pool_stats_through_the_http_worker_
     rec = _pool_stats(wk_settings, pool_key(model, "cpu"), partition_for(job_id, wk_settings.partitions),
                       lambda s: s.mean_checkpoint_ms > 0)
     assert rec.mean_checkpoint_ms == 100.0 and rec.leased == 1
+
+
+async def test_pause_resume_and_cancel_reach_the_holder_in_its_renewal_answers(gw):
+    # The answer's cancel/drain come from the scheduler's verdict (no read model on the way): a pause asks the
+    # holder to drain, a resume withdraws it, a cancel tells it to stop, each on the very next renewal.
+    client, keys = gw
+    w, t = bearer(keys["worker"]), bearer(keys["tenant"])
+    model = f"m-{uuid.uuid4().hex[:8]}"
+    r = await client.post("/v1/videos", json={"prompt": "a heron", "model": model, "gpu_type": "cpu"},
+                          headers={**t, "Idempotency-Key": "k-asks"})
+    assert r.status == 202, await r.text()
+    job_id = (await r.json())["job_id"]
+    lease = await client.post("/internal/workers/w-h/lease", json={"gpu_type": "cpu", "models": [model],
+                                                                   "wait_seconds": 20}, headers=w)
+    assert lease.status == 200, await lease.text()
+    fence = {"epoch": (await lease.json())["epoch"], "worker_id": "w-h"}
+
+    async def renew(kind: str) -> dict:
+        body = fence if kind == "heartbeat" else {**fence, "step": 3, "progress_pct": 10.0}
+        r = await client.post(f"/internal/leases/{job_id}/{kind}", json=body, headers=w)
+        assert r.status == 200, await r.text()
+        return await r.json()
+
+    async def tell(method: str, path: str) -> None:
+        r = await client.request(method, f"/v1/videos/{job_id}{path}", headers=t)
+        assert r.status == 202, await r.text()
+
+    asks = lambda a: (a["cancel"], a["drain"])  # noqa: E731
+    assert asks(await renew("heartbeat")) == (False, False)
+    await tell("POST", "/pause")
+    assert asks(await renew("heartbeat")) == (False, True)
+    assert asks(await renew("progress")) == (False, True)
+    await tell("POST", "/resume")
+    assert asks(await renew("progress")) == (False, False)
+    await tell("DELETE", "")
+    answer = await renew("heartbeat")
+    assert asks(answer) == (True, False) and answer["lease_expires_at_ms"] > 0
+    assert asks(await renew("progress")) == (True, False)
+    rel = await client.post(f"/internal/leases/{job_id}/release", json={**fence, "reason": "cancelled"}, headers=w)
+    assert rel.status == 200, await rel.text()

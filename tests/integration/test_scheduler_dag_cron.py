@@ -132,11 +132,15 @@ def test_a_child_of_a_finished_parent_and_of_an_unknown_one(env):
 def test_cron_run_all_submits_each_missed_occurrence_exactly_once(env):
     settings, bus = env
     sid = "sched-" + uuid.uuid4().hex[:8]
-    minute = 60_000
-    now = int(time.time() * 1000)
-    start = (now // minute - 10) * minute + 1  # ten whole minutes in the past: 10 occurrences missed
+    minute, hour = 60_000, 3_600_000
+    # Hourly, at the minute half an hour from now: no live occurrence can fall inside the test (an every-minute
+    # cron did, when the test ran across a minute boundary: a fifth, legitimate firing). Started just after
+    # the occurrence 11 hours before the next one: exactly 10 occurrences missed.
+    upcoming = (int(time.time() * 1000) // minute + 30) * minute
+    start = upcoming - 11 * hour + 1
+    cron = f"{(upcoming // minute) % 60} * * * *"
     model = "m-" + uuid.uuid4().hex[:6]
-    bus.send(c.CreateSchedule("cs-" + sid, sid, "acme", "* * * * *", "UTC", "run_all", model, GPU, "tick", 1.0,
+    bus.send(c.CreateSchedule("cs-" + sid, sid, "acme", cron, "UTC", "run_all", model, GPU, "tick", 1.0,
                               "64x64", 8, 1, 4, start_ms=start, max_catchup=4))
     fired = bus.wait_for(lambda: [e for e in bus.events if isinstance(e, ev.OccurrenceFired)
                                   and e.schedule_id == sid] if len(
@@ -145,6 +149,10 @@ def test_cron_run_all_submits_each_missed_occurrence_exactly_once(env):
     assert len(fired) == 4
     skipped = [e for e in bus.events if isinstance(e, ev.OccurrencesSkipped) and e.schedule_id == sid]
     assert len(skipped) == 1
+    # The newest four of the ten are run, the six before them skipped as one range.
+    assert sorted(f.occurrence_ms for f in fired) == [upcoming - k * hour for k in (4, 3, 2, 1)]
+    assert (skipped[0].first_occurrence_ms, skipped[0].last_occurrence_ms) == (upcoming - 10 * hour,
+                                                                               upcoming - 5 * hour)
     for f in fired:
         bus.wait_event(f.job_id, ev.JobQueued)
     # A redelivered (or duplicated) firing: the schedule is not due, nothing new is submitted.

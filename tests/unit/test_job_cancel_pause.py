@@ -140,6 +140,22 @@ def test_cancel_overrides_a_pending_pause_and_pause_cannot_override_a_cancel() -
     assert kinds(d.release())[-1] == "JobCancelled"
 
 
+def test_every_renewal_tells_the_holder_what_is_asked_of_it() -> None:
+    # The gateway answers heartbeats and progress from these flags alone, so they must follow the state.
+    def asks(d: Driver) -> list[tuple[bool, bool]]:
+        return [(e.cancel_requested, e.drain_requested) for e in (*d.renew(), *d.progress(20.0, 2))]
+
+    d = _in(Status.RUNNING)
+    assert asks(d) == [(False, False)] * 2
+    d.pause()
+    assert asks(d) == [(False, True)] * 2
+    d.resume()
+    assert asks(d) == [(False, False)] * 2
+    d.pause()
+    d.cancel()
+    assert asks(d) == [(True, False)] * 2
+
+
 @pytest.mark.parametrize("status", [Status.QUEUED, Status.SCHEDULED, Status.WAITING, Status.PAUSED, Status.RUNNING])
 def test_reprioritize(status: str) -> None:
     d = _in(status)

@@ -42,6 +42,8 @@ def decode_event(record: dict[str, Any]) -> Any:
     hints = typing.get_type_hints(cls)
     fields = {}
     for f in dataclasses.fields(cls):
+        if f.name not in record and f.default is not dataclasses.MISSING:
+            continue  # a field added later, with its default (as Avro resolves a record written before it)
         value = record[f.name]
         fields[f.name] = tuple(value) if typing.get_origin(hints[f.name]) is tuple else value
     return cls(**fields)

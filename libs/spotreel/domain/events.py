@@ -221,12 +221,20 @@ class JobLeased:
 
 @dataclass(frozen=True)
 class LeaseRenewed:
+    """The holder's lease extended to `lease_expires_at_ms`. `cancel_requested` asks it to stop,
+    `drain_requested` to checkpoint and hand the lease back (a pause); false in records written before these
+    fields existed."""
+
     job_id: str
     version: int
     at_ms: int
     causation_id: str
     epoch: int
     lease_expires_at_ms: int
+    # As of this verdict: stop (a cancel was requested) or checkpoint and hand the lease back (a pause was
+    # requested). The gateway answers the worker from these without reading the job.
+    cancel_requested: bool = False
+    drain_requested: bool = False
 
 
 @dataclass(frozen=True)
@@ -242,6 +250,8 @@ class ProgressReported:
     progress_pct: float
     phase: str
     lease_expires_at_ms: int
+    cancel_requested: bool = False
+    drain_requested: bool = False
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,11 @@ def grant(state: JobState, c: cmd.GrantLease, h: Head, now_ms: int) -> Events:
     )
 
 
+def _asks(state: JobState) -> dict[str, bool]:
+    """What the lease holder is asked to do, told on each renewal so it needs no other source."""
+    return {"cancel_requested": state.cancel_requested, "drain_requested": state.pause_requested}
+
+
 def worker_command(state: JobState, c: Any, h: Head, now_ms: int) -> Events:
     reason = _worker_fence(state, c, now_ms)
     if reason is not None:
@@ -86,7 +91,7 @@ def worker_command(state: JobState, c: Any, h: Head, now_ms: int) -> Events:
     renewed_until = max(state.lease.expires_at_ms, now_ms + state.lease.ttl_ms)
     match c:
         case cmd.RenewLease():
-            return (h.event(ev.LeaseRenewed, epoch=c.epoch, lease_expires_at_ms=renewed_until),)
+            return (h.event(ev.LeaseRenewed, epoch=c.epoch, lease_expires_at_ms=renewed_until, **_asks(state)),)
         case cmd.ReportProgress():
             if not valid_pct(c.progress_pct) or c.step < 0:
                 return rejected(state, c, now_ms, Reason.INVALID_PROGRESS, "progress_pct in 0..100, step >= 0")
@@ -98,6 +103,7 @@ def worker_command(state: JobState, c: Any, h: Head, now_ms: int) -> Events:
                     progress_pct=float(c.progress_pct),
                     phase=c.phase,
                     lease_expires_at_ms=renewed_until,
+                    **_asks(state),
                 ),
             )
         case cmd.RecordCheckpoint():
