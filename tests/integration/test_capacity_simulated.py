@@ -128,9 +128,12 @@ def test_a_simulated_fleet_follows_the_queue_and_drains_on_notice(plane):
     for r in released:
         assert r.reason == "preempted" and r.worker_id in noticed, r
         later = [e for e in events if isinstance(e, ev.JobLeased) and e.job_id == r.job_id and e.epoch > r.epoch]
+        assert later, f"{r.job_id} leased again after its release"
+        # The newest checkpoint before that lease, of any epoch: a lease can be released (a second notice)
+        # before it checkpoints, and the job then resumes from an earlier holder's checkpoint (CI saw it).
         ckpts = [c.step for c in events if isinstance(c, ev.CheckpointRecorded) and c.job_id == r.job_id
-                 and c.epoch == r.epoch]
-        assert later and (later[0].resume_step or 0) == max(ckpts, default=0), "resumed from its last checkpoint"
+                 and c.version < later[0].version]
+        assert (later[0].resume_step or 0) == (ckpts[-1] if ckpts else 0), "resumed from its last checkpoint"
 
     # Scale-down drained idle workers only: none held a lease when the manager decided.
     holds = leases(events)
