@@ -240,8 +240,12 @@ def lease_timestamp(granted_at_ms: int, ended: bool) -> int:
     verdict was slow (the worker moved on with a pending answer) can be judged on its job's partition after
     the next lease was granted on another. Stamped by the end's own time, that late "idle" would overwrite
     "busy" on the newer lease, and a capacity manager would drain a busy worker. Stamped by the lease it ends
-    (just after that lease's "busy"), it can only overwrite its own lease's status."""
-    return granted_at_ms * 1000 + (2 if ended else 1)
+    (just after that lease's "busy"), it can only overwrite its own lease's status.
+
+    At the top of the lease's millisecond (998, 999), so a row written before this ordering (stamped
+    at_ms * 1000 + version) still gives way: the end of a lease granted then wins over its old "busy", and a
+    new "busy" (granted after the old end's millisecond) wins over that end."""
+    return granted_at_ms * 1000 + (999 if ended else 998)
 
 
 def worker_ops(event: Any, before: JobState | None) -> list[RowOp]:

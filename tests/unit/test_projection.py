@@ -172,6 +172,31 @@ def test_the_end_of_the_current_lease_marks_the_worker_idle_in_any_order():
         assert row["status"] == "idle" and "current_job_id" not in row, row
 
 
+def test_status_rows_written_by_the_event_time_ordering_give_way_to_the_lease_ordering():
+    # A rolling upgrade: the lease's "busy" was written by the old projector (at_ms * 1000 + version), its
+    # end by the new one; then the worker's next lease's "busy" by the new one over the old end.
+    x = Driver()
+    x.submit()
+    x.grant(worker="w")
+    leased = x.history[-1]
+    old_busy = pj.RowOp(pj.WORKERS, (("worker_id", "w"),), (("status", "busy"), ("current_job_id", x.job_id)),
+                        pj.worker_timestamp(leased))
+    x.progress(50.0, 5)
+    x.complete()
+    end_ops = [op for op in pj.project(fold(x.history[:-1]), x.history[-1])[1] if op.table == pj.WORKERS]
+    row = Tables().apply_all([old_busy, *end_ops]).table(pj.WORKERS)[(("worker_id", "w"),)]
+    assert row["status"] == "idle" and "current_job_id" not in row, row
+    old_end = pj.RowOp(pj.WORKERS, (("worker_id", "w"),), (("status", "idle"),),
+                       pj.worker_timestamp(x.history[-1]))
+    y = Driver()
+    y.submit(key="y")
+    y.now = x.now + 1
+    y.grant(worker="w")
+    busy_ops = [op for op in pj.project(fold(y.history[:-1]), y.history[-1])[1] if op.table == pj.WORKERS]
+    row = Tables().apply_all([old_end, *busy_ops]).table(pj.WORKERS)[(("worker_id", "w"),)]
+    assert row["status"] == "busy" and row["current_job_id"] == y.job_id, row
+
+
 def replace_at(event, at_ms: int):
     import dataclasses
 
