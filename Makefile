@@ -8,6 +8,9 @@ DEMO_ARGS ?=
 
 .PHONY: setup up down status fresh demo test test-unit test-integration lint bench clean
 
+# schemas/ too: decode_example.py is the code outside consumers copy.
+LINT_PATHS := libs services worker tests bench schemas
+
 # Idempotent: a stamp file records the pyproject.toml that was installed.
 $(VENV)/.installed: pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "setup: $(PYTHON) not found (spotreel needs Python 3.11)"; exit 1; }
@@ -36,7 +39,9 @@ demo: up
 	$(SPOTREEL) demo $(DEMO_ARGS)
 
 # The whole suite: unit (pure, hypothesis), integration against the real servers, e2e and chaos.
+# ruff goes first so that a lint slip fails in seconds, before any server starts.
 test: setup
+	$(BIN)/ruff check $(LINT_PATHS)
 	$(SPOTREEL) infra up
 	$(BIN)/lint-imports
 	$(BIN)/pytest --durations=25 --cov=spotreel.domain --cov-report=term-missing:skip-covered --cov-fail-under=95 $(PYTEST_ARGS)
@@ -48,6 +53,7 @@ test-integration: up
 	$(BIN)/pytest -m "integration or e2e or chaos" $(PYTEST_ARGS)
 
 lint: setup
+	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/lint-imports
 	$(BIN)/spotreel schemas check
 

@@ -4,7 +4,12 @@ topological order, idempotently, against the real Kafka and Cassandra."""
 from __future__ import annotations
 
 from spotreel.domain import ids
-from tests.integration.test_gateway_api import BODY, auth, commands_for, gw, gw_settings  # noqa: F401
+from tests.integration import test_gateway_api
+from tests.integration.test_gateway_api import BODY, auth, commands_for
+
+# Bound here, not imported by name, so that pytest finds the fixtures in this module and the tests' own
+# parameters of the same names do not read as redefinitions of an import.
+gw, gw_settings = test_gateway_api.gw, test_gateway_api.gw_settings
 
 
 async def test_a_child_of_a_missing_or_foreign_parent_is_refused_naming_it(gw, gw_settings):

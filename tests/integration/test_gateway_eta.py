@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import replace
 
 import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
@@ -20,9 +19,12 @@ from spotreel.services.gateway.app import create_app
 from spotreel.services.gateway.config import GatewayConfig
 from spotreel.services.gateway.tenants import create_tenant
 from spotreel.services.gateway.wiring import real_deps
-from tests.integration.test_gateway_api import BODY, auth, gw_settings  # noqa: F401
+from tests.integration import test_gateway_api
+from tests.integration.test_gateway_api import BODY, auth
 
 POOL = ids.pool_key("tiny-t2v", "any")
+# Bound, not imported by name: see test_gateway_dags.py.
+gw_settings = test_gateway_api.gw_settings
 
 
 @pytest_asyncio.fixture(loop_scope="function")

@@ -12,7 +12,6 @@ import sys
 import time
 import urllib.request
 import uuid
-from dataclasses import replace
 
 import pytest
 

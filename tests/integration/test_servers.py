@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 from botocore.exceptions import ClientError
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer
 
 
 def _consume_all(bootstrap: str, topic: str, *, isolation: str = "read_uncommitted", idle_s: float = 3.0):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
