@@ -48,6 +48,14 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def appended_ms(msg: Any) -> int | None:
+    """The broker's append time of a record (ms), or None when the topic stamps records with the producer's
+    clock (CreateTime: a worker's clock must never judge its own lease)."""
+    if getattr(msg, "timestamp_type", 0) != 1 or not msg.timestamp:
+        return None
+    return int(round(msg.timestamp * 1000))
+
+
 def _meta_key(p: int) -> bytes:
     return b"~meta:%d" % p
 
@@ -77,6 +85,7 @@ class Scheduler:
         self.metrics = Metrics()
         self.metrics_port = metrics_port
         self.parts: dict[int, PartitionState] = {}
+        self._last_tick = time.monotonic()
         self.cache: dict[str, JobState | None] = {}
         self.schedule_cache: dict[str, ScheduleState | None] = {}
         self.batch_max = batch_max
@@ -204,7 +213,10 @@ class Scheduler:
         part = PartitionState(p)
         raw_meta = self.table.data.get(_meta_key(p))
         marker = json.loads(raw_meta)["events_offset"] if raw_meta else -1
-        caught, part.deadlettered = await asyncio.to_thread(self._read_back, p, marker)
+        caught, part.deadlettered, committed = await asyncio.to_thread(self._read_back, p, marker)
+        # Everything before the group's committed offset was read by an earlier owner: the log horizon of the
+        # lease timers starts there, even when those commands produced no event (partition.py, `due`).
+        part.read_upto = max(caught.applied_upto, committed - 1)
         part.grants = caught.grants
         # Follow-ups of the events past the marker may never have been sent: send them (again) first.
         await self._send_all([(self.commands, followups.key_of(c).encode(), self.codec.encode_message(c),
@@ -240,7 +252,7 @@ class Scheduler:
         committed = redelivery.committed_offset(boot, scheduler_app_id(self.settings), self.commands, p)
         caught = catch_up(boot, self.events, p, self.codec, marker, self.get, self.get_schedule, committed)
         dead = redelivery.deadlettered_since(boot, deadletter_topic(self.settings), p, committed)
-        return caught, dead
+        return caught, dead, committed
 
     # -- commands --------------------------------------------------------------------------------------------
 
@@ -267,6 +279,8 @@ class Scheduler:
             part = self.parts.get(p)
             if part is None:  # cannot happen after on_assigned; refuse to write without the catch-up
                 raise RuntimeError(f"command on partition {p} before its state was rebuilt")
+            appended = appended_ms(msg)
+            part.read_log(msg.offset, appended)
             if msg.offset <= part.applied_upto:
                 self.metrics.skipped.inc()
                 # Its events are durable, but its answer may not be: a RequestWork is answered again.
@@ -274,7 +288,7 @@ class Scheduler:
                 if again is not None:
                     answers.append((again, msg))
                 continue
-            out = self.handler.handle(part, msg.topic, msg.offset, msg.key, msg.value, now_ms())
+            out = self.handler.handle(part, msg.topic, msg.offset, msg.key, msg.value, now_ms(), appended)
             self.metrics.commands.inc()
             if out.deadletter is not None:
                 if msg.offset in part.deadlettered:  # redelivered after a crash: its dead letter is there
@@ -374,11 +388,33 @@ class Scheduler:
 
     async def fire_timers(self) -> None:
         now = now_ms()
+        # After a pause (the process was stopped, or starved of CPU) the high watermarks are as old as the
+        # last fetch before it: until the next tick, judge every partition by how far its log was read.
+        tick = time.monotonic()
+        paused = tick - self._last_tick > 1.0
+        self._last_tick = tick
         for p, part in list(self.parts.items()):
-            for timer in part.due(now, self.get, self.get_schedule):
+            horizon = part.log_ms if paused else self._lease_horizon(p, part)
+            for timer in part.due(now, self.get, self.get_schedule, horizon):
                 command = timer.command()
                 await self.app.producer.send(self.commands, timer.key.encode(), self.codec.encode_message(command),
                                              p, None, None)
+
+    def _lease_horizon(self, p: int, part: PartitionState) -> int | None:
+        """None when partition `p` has nothing unread (every lease deadline up to now can be judged), else
+        the append time of the newest command applied: deadlines after it wait for the backlog (partition.py,
+        `due`). The high watermark comes from the last fetch, so "caught up" may be a little optimistic;
+        that only lets an ExpireLease through that the log order then judges correctly anyway."""
+        high = self._highwater(p)
+        if high is not None and part.read_upto + 1 >= high:
+            return None
+        return part.log_ms
+
+    def _highwater(self, p: int) -> int | None:
+        for tp in self.app.consumer.assignment():
+            if tp.topic == self.commands and tp.partition == p:
+                return self.app.consumer.highwater(tp)
+        return None
 
     async def publish_stats(self) -> None:
         now = now_ms()

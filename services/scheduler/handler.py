@@ -15,6 +15,7 @@ from spotreel.domain.decide import decide
 from spotreel.domain.dispatch import DispatchConfig
 from spotreel.domain.evolve import fold
 from spotreel.domain.ids import pool_key
+from spotreel.domain.leases import judged_at
 from spotreel.domain.pools import WorkerOffer
 from spotreel.domain.schedules import ScheduleState, decide_schedule, fold_schedule
 from spotreel.domain.state import JobState
@@ -46,7 +47,9 @@ class Handler:
         self.config = dispatch_config or DispatchConfig()
 
     def handle(self, part: PartitionState, topic: str, offset: int, key: bytes | None, value: bytes | None,
-               now_ms: int) -> Outcome:
+               now_ms: int, appended_ms: int | None = None) -> Outcome:
+        """`appended_ms`: the broker's append time of the record (LogAppendTime), None if the topic stamps
+        records with the producer's clock; lease commands are judged at it (`leases.judged_at`)."""
         def dead(reason: str, detail: str) -> Outcome:
             return Outcome(deadletter={
                 "reason": reason, "detail": detail, "source_topic": topic, "source_partition": part.partition,
@@ -63,7 +66,7 @@ class Handler:
                 # A producer that did not use the pinned partitioner: applying it here would make two writers.
                 return dead("wrong_partition", f"{command.job_id} belongs to partition "
                             f"{partition_for(command.job_id, self.partitions)}, not {part.partition}")
-            out = self._apply(command, now_ms)
+            out = self._apply(command, judged_at(command, now_ms, appended_ms))
         elif isinstance(command, cmd.SCHEDULE_COMMANDS):
             if partition_for(command.schedule_id, self.partitions) != part.partition:
                 return dead("wrong_partition", f"schedule {command.schedule_id} belongs to partition "

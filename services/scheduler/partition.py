@@ -37,6 +37,13 @@ class PartitionState:
     # Entries are (due, kind, key, epoch, seq, timer): a total order on plain values, so two timers due at
     # the same millisecond never compare Timer objects; `seq` (unique) breaks the last tie by arrival.
     heap: list[tuple[int, str, str, int, int, Timer]] = field(default_factory=list)
+    # Lease-expiry timers that are due by the clock but not yet by the log: the renewals that could have
+    # moved their deadline may still be unread (see `due`). Same entries as `heap`.
+    held: list[tuple[int, str, str, int, int, Timer]] = field(default_factory=list)
+    # The newest broker append time (ms) among the commands read on this partition; -1 until one is read.
+    log_ms: int = -1
+    # The highest commands offset read (applied or skipped), or known read by an earlier owner.
+    read_upto: int = -1
     _seq: itertools.count = field(default_factory=itertools.count, repr=False)
     armed: set[Timer] = field(default_factory=set)
     fired: dict[str, set[str]] = field(default_factory=dict)  # job_id -> timer command ids sent
@@ -140,12 +147,30 @@ class PartitionState:
             if timer not in self.armed and timer.command().command_id not in sent:
                 self.arm(timer)
 
-    def due(self, now_ms: int, current: callable, current_schedule: callable = lambda _: None) -> list[Timer]:
+    def due(self, now_ms: int, current: callable, current_schedule: callable = lambda _: None,
+            lease_horizon_ms: int | None = None) -> list[Timer]:
         """Timers due at `now_ms` that the job's (or schedule's) current state still wants (stale ones are
-        dropped)."""
-        out: list[Timer] = []
+        dropped).
+
+        `lease_horizon_ms`: how far the log has been read (the append time of the newest command applied),
+        when the partition is behind. A lease-expiry timer past the clock but not past the horizon is held
+        back: renewals appended before its deadline may be in the unread backlog, and an ExpireLease sent now
+        would only be refused once they are read. Held timers cost nothing while the owner catches up and
+        are released as the horizon passes them (or at once when the partition is caught up: None)."""
+        horizon = now_ms if lease_horizon_ms is None else min(now_ms, lease_horizon_ms)
+        ready = []
         while self.heap and self.heap[0][0] <= now_ms:
-            timer = heapq.heappop(self.heap)[-1]
+            entry = heapq.heappop(self.heap)
+            if entry[1] == TimerKind.EXPIRE_LEASE and entry[0] > horizon:
+                heapq.heappush(self.held, entry)
+            else:
+                ready.append(entry)
+        while self.held and self.held[0][0] <= horizon:
+            ready.append(heapq.heappop(self.held))
+        ready.sort()
+        out: list[Timer] = []
+        for entry in ready:
+            timer = entry[-1]
             key = timer.key
             self.armed.discard(timer)
             if timer.kind == TimerKind.FIRE_OCCURRENCE:
@@ -162,4 +187,9 @@ class PartitionState:
         return {t: TenantUsage(t, float(n), n) for t, n in self.in_flight.items() if n > 0}
 
     def next_timer_ms(self) -> int | None:
-        return self.heap[0][0] if self.heap else None
+        return min((h[0][0] for h in (self.heap, self.held) if h), default=None)
+
+    def read_log(self, offset: int, appended_ms: int | None) -> None:
+        self.read_upto = max(self.read_upto, offset)
+        if appended_ms is not None:
+            self.log_ms = max(self.log_ms, appended_ms)

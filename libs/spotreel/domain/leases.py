@@ -2,9 +2,16 @@
 
 Fencing (DESIGN §2.2): a lease's epoch is the job's highest epoch + 1, so epochs strictly increase and are
 never reused. A worker command is accepted only if its epoch is the current lease's, its worker_id is the
-holder's and the partition owner's clock (`now_ms`) has not passed the lease's expiry. Everything else is
+holder's and the time it is judged at (`now_ms`) has not passed the lease's expiry. Everything else is
 a CommandRejected that changes nothing. A lease past its expiry is dead even before the ExpireLease timer
 is processed; the timer then requeues the job.
+
+Which time judges a command (`judged_at`): a lease holder's command, and the ExpireLease timer, are judged
+at the moment they entered the commands log (the broker's append time: the platform's clock, never the
+worker's), not at the moment the owner got to them. The log is in append order, so when an ExpireLease
+stamped after the deadline is judged, every renewal stamped before the deadline has already been applied:
+a control plane that falls behind delays the verdicts, it never turns a renewal sent in time into an
+expiry (DESIGN invariant 8). A grant is judged at the owner's clock: its TTL starts when it is made.
 
 The lease timer (ExpireLease) names the epoch it was armed for. Renewals push the expiry out, so a timer
 that fires before the current expiry is refused with lease_not_expired and the owner re-arms from state.
@@ -31,6 +38,20 @@ Events = tuple[Any, ...]
 
 # ReleaseLease.reason of a lease handed back because it never reached a worker.
 UNCLAIMED = "unclaimed"
+
+
+# Commands whose validity depends on when they were sent rather than on when they were read.
+SENT_TIMED = (cmd.RenewLease, cmd.ReportProgress, cmd.RecordCheckpoint, cmd.CompleteJob, cmd.FailJob,
+              cmd.ReleaseLease, cmd.ExpireLease)
+
+
+def judged_at(command: object, now_ms: int, appended_ms: int | None) -> int:
+    """The time `decide` judges `command` at: its log append time for the lease commands above, the owner's
+    clock for everything else. Never later than `now_ms` (an append time from a clock ahead of the owner's
+    is not trusted to be in the future), and the owner's clock when the log gave no append time."""
+    if appended_ms is None or not isinstance(command, SENT_TIMED):
+        return now_ms
+    return min(now_ms, appended_ms)
 
 
 def _fence(state: JobState, epoch: int) -> str | None:

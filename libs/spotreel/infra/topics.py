@@ -61,8 +61,12 @@ def scheduler_tables(settings: Settings) -> list[str]:
 def topic_specs(settings: Settings) -> list[TopicSpec]:
     p = settings.partitions
     specs = [
-        # Commands are requests: once the scheduler has turned them into events they are history.
-        TopicSpec(commands_topic(settings), p, {"cleanup.policy": "delete", "retention.ms": WEEK_MS}),
+        # Commands are requests: once the scheduler has turned them into events they are history. The broker
+        # stamps each one with its own clock as it appends it (LogAppendTime): a lease holder's command is
+        # judged by when it entered the log, not by when the owner got to it, so a scheduler behind a backlog
+        # never expires a lease that was renewed in time (services/scheduler/README.md, "Leases under load").
+        TopicSpec(commands_topic(settings), p, {"cleanup.policy": "delete", "retention.ms": WEEK_MS,
+                                                "message.timestamp.type": "LogAppendTime"}),
         # Events are the system of record: kept forever, whatever the broker default says.
         TopicSpec(events_topic(settings), p,
                   {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}),
