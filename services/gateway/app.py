@@ -13,7 +13,7 @@ import time
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from spotreel.services.gateway import internal, openapi, videos
+from spotreel.services.gateway import guards, internal, openapi, videos
 from spotreel.services.gateway.admission import Admission
 from spotreel.services.gateway.auth import KeyCache, make_middleware
 from spotreel.services.gateway.config import GatewayConfig
@@ -27,6 +27,10 @@ from spotreel.settings import Settings
 log = logging.getLogger("spotreel.gateway")
 
 
+def _not_allowed(exc: web.HTTPMethodNotAllowed) -> ApiError:
+    allowed = sorted(exc.allowed_methods)
+    return ApiError(405, "method_not_allowed", f"{exc.method} is not served here; allowed: {', '.join(allowed)}",
+                    headers={"Allow": ", ".join(allowed)}, allowed=allowed)
 
 
 def _error_middleware(metrics: Metrics):
@@ -53,11 +57,14 @@ def _error_middleware(metrics: Metrics):
         except web.HTTPRequestEntityTooLarge as exc:
             status = 413
             return ApiError(413, "body_too_large", exc.text or "request body too large").response()
+        except web.HTTPMethodNotAllowed as exc:
+            status = 405
+            return _not_allowed(exc).response()
         except web.HTTPException as exc:
             status = exc.status
             if exc.status < 400:
                 raise
-            code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status, "http_error")
+            code = {404: "not_found"}.get(exc.status, "http_error")
             return ApiError(exc.status, code, exc.reason).response()
         except Exception:
             log.exception("unhandled error on %s %s", request.method, request.path)
@@ -80,7 +87,7 @@ async def metrics_view(request: web.Request) -> web.Response:
 
 
 async def openapi_view(request: web.Request) -> web.Response:
-    return web.json_response(openapi.document(), dumps=lambda o: json.dumps(o, indent=1))
+    return web.json_response(openapi.document(request.app[GATEWAY].cfg), dumps=lambda o: json.dumps(o, indent=1))
 
 
 def create_app(settings: Settings, deps: Deps, cfg: GatewayConfig | None = None) -> web.Application:
@@ -90,7 +97,11 @@ def create_app(settings: Settings, deps: Deps, cfg: GatewayConfig | None = None)
                           pools=deps.pools)
     app = web.Application(
         client_max_size=cfg.max_body_bytes,
-        middlewares=[_error_middleware(metrics), make_middleware(KeyCache(deps.auth, cfg.auth_cache_seconds))],
+        handler_args=guards.HANDLER_ARGS,
+        # Sizes before auth (an oversized Authorization is never looked up), content type after it (an
+        # anonymous caller learns nothing but 401).
+        middlewares=[_error_middleware(metrics), guards.sizes,
+                     make_middleware(KeyCache(deps.auth, cfg.auth_cache_seconds)), guards.json_bodies],
     )
     app[GATEWAY] = Gateway(settings, cfg, deps, metrics, admission, PageTokens(settings.gateway_token_key))
     app.router.add_get("/healthz", healthz)

@@ -13,6 +13,13 @@ class GatewayConfig:
     max_prompt_chars: int = 4000
     max_duration_s: float = 60.0
     max_fps: int = 60
+    max_num_steps: int = 500
+    # Sizes every diffusers text-to-video model can render: the VAE works in blocks of 8 pixels; the
+    # pixel cap is 1080p either way round. 16 keeps tiny test renders (32x24 in the e2e test) possible.
+    resolution_multiple: int = 8
+    min_side: int = 16
+    max_side: int = 1920
+    max_pixels: int = 1920 * 1080
     max_parents: int = 64
     max_delay_s: int = 30 * 24 * 3600
     default_model: str = "tiny-t2v"

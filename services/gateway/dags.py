@@ -22,29 +22,30 @@ from spotreel.domain import dag, ids
 from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import gateway
 from spotreel.services.gateway.errors import ApiError, invalid
-from spotreel.services.gateway.submission import _JOB_ID, check_idempotency_key, normalize
-from spotreel.services.gateway.submit import _body, accept
+from spotreel.services.gateway.jsonbody import read_object
+from spotreel.services.gateway.submission import DAG_POLICIES, JOB_ID, check_idempotency_key, normalize
+from spotreel.services.gateway.submit import accept
 
-NODE_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+NODE_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 MAX_NODES = 100
 
 
-def _nodes(body: Any) -> tuple[list[dict[str, Any]], str]:
-    if not isinstance(body, dict):
-        raise ApiError(400, "invalid_json", "the body must be a JSON object")
+def _nodes(body: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
     unknown = sorted(set(body) - {"nodes", "dag_policy"})
     if unknown:
         raise invalid(unknown[0], f"unknown field {unknown[0]!r}")
     nodes = body.get("nodes")
     if not isinstance(nodes, list) or not 1 <= len(nodes) <= MAX_NODES:
         raise invalid("nodes", f"nodes must be a list of 1 to {MAX_NODES} videos")
-    policy = body.get("dag_policy", "fail_fast")
-    if policy not in ("fail_fast", "continue"):
-        raise invalid("dag_policy", "dag_policy must be fail_fast or continue")
+    policy = body.get("dag_policy")
+    if policy is None:
+        policy = DAG_POLICIES[0]
+    if policy not in DAG_POLICIES:
+        raise invalid("dag_policy", f"dag_policy must be one of {list(DAG_POLICIES)}")
     for i, n in enumerate(nodes):
         if not isinstance(n, dict):
             raise invalid(f"nodes[{i}]", "each node must be an object")
-        if not isinstance(n.get("key"), str) or not NODE_KEY.match(n["key"]):
+        if not isinstance(n.get("key"), str) or not NODE_KEY.fullmatch(n["key"]):
             raise invalid(f"nodes[{i}].key", "key must be 1-64 of [A-Za-z0-9._-], starting with a letter or digit")
         if "dag_policy" in n:
             raise invalid(f"nodes[{i}].dag_policy", "dag_policy is set once, for the whole DAG")
@@ -56,7 +57,7 @@ async def submit_dag(request: web.Request) -> web.Response:
     tenant = request[TENANT]
     given = request.headers.get("Idempotency-Key")
     key = check_idempotency_key(given) if given is not None else "gen-" + uuid.uuid4().hex
-    nodes, policy = _nodes(await _body(request))
+    nodes, policy = _nodes(await read_object(request))
     keys = [n["key"] for n in nodes]
     inner = set(keys)
     bodies: dict[str, dict[str, Any]] = {}
@@ -68,12 +69,14 @@ async def submit_dag(request: web.Request) -> web.Response:
         if len(set(parents)) != len(parents):
             raise invalid(f"nodes[{i}].parents", "parents must be distinct")
         try:
-            bodies[n["key"]] = normalize({**fields, "dag_policy": policy}, gw.cfg) | {"parents": parents}
+            bodies[n["key"]] = normalize({**fields, "dag_policy": policy}, gw.cfg,
+                                         allow_private_callbacks=bool(gw.settings.webhook_allow_private)) \
+                | {"parents": parents}
         except ApiError as exc:
             exc.field = f"nodes[{i}].{exc.field}" if exc.field else f"nodes[{i}]"
             raise
         for p in parents:
-            if p not in inner and not _JOB_ID.match(p):
+            if p not in inner and not JOB_ID.fullmatch(p):
                 raise invalid(f"nodes[{i}].parents", f"parent {p!r} is neither a node of this DAG nor a video id")
     try:
         shape = dag.validate([dag.DagNode(k, tuple(p for p in bodies[k]["parents"] if p in inner)) for k in keys])

@@ -10,13 +10,14 @@ from aiohttp import web
 
 class ApiError(Exception):
     def __init__(self, status: int, code: str, message: str, field: str | None = None,
-                 retry_after: int | None = None, **extra: Any) -> None:
+                 retry_after: int | None = None, headers: dict[str, str] | None = None, **extra: Any) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.field = field
         self.retry_after = retry_after
+        self.headers = dict(headers or {})
         self.extra = extra
 
     def response(self) -> web.Response:
@@ -24,7 +25,9 @@ class ApiError(Exception):
         if self.field is not None:
             body["field"] = self.field
         body.update(self.extra)
-        headers = {"Retry-After": str(max(1, self.retry_after))} if self.retry_after is not None else None
+        headers = dict(self.headers)
+        if self.retry_after is not None:
+            headers["Retry-After"] = str(max(1, self.retry_after))
         return web.json_response({"error": body}, status=self.status, headers=headers, dumps=json.dumps)
 
 

@@ -10,14 +10,14 @@ from aiohttp import web
 
 from spotreel.services.gateway.deps import Claim, Deps
 from spotreel.services.gateway.errors import ApiError, not_found
-from spotreel.services.gateway.submission import _JOB_ID
+from spotreel.services.gateway.submission import JOB_ID
 from spotreel.services.gateway.views import ACCEPTED
 from spotreel.services.projector.queries import JobView
 
 
 def job_id_of(request: web.Request) -> str:
     job_id = request.match_info["id"]
-    if not _JOB_ID.match(job_id):
+    if not JOB_ID.fullmatch(job_id):
         raise not_found()
     return job_id
 

@@ -5,8 +5,34 @@ from __future__ import annotations
 
 from typing import Any
 
+from spotreel.services.gateway import guards
+from spotreel.services.gateway.config import GatewayConfig
+from spotreel.services.gateway.dags import MAX_NODES, NODE_KEY
+from spotreel.services.gateway.submission import JOB_ID as VIDEO_ID
+from spotreel.services.gateway.submission import (DAG_POLICIES, KEY, MAX_RUN_AT_MS, MAX_SEED, NAME, PRIORITY_RANGE,
+                                                  RESERVED_KEY_PREFIX, RESOLUTION, resolution_rule)
+from spotreel.services.gateway.videos import STATUSES
+
+
+def _anchored(pattern: str) -> str:
+    # The gateway fullmatches; in a JSON Schema (ECMA-262) pattern `$` ends the string, as intended.
+    return f"^{pattern}$"
+
+
 ERROR = {"$ref": "#/components/schemas/Error"}
-ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string", "pattern": "^j[0-9a-f]{32}$"}}
+ID = {"name": "id", "in": "path", "required": True,
+      "schema": {"type": "string", "pattern": _anchored(VIDEO_ID.pattern)}}
+RULES = f"""Rules every operation follows:
+- Every error is JSON: {{"error": {{"code", "message", "field"?}}}} (plus details some codes add).
+- A method a path does not serve is 405 `method_not_allowed`, with an `Allow` header listing the methods it does.
+- A public POST, PATCH or DELETE that carries a body must send `Content-Type: application/json` (or
+  `application/*+json`; charset, if given, utf-8): otherwise 415 `unsupported_media_type`. /internal/ is exempt.
+- A JSON string or key holding a lone UTF-16 surrogate (`\\ud800`) is 422 `invalid_field`, naming the field.
+- A header line (name and value) over {guards.MAX_HEADER_BYTES} bytes is 431 `header_too_large`, naming the
+  header; a request target over {guards.MAX_TARGET_BYTES} bytes is 414 `uri_too_long`. Past
+  {guards.PARSER_CAP_BYTES} bytes, or for malformed HTTP, the HTTP parser itself answers a text/plain 400 and
+  closes the connection.
+- Optional body fields given as null take their default."""
 
 
 def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
@@ -16,17 +42,23 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 def _errors(*codes: int) -> dict[str, Any]:
     text = {400: "malformed request", 401: "missing or unknown API key", 404: "no such video (or not yours)",
             409: "conflict with the video's state, an earlier use of the Idempotency-Key, or a stale lease epoch",
-            413: "body too large", 422: "a field is invalid (error.field names it)",
+            413: "body too large", 415: "the body is not application/json",
+            422: "a field is invalid (error.field names it)",
             429: "rate or in-flight quota exceeded (Retry-After)",
             503: "Kafka, Cassandra or capacity unavailable (Retry-After)"}
     return {str(c): _json(ERROR, text[c]) for c in codes}
+
+
+# Any request can meet these (guards.py), so every operation lists them, by reference.
+TRANSPORT = {"414": {"$ref": "#/components/responses/UriTooLong"},
+             "431": {"$ref": "#/components/responses/HeaderTooLarge"}}
 
 
 def _op(summary: str, ok: dict[str, tuple[str, dict[str, Any]]], errors: tuple[int, ...], *, path_id: bool = True,
         body: dict[str, Any] | None = None, params: list[dict[str, Any]] | None = None, public: bool = False):
     op: dict[str, Any] = {"summary": summary,
                           "responses": {code: ({"description": d} if not s else _json(s, d))
-                                        for code, (d, s) in ok.items()} | _errors(*errors)}
+                                        for code, (d, s) in ok.items()} | _errors(*errors) | TRANSPORT}
     parameters = ([ID] if path_id else []) + (params or [])
     if parameters:
         op["parameters"] = parameters
@@ -37,37 +69,72 @@ def _op(summary: str, ok: dict[str, tuple[str, dict[str, Any]]], errors: tuple[i
     return op
 
 
-SUBMIT = {
-    "type": "object", "required": ["prompt"], "additionalProperties": False,
-    "properties": {
-        "prompt": {"type": "string", "minLength": 1, "maxLength": 4000},
-        "model": {"type": "string"}, "gpu_type": {"type": "string"},
-        "duration": {"type": "number", "exclusiveMinimum": 0, "description": "seconds"},
-        "resolution": {"type": "string", "pattern": "^[1-9][0-9]{1,3}x[1-9][0-9]{1,3}$"},
-        "fps": {"type": "integer", "minimum": 1}, "num_steps": {"type": "integer", "minimum": 1},
-        "seed": {"type": "integer", "minimum": 0, "description": "default: derived from the job id"},
-        "priority": {"type": "integer", "minimum": 0, "maximum": 9, "description": "higher runs first"},
-        "callback_url": {"type": "string", "format": "uri"},
-        "run_at": {"type": "integer", "description": "epoch milliseconds; exclusive with delay_seconds"},
-        "delay_seconds": {"type": "integer", "minimum": 0},
-        "parents": {"type": "array", "items": {"type": "string"}, "description": "DAG parents (video ids)"},
-        "dag_policy": {"type": "string", "enum": ["fail_fast", "continue"]},
-    },
-}
+def _video_fields(cfg: GatewayConfig) -> dict[str, Any]:
+    """POST /v1/videos fields, the limits submission.normalize applies."""
+    return {
+        "prompt": {"type": "string", "minLength": 1, "maxLength": cfg.max_prompt_chars,
+                   "description": "at least one non-whitespace character; no NUL"},
+        "model": {"type": "string", "pattern": _anchored(NAME.pattern), "default": cfg.default_model,
+                  "description": "not checked against the models workers serve"},
+        "gpu_type": {"type": "string", "pattern": _anchored(NAME.pattern), "default": cfg.default_gpu_type},
+        "duration": {"type": "number", "exclusiveMinimum": 0, "maximum": cfg.max_duration_s,
+                     "default": cfg.default_duration_s, "description": "seconds"},
+        "resolution": {"type": "string", "pattern": _anchored(RESOLUTION.pattern), "default": cfg.default_resolution,
+                       "description": resolution_rule(cfg)},
+        "fps": {"type": "integer", "minimum": 1, "maximum": cfg.max_fps, "default": cfg.default_fps},
+        "num_steps": {"type": "integer", "minimum": 1, "maximum": cfg.max_num_steps,
+                      "default": cfg.default_num_steps},
+        "seed": {"type": "integer", "minimum": 0, "maximum": MAX_SEED,
+                 "description": "default: derived from the job id"},
+        "priority": {"type": "integer", "minimum": PRIORITY_RANGE[0], "maximum": PRIORITY_RANGE[1], "default": 0,
+                     "description": "higher runs first"},
+        "callback_url": {
+            "type": "string", "pattern": r"^https?://\S{1,2000}$",
+            "description": "webhook on terminal states; refused (422) where the webhook sender would refuse it: "
+                           "a URL without a host, port 0 or 22, and (unless the deployment allows private "
+                           "addresses, as the local stack's tests do) an IP literal or `localhost` name that "
+                           "is loopback, private, link-local, unique-local, multicast, reserved or otherwise "
+                           "not global. Host names are resolved and checked again at delivery."},
+        "run_at": {"type": "integer", "minimum": 0, "maximum": MAX_RUN_AT_MS,
+                   "description": "epoch milliseconds; exclusive with delay_seconds (both given: 422, field "
+                                  "delay_seconds)"},
+        "delay_seconds": {"type": "integer", "minimum": 0, "maximum": cfg.max_delay_s,
+                          "description": "exclusive with run_at"},
+    }
+
+
+ONE_START = {"not": {"required": ["run_at", "delay_seconds"]}}
+
+
+def _submit(cfg: GatewayConfig) -> dict[str, Any]:
+    return {"type": "object", "required": ["prompt"], "additionalProperties": False, **ONE_START, "properties": {
+        **_video_fields(cfg),
+        "parents": {"type": "array", "maxItems": cfg.max_parents, "uniqueItems": True,
+                    "items": {"type": "string", "pattern": _anchored(VIDEO_ID.pattern)},
+                    "description": "DAG parents: ids of the tenant's videos (422 unknown_parent otherwise)"},
+        "dag_policy": {"type": "string", "enum": list(DAG_POLICIES), "default": DAG_POLICIES[0]},
+    }}
+
+
+def _dag(cfg: GatewayConfig) -> dict[str, Any]:
+    node = {"type": "object", "required": ["key", "prompt"], "additionalProperties": False, **ONE_START,
+            "properties": {
+                "key": {"type": "string", "pattern": _anchored(NODE_KEY.pattern)},
+                **_video_fields(cfg),
+                "parents": {"type": "array", "maxItems": cfg.max_parents, "uniqueItems": True,
+                            "items": {"type": "string", "pattern": _anchored(NODE_KEY.pattern)},
+                            "description": "keys of other nodes, or ids of the tenant's videos"}}}
+    return {"type": "object", "required": ["nodes"], "additionalProperties": False, "properties": {
+        "nodes": {"type": "array", "minItems": 1, "maxItems": MAX_NODES, "items": node},
+        "dag_policy": {"type": "string", "enum": list(DAG_POLICIES), "default": DAG_POLICIES[0]}}}
+
+
 ACCEPTED = {"type": "object", "required": ["job_id", "status", "queue_position", "estimated_wait_seconds"],
             "properties": {"job_id": {"type": "string"}, "status": {"type": "string"},
                            "idempotency_key": {"type": "string"}, "replayed": {"type": "boolean"},
                            "queue_position": {"type": ["integer", "null"]},
                            "estimated_wait_seconds": {"type": ["integer", "null"]},
                            "estimate_unavailable_reason": {"type": "string"}}}
-DAG = {"type": "object", "required": ["nodes"], "additionalProperties": False, "properties": {
-    "nodes": {"type": "array", "minItems": 1, "maxItems": 100, "items": {
-        "type": "object", "required": ["key", "prompt"], "additionalProperties": False,
-        "properties": {"key": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"},
-                       **{k: v for k, v in SUBMIT["properties"].items() if k not in ("dag_policy", "parents")},
-                       "parents": {"type": "array", "items": {"type": "string"},
-                                   "description": "keys of other nodes, or ids of the tenant's videos"}}}},
-    "dag_policy": {"type": "string", "enum": ["fail_fast", "continue"]}}}
 DAG_ACCEPTED = {"type": "object", "required": ["videos", "order"], "properties": {
     "idempotency_key": {"type": "string"}, "dag_policy": {"type": "string"},
     "order": {"type": "array", "items": {"type": "string"}},
@@ -91,9 +158,14 @@ VIDEO_SCHEMA = {
                                                     "size_bytes": {"type": "integer"}}},
     },
 }
-IDEMPOTENCY = {"name": "Idempotency-Key", "in": "header", "required": False, "schema": {"type": "string"},
-               "description": "Same key + same body → same job. Absent: the gateway makes one and returns it "
+IDEMPOTENCY = {"name": "Idempotency-Key", "in": "header", "required": False,
+               "schema": {"type": "string", "minLength": 1, "maxLength": 200,
+                          "pattern": f"^(?!{RESERVED_KEY_PREFIX}){KEY.pattern}$"},
+               "description": "1-200 printable ASCII characters, not starting with 'schedule:' (else 400). "
+                              "Same key + same body → same job. Absent: the gateway makes one and returns it "
                               "in the Idempotency-Key header and the body; reuse it to retry safely."}
+PRIORITY = {"type": "object", "required": ["priority"], "additionalProperties": False, "properties": {
+    "priority": {"type": "integer", "minimum": PRIORITY_RANGE[0], "maximum": PRIORITY_RANGE[1]}}}
 
 
 WORKER_ID = {"name": "id", "in": "path", "required": True, "description": "the worker's id",
@@ -158,9 +230,21 @@ def _worker_paths() -> dict[str, Any]:
     return paths
 
 
-def document() -> dict[str, Any]:
+def _media_type_rule(paths: dict[str, Any]) -> None:
+    """415 on every operation guards.json_bodies judges: public, and a method whose body counts."""
+    for path, ops in paths.items():
+        if path.startswith("/internal/"):
+            continue
+        for method, op in ops.items():
+            if method.upper() in guards.BODY_METHODS:
+                op["responses"] |= _errors(415)
+
+
+def document(cfg: GatewayConfig | None = None) -> dict[str, Any]:
+    cfg = cfg or GatewayConfig()
     ok202 = {"202": ("command acknowledged by Kafka", COMMAND)}
     cmd_errors = (401, 404, 409, 503)
+    submit_errors = (400, 401, 409, 413, 422, 429, 503)
     paths = {
         "/healthz": {"get": _op("liveness", {"200": ("ok", {"type": "object"})}, (), path_id=False, public=True)},
         "/metrics": {"get": _op("Prometheus metrics", {"200": ("text exposition format", {})}, (), path_id=False,
@@ -169,24 +253,27 @@ def document() -> dict[str, Any]:
                                      path_id=False, public=True)},
         "/v1/videos": {
             "post": _op("submit a video job; answered once the SubmitJob is durable in Kafka",
-                        {"202": ("accepted", ACCEPTED)}, (400, 401, 409, 413, 422, 429, 503), path_id=False,
-                        body=SUBMIT, params=[IDEMPOTENCY]),
+                        {"202": ("accepted", ACCEPTED)}, submit_errors, path_id=False,
+                        body=_submit(cfg), params=[IDEMPOTENCY]),
             "get": _op("the tenant's videos, newest first", {"200": ("a page", {"type": "object", "properties": {
                 "videos": {"type": "array", "items": {"type": "object"}},
                 "next_page_token": {"type": ["string", "null"]}}})}, (401, 422, 503), path_id=False,
-                params=[{"name": "status", "in": "query", "schema": {"type": "string"}},
-                        {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1}},
-                        {"name": "page_token", "in": "query", "schema": {"type": "string"}}]),
+                params=[{"name": "status", "in": "query", "schema": {"type": "string", "enum": sorted(STATUSES)}},
+                        {"name": "limit", "in": "query", "schema": {
+                            "type": "integer", "minimum": 1, "maximum": cfg.max_page_size,
+                            "default": cfg.default_page_size}},
+                        {"name": "page_token", "in": "query", "schema": {"type": "string"},
+                         "description": "next_page_token of the previous page of the same listing (same "
+                                        "status filter); from before a gateway restart: 422"}]),
         },
         "/v1/dags": {"post": _op(
             "submit videos with dependencies among them; each node is accepted like POST /v1/videos, in "
             "topological order, under the Idempotency-Key '<key>/<node key>'",
-            {"202": ("accepted", DAG_ACCEPTED)}, (400, 401, 409, 413, 422, 429, 503), path_id=False, body=DAG,
+            {"202": ("accepted", DAG_ACCEPTED)}, submit_errors, path_id=False, body=_dag(cfg),
             params=[IDEMPOTENCY])},
         "/v1/videos/{id}": {
             "get": _op("status, progress, attempt and result", {"200": ("the video", VIDEO)}, (401, 404, 503)),
-            "patch": _op("change the priority", ok202, (400, 401, 404, 409, 422, 503),
-                         body={"type": "object", "properties": {"priority": {"type": "integer"}}}),
+            "patch": _op("change the priority", ok202, (400, 401, 404, 409, 413, 422, 503), body=PRIORITY),
             "delete": _op("cancel", ok202, cmd_errors),
         },
         "/v1/videos/{id}/events": {"get": _op("history (events and rejected commands)", {"200": ("history", {
@@ -202,21 +289,29 @@ def document() -> dict[str, Any]:
         "/v1/videos/{id}/retry": {"post": _op("requeue a failed or dead-lettered video", ok202, cmd_errors)},
         **_worker_paths(),
     }
+    _media_type_rule(paths)
     return {
         "openapi": "3.1.0",
-        "info": {"title": "spotreel public API", "version": "1"},
+        "info": {"title": "spotreel public API", "version": "1", "description": RULES},
         "security": [{"apiKey": []}],
         "paths": paths,
         "components": {
             "securitySchemes": {"apiKey": {"type": "http", "scheme": "bearer"},
                                 "workerKey": {"type": "http", "scheme": "bearer",
                                               "description": "worker key (kind 'worker'); only for /internal"}},
+            "responses": {
+                "UriTooLong": _json(ERROR, f"request target over {guards.MAX_TARGET_BYTES} bytes"),
+                "HeaderTooLarge": _json(ERROR, f"a header line over {guards.MAX_HEADER_BYTES} bytes "
+                                               "(error.field names it)"),
+            },
             "schemas": {
                 "Video": VIDEO_SCHEMA,
                 "Error": {"type": "object", "required": ["error"], "properties": {"error": {
                     "type": "object", "required": ["code", "message"],
                     "properties": {"code": {"type": "string"}, "message": {"type": "string"},
-                                   "field": {"type": "string"}}}}},
+                                   "field": {"type": "string"},
+                                   "allowed": {"type": "array", "items": {"type": "string"},
+                                               "description": "405: the methods the path serves"}}}}},
             },
         },
     }

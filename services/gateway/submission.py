@@ -16,28 +16,68 @@ from spotreel.domain.commands import SubmitJob
 from spotreel.domain.decide import submission_problem
 from spotreel.services.gateway.config import GatewayConfig
 from spotreel.services.gateway.errors import ApiError, invalid
+from spotreel.webhook_targets import url_refusal
 
 KNOWN = frozenset({"prompt", "model", "gpu_type", "duration", "resolution", "fps", "seed", "priority",
                    "callback_url", "run_at", "delay_seconds", "parents", "dag_policy", "num_steps"})
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
-_RESOLUTION = re.compile(r"^([1-9][0-9]{1,3})x([1-9][0-9]{1,3})$")
-_JOB_ID = re.compile(r"^j[0-9a-f]{32}$")
-_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
+# Matched whole (fullmatch): `$` alone would let a trailing newline through. openapi.py anchors these.
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
+RESOLUTION = re.compile(r"([1-9][0-9]{1,3})x([1-9][0-9]{1,3})")
+JOB_ID = re.compile(r"j[0-9a-f]{32}")
+KEY = re.compile(r"[!-~]{1,200}")  # printable ASCII
+_JOB_ID = re.compile(rf"^{JOB_ID.pattern}$")  # the worker API (internal.py) still matches with this one
+CALLBACK = re.compile(r"https?://\S{1,2000}")
+RESERVED_KEY_PREFIX = "schedule:"
 MAX_SEED = 2**63 - 1
+MAX_RUN_AT_MS = 2**53
 PRIORITY_RANGE = (0, 9)
-MAX_STEPS = 500
+DAG_POLICIES = ("fail_fast", "continue")
 
 
 def check_idempotency_key(key: str) -> str:
-    if not _KEY.match(key):
+    if not KEY.fullmatch(key):
         raise ApiError(400, "invalid_header", "Idempotency-Key must be 1-200 printable ASCII characters",
                        field="Idempotency-Key")
-    if key.startswith("schedule:"):
+    if key.startswith(RESERVED_KEY_PREFIX):
         # The namespace of cron occurrences (ids.occurrence_idempotency_key): a client key there could
         # name a scheduled job's id and be judged against that job's request instead of its own.
-        raise ApiError(400, "invalid_header", "Idempotency-Key must not start with 'schedule:'",
+        raise ApiError(400, "invalid_header", f"Idempotency-Key must not start with {RESERVED_KEY_PREFIX!r}",
                        field="Idempotency-Key")
     return key
+
+
+def resolution_rule(cfg: GatewayConfig) -> str:
+    return (f"WIDTHxHEIGHT, each a multiple of {cfg.resolution_multiple} from {cfg.min_side} to {cfg.max_side}, "
+            f"at most {cfg.max_pixels} pixels")
+
+
+def _resolution(body: dict[str, Any], cfg: GatewayConfig) -> str | None:
+    """Refused here, not by a worker after the job waited in the queue: diffusers' VAEs work in blocks of
+    8 pixels, and the pixel cap bounds what one job may ask of a GPU."""
+    v = _str(body, "resolution")
+    if v is None:
+        return None
+    m = RESOLUTION.fullmatch(v)
+    sides = (int(m[1]), int(m[2])) if m else ()
+    if not m or sides[0] * sides[1] > cfg.max_pixels or not all(
+            cfg.min_side <= n <= cfg.max_side and n % cfg.resolution_multiple == 0 for n in sides):
+        raise invalid("resolution", f"resolution must be {resolution_rule(cfg)} (e.g. 512x512); got {v!r}")
+    return v
+
+
+def _callback(body: dict[str, Any], allow_private: bool) -> str | None:
+    """The webhook sender's own rule (spotreel.webhook_targets): a URL it would refuse is refused at
+    submit, where the client sees why, instead of a webhook silently never sent."""
+    v = _str(body, "callback_url")
+    if v is None:
+        return None
+    if not CALLBACK.fullmatch(v):
+        raise invalid("callback_url", "callback_url must be an http(s) URL of at most 2000 characters after "
+                                      "the scheme, without whitespace")
+    why = url_refusal(v, allow_private)
+    if why is not None:
+        raise invalid("callback_url", f"callback_url can never be delivered: {why}")
+    return v
 
 
 def _int(body: dict[str, Any], name: str, lo: int, hi: int) -> int | None:
@@ -57,12 +97,13 @@ def _str(body: dict[str, Any], name: str, pattern: re.Pattern[str] | None = None
         return None
     if not isinstance(v, str):
         raise invalid(name, f"{name} must be a string")
-    if pattern is not None and not pattern.match(v):
+    if pattern is not None and not pattern.fullmatch(v):
         raise invalid(name, f"{name} {what}")
     return v
 
 
-def normalize(body: Any, cfg: GatewayConfig) -> dict[str, Any]:
+def normalize(body: Any, cfg: GatewayConfig, *, allow_private_callbacks: bool = False) -> dict[str, Any]:
+    """`allow_private_callbacks`: the deployment's webhook_allow_private, the setting the sender obeys."""
     if not isinstance(body, dict):
         raise ApiError(400, "invalid_json", "the body must be a JSON object")
     unknown = sorted(set(body) - KNOWN)
@@ -75,41 +116,45 @@ def normalize(body: Any, cfg: GatewayConfig) -> dict[str, Any]:
         raise invalid("prompt", f"prompt is {len(prompt)} characters; the limit is {cfg.max_prompt_chars}")
     if "\x00" in prompt:
         raise invalid("prompt", "prompt must not contain NUL")
-    duration = body.get("duration", cfg.default_duration_s)
+    # null means "the default" for every optional field, as for those read through _int and _str.
+    duration = body.get("duration")
+    if duration is None:
+        duration = cfg.default_duration_s
     # Compared as given: math.isfinite would overflow on a huge JSON integer.
     if isinstance(duration, bool) or not isinstance(duration, (int, float)) \
             or not (isinstance(duration, int) or math.isfinite(duration)) or not 0 < duration <= cfg.max_duration_s:
         raise invalid("duration", f"duration must be a number of seconds in (0, {cfg.max_duration_s}]")
-    resolution = _str(body, "resolution", _RESOLUTION, "must look like 512x512 (WIDTHxHEIGHT, 10-9999)")
-    callback = _str(body, "callback_url")
-    if callback is not None and not re.match(r"^https?://[^\s]{1,2000}$", callback):
-        raise invalid("callback_url", "callback_url must be an http(s) URL")
+    resolution = _resolution(body, cfg)
+    callback = _callback(body, allow_private_callbacks)
     if body.get("run_at") is not None and body.get("delay_seconds") is not None:
         raise invalid("delay_seconds", "give run_at or delay_seconds, not both")
-    parents = body.get("parents", [])
+    parents = body.get("parents")
+    if parents is None:
+        parents = []
     if not isinstance(parents, list) or len(parents) > cfg.max_parents:
         raise invalid("parents", f"parents must be a list of at most {cfg.max_parents} video ids")
     for p in parents:
-        if not isinstance(p, str) or not _JOB_ID.match(p):
+        if not isinstance(p, str) or not JOB_ID.fullmatch(p):
             raise invalid("parents", f"parents: {p!r} is not a video id")
     if len(set(parents)) != len(parents):
         raise invalid("parents", "parents must be distinct")
     dag_policy = _str(body, "dag_policy") or "fail_fast"
-    if dag_policy not in ("fail_fast", "continue"):
-        raise invalid("dag_policy", "dag_policy must be fail_fast or continue")
+    if dag_policy not in DAG_POLICIES:
+        raise invalid("dag_policy", f"dag_policy must be one of {list(DAG_POLICIES)}")
     return {
         "prompt": prompt,
-        "model": _str(body, "model", _NAME, "must be a model name ([A-Za-z0-9._:-], up to 64)") or cfg.default_model,
-        "gpu_type": _str(body, "gpu_type", _NAME, "must be a GPU type name") or cfg.default_gpu_type,
+        "model": _str(body, "model", NAME, "must be a model name ([A-Za-z0-9._:-], up to 64)") or cfg.default_model,
+        "gpu_type": _str(body, "gpu_type", NAME, "must be a GPU type name ([A-Za-z0-9._:-], up to 64)")
+        or cfg.default_gpu_type,
         "duration": float(duration),
         "resolution": resolution or cfg.default_resolution,
         "fps": _int(body, "fps", 1, cfg.max_fps) or cfg.default_fps,
-        "num_steps": _int(body, "num_steps", 1, MAX_STEPS) or cfg.default_num_steps,
+        "num_steps": _int(body, "num_steps", 1, cfg.max_num_steps) or cfg.default_num_steps,
         "seed": _int(body, "seed", 0, MAX_SEED),
         "priority": _int(body, "priority", *PRIORITY_RANGE) or 0,
         "callback_url": callback,
         # run_at is epoch milliseconds, like every time in the domain.
-        "run_at": _int(body, "run_at", 0, 2**53),
+        "run_at": _int(body, "run_at", 0, MAX_RUN_AT_MS),
         "delay_seconds": _int(body, "delay_seconds", 0, cfg.max_delay_s),
         "parents": parents,
         "dag_policy": dag_policy,

@@ -18,7 +18,6 @@ Order of work, and why:
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from typing import Any
 
@@ -29,17 +28,10 @@ from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import Gateway, gateway
 from spotreel.services.gateway.deps import Claim, Tenant
 from spotreel.services.gateway.errors import ApiError
+from spotreel.services.gateway.jsonbody import read_object
 from spotreel.services.gateway.lookup import find, status_of
 from spotreel.services.gateway.submission import build_submit, check_idempotency_key, normalize
 from spotreel.services.gateway.views import ACCEPTED
-
-
-async def _body(request: web.Request):
-    raw = await request.read()  # client_max_size turns an oversized body into 413 here
-    try:
-        return json.loads(raw or b"null")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
 
 
 async def submit_video(request: web.Request) -> web.Response:
@@ -48,7 +40,8 @@ async def submit_video(request: web.Request) -> web.Response:
     # No key: the request is still accepted once, under a fresh key the answer returns, so the client can
     # retry it safely from then on. Without a key a retried POST would create a second job.
     key = check_idempotency_key(given) if given is not None else "gen-" + uuid.uuid4().hex
-    body = normalize(await _body(request), gw.cfg)
+    body = normalize(await read_object(request), gw.cfg,
+                     allow_private_callbacks=bool(gw.settings.webhook_allow_private))
     answer = await accept(gw, request[TENANT], key, body)
     headers = {"Location": f"/v1/videos/{answer['job_id']}", "Idempotency-Key": key}
     return web.json_response(answer, status=202, headers=headers)

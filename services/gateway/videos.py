@@ -3,19 +3,24 @@ one the OpenAPI test compares with openapi.py."""
 
 from __future__ import annotations
 
+import re
+
 from aiohttp import web
 
 from spotreel.domain import commands as cmd
 from spotreel.services.gateway import dags, stream
 from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import gateway
-from spotreel.services.gateway.errors import ApiError, invalid
+from spotreel.services.gateway.errors import invalid
+from spotreel.services.gateway.jsonbody import read_object
 from spotreel.services.gateway.lookup import conflict, find, job_id_of, status_of
+from spotreel.services.gateway.submission import PRIORITY_RANGE
 from spotreel.services.gateway.submit import submit_video
 from spotreel.services.gateway.views import (ACCEPTED, TERMINAL, attempt_json, claim_json, event_json, job_json,
                                              list_item_json)
 from spotreel.services.projector.queries import JobView
 
+_DIGITS = re.compile(r"[0-9]{1,9}")
 STATUSES = frozenset({ACCEPTED, "scheduled", "waiting", "queued", "leased", "running", "paused", *TERMINAL})
 
 
@@ -30,12 +35,11 @@ async def list_videos(request: web.Request) -> web.Response:
     status = q.get("status")
     if status is not None and status not in STATUSES:
         raise invalid("status", f"status must be one of {sorted(STATUSES)}")
-    try:
-        limit = int(q.get("limit", gw.cfg.default_page_size))
-    except ValueError:
-        raise invalid("limit", "limit must be an integer") from None
-    if not 1 <= limit <= gw.cfg.max_page_size:
-        raise invalid("limit", f"limit must be between 1 and {gw.cfg.max_page_size}")
+    given = q.get("limit", str(gw.cfg.default_page_size))
+    # Digits only: int() would also take " 5", "1_0" or other scripts' digits.
+    if not _DIGITS.fullmatch(given) or not 1 <= int(given) <= gw.cfg.max_page_size:
+        raise invalid("limit", f"limit must be an integer between 1 and {gw.cfg.max_page_size}")
+    limit = int(given)
     tenant = request[TENANT].tenant_id
     try:
         state = gw.page_tokens.state(tenant, status, q.get("page_token"))
@@ -100,16 +104,14 @@ async def retry_video(request: web.Request) -> web.Response:
 
 
 async def patch_video(request: web.Request) -> web.Response:
-    try:
-        body = await request.json()
-    except ValueError:
-        raise ApiError(400, "invalid_json", "the body is not valid JSON") from None
-    if not isinstance(body, dict) or set(body) - {"priority"}:
-        raise invalid(next(iter(set(body) - {"priority"}), "priority") if isinstance(body, dict) else "priority",
-                      "only priority can be changed")
+    body = await read_object(request)
+    other = sorted(set(body) - {"priority"})
+    if other:
+        raise invalid(other[0], "only priority can be changed")
     priority = body.get("priority")
-    if isinstance(priority, bool) or not isinstance(priority, int) or not 0 <= priority <= 9:
-        raise invalid("priority", "priority must be an integer between 0 and 9")
+    lo, hi = PRIORITY_RANGE
+    if isinstance(priority, bool) or not isinstance(priority, int) or not lo <= priority <= hi:
+        raise invalid("priority", f"priority must be an integer between {lo} and {hi}")
     return await _command(request, "reprioritize", lambda c, j: cmd.Reprioritize(c, j, priority=priority))
 
 

@@ -9,56 +9,15 @@ opened to, so a DNS answer that changes between check and connect (rebinding) is
 
 from __future__ import annotations
 
-import ipaddress
 import socket
-from urllib.parse import urlsplit
 
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+# The rule itself is shared with the gateway, which refuses at submit what would be refused here.
+from spotreel.webhook_targets import RefusedAddress, host_of, literal_address, why_refused
 
-
-class RefusedAddress(Exception):
-    """The callback resolves to an address webhooks must not reach."""
-
-
-def _unwrap(ip: IPAddress) -> IPAddress:
-    """The IPv4 address hiding inside an IPv4-mapped, 6to4 or Teredo IPv6 address, if any."""
-    if isinstance(ip, ipaddress.IPv6Address):
-        if ip.ipv4_mapped is not None:
-            return ip.ipv4_mapped
-        if ip.sixtofour is not None:
-            return ip.sixtofour
-        if ip.teredo is not None:
-            return ip.teredo[1]
-    return ip
-
-
-def why_refused(address: str) -> str | None:
-    """None when `address` is a public unicast address; otherwise what it is."""
-    try:
-        ip = _unwrap(ipaddress.ip_address(address.split("%", 1)[0]))
-    except ValueError:
-        return f"{address!r} is not an IP address"
-    for label, hit in (("loopback", ip.is_loopback), ("link-local", ip.is_link_local),
-                       ("multicast", ip.is_multicast), ("unspecified", ip.is_unspecified),
-                       ("private", ip.is_private), ("reserved", ip.is_reserved)):
-        if hit:
-            return f"{ip} is a {label} address"
-    if isinstance(ip, ipaddress.IPv6Address) and ip in ipaddress.ip_network("fc00::/7"):
-        return f"{ip} is a unique-local address"
-    if not ip.is_global:  # e.g. 100.64.0.0/10 (carrier-grade NAT), documentation ranges
-        return f"{ip} is not a globally routable address"
-    return None
-
-
-def host_of(url: str) -> tuple[str, int]:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise RefusedAddress(f"{url!r} is not an http(s) URL with a host")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return parts.hostname, port
+__all__ = ["GuardedResolver", "RefusedAddress", "check_addresses", "check_url", "host_of", "why_refused"]
 
 
 def check_addresses(host: str, addresses: list[str], allow_private: bool) -> None:
@@ -93,12 +52,10 @@ async def check_url(url: str, allow_private: bool, resolver: AbstractResolver | 
     """Before sending: resolve the URL's host and check every address (literal IPs included, which
     aiohttp's connector would not pass through any resolver)."""
     host, port = host_of(url)
-    try:
-        ipaddress.ip_address(host.strip("[]"))
-        check_addresses(host, [host.strip("[]")], allow_private)
+    literal = literal_address(host)
+    if literal is not None:
+        check_addresses(host, [literal], allow_private)
         return
-    except ValueError:
-        pass
     resolver = resolver or DefaultResolver()
     try:
         results = await resolver.resolve(host, port, socket.AF_UNSPEC)

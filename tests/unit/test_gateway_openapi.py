@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
+
+from hypothesis import given
+from hypothesis import strategies as st
+
 from spotreel.services.gateway.app import create_app
-from spotreel.services.gateway.openapi import document
+from spotreel.services.gateway.config import GatewayConfig
+from spotreel.services.gateway.errors import ApiError
+from spotreel.services.gateway.openapi import IDEMPOTENCY, document
+from spotreel.services.gateway.submission import check_idempotency_key, normalize
+from spotreel.services.gateway.videos import STATUSES
 from spotreel.settings import Settings
 from tests.unit.gateway_fakes import fake_deps
 
@@ -32,3 +42,64 @@ def test_document_shape():
             assert op["responses"], (method, path)
             if "{id}" in path:
                 assert any(p["name"] == "id" for p in op["parameters"]), (method, path)
+
+
+def _schema(doc, path, method):
+    return doc["paths"][path][method]["requestBody"]["content"]["application/json"]["schema"]
+
+
+def test_every_rule_the_gateway_enforces_is_documented():
+    cfg = replace(GatewayConfig(), max_page_size=77, max_fps=30)
+    doc = document(cfg)
+    listing = {p["name"]: p["schema"] for p in doc["paths"]["/v1/videos"]["get"]["parameters"]}
+    assert listing["status"]["enum"] == sorted(STATUSES)
+    assert (listing["limit"]["minimum"], listing["limit"]["maximum"]) == (1, 77)
+    patch = _schema(doc, "/v1/videos/{id}", "patch")
+    assert patch["required"] == ["priority"] and patch["additionalProperties"] is False
+    assert (patch["properties"]["priority"]["minimum"], patch["properties"]["priority"]["maximum"]) == (0, 9)
+    submit = _schema(doc, "/v1/videos", "post")
+    assert submit["not"] == {"required": ["run_at", "delay_seconds"]}
+    assert "exclusive with delay_seconds" in submit["properties"]["run_at"]["description"]
+    assert submit["properties"]["fps"]["maximum"] == 30
+    resolution = submit["properties"]["resolution"]
+    assert "multiple of 8 from 16 to 1920" in resolution["description"]
+    assert "port 0 or 22" in submit["properties"]["callback_url"]["description"]
+    node = _schema(doc, "/v1/dags", "post")["properties"]["nodes"]["items"]
+    assert node["not"] == submit["not"] and node["properties"]["resolution"] == resolution
+    for path in ("/v1/videos", "/v1/dags"):
+        [key] = [p for p in doc["paths"][path]["post"]["parameters"] if p["name"] == "Idempotency-Key"]
+        assert key["schema"]["maxLength"] == 200 and key["schema"]["pattern"] == IDEMPOTENCY["schema"]["pattern"]
+    assert "405" in doc["info"]["description"] and "Allow" in doc["info"]["description"]
+
+
+def test_media_type_and_size_answers_are_documented_where_they_can_happen():
+    doc = document()
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            assert {"414", "431"} <= set(op["responses"]), (method, path)
+            public_body = method in ("post", "patch", "delete") and not path.startswith("/internal/")
+            assert ("415" in op["responses"]) == public_body, (method, path)
+    assert set(doc["components"]["responses"]) == {"UriTooLong", "HeaderTooLarge"}
+
+
+@given(key=st.one_of(st.text(st.characters(max_codepoint=0x7f, blacklist_characters="\n\r"), max_size=210),
+                     st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7e), min_size=195, max_size=205),
+                     st.just("schedule:s1:1700000000000"), st.just("schedule")))
+def test_the_documented_idempotency_key_pattern_is_the_gateways_rule(key):
+    documented = re.compile(IDEMPOTENCY["schema"]["pattern"])
+    try:
+        check_idempotency_key(key)
+        accepted = True
+    except ApiError:
+        accepted = False
+    assert bool(documented.search(key)) == accepted
+
+
+@given(w=st.integers(1, 9999), h=st.integers(1, 9999))
+def test_every_accepted_resolution_matches_the_documented_pattern(w, h):
+    pattern = re.compile(_schema(document(), "/v1/videos", "post")["properties"]["resolution"]["pattern"])
+    try:
+        normalize({"prompt": "x", "resolution": f"{w}x{h}"}, GatewayConfig())
+    except ApiError:
+        return
+    assert pattern.search(f"{w}x{h}")
