@@ -34,13 +34,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     a("--price", type=float, default=2.50, help="USD per GPU-hour for the cost estimate")
     a("--partitions", type=int, default=6, help="partitions of the private topics")
     a("--seed", type=int, default=1)
+    a("--stall-scheduler", default="", metavar="AT:SECONDS",
+      help="freeze the private scheduler (SIGSTOP) for SECONDS, AT seconds after the start: the control plane "
+           "falls behind while the fleet keeps renewing")
     a("--out", type=Path, default=None, help="write the figures as JSON here")
     a("--keep", action="store_true", help="keep the private topics and keyspace (for inspection)")
     p.set_defaults(func=_simulate)
 
 
 def _simulate(args: argparse.Namespace, settings: Settings) -> int:
-    from spotreel.services.capacity.sim_config import (SimConfig, parse_policy, parse_ramp, parse_shares)
+    from spotreel.services.capacity.sim_config import (SimConfig, parse_policy, parse_ramp, parse_shares,
+                                                       parse_stall)
     from spotreel.services.capacity.sim_run import simulate
 
     try:
@@ -51,7 +55,8 @@ def _simulate(args: argparse.Namespace, settings: Settings) -> int:
             tiers=parse_shares(args.tiers, "--tiers", key=int), steps=args.steps, step_s=args.step_seconds,
             checkpoint_cost_s=args.checkpoint_seconds, policy=policy, fixed_interval_s=fixed, mtbf_s=args.mtbf,
             notice_share=args.notice_share, cold_start_s=args.cold_start, heartbeat_s=args.heartbeat_seconds,
-            progress_s=args.progress_seconds, price_per_gpu_hour=args.price, seed=args.seed)
+            progress_s=args.progress_seconds, price_per_gpu_hour=args.price, seed=args.seed,
+            **parse_stall(args.stall_scheduler))
         if args.partitions < 1:
             raise ValueError("--partitions must be at least 1")
     except ValueError as exc:

@@ -57,6 +57,17 @@ def parse_policy(text: str) -> tuple[str, float | None]:
     raise ValueError(f"--checkpoint-policy: use none, adaptive or fixed:SECONDS, got {text!r}")
 
 
+def parse_stall(text: str) -> dict[str, float]:
+    """'' -> no stall; 'AT:SECONDS' -> the stall_at_s / stall_s fields of SimConfig."""
+    if not text:
+        return {}
+    at, _, secs = text.partition(":")
+    try:
+        return {"stall_at_s": float(at), "stall_s": float(secs)}
+    except ValueError:
+        raise ValueError(f"--stall-scheduler: use AT:SECONDS (e.g. 20:35), got {text!r}") from None
+
+
 @dataclass(frozen=True)
 class SimConfig:
     workers: tuple[int, ...] = (250,)       # fleet size per stage (a ramp when several)
@@ -79,6 +90,10 @@ class SimConfig:
     lease_wait_s: float = 20.0
     price_per_gpu_hour: float = 2.50
     seed: int = 1
+    # The control plane falling behind on purpose: the scheduler is frozen (SIGSTOP) `stall_s` seconds from
+    # `stall_at_s` after the start, while the fleet keeps renewing. 0: no stall.
+    stall_at_s: float = 0.0
+    stall_s: float = 0.0
 
     def __post_init__(self) -> None:
         checks = [
@@ -94,6 +109,7 @@ class SimConfig:
             (self.heartbeat_s > 0 and self.progress_s > 0, "heartbeat and progress periods must be positive"),
             (0 < self.lease_wait_s <= 60, "--lease-wait must be within (0, 60]"),
             (self.price_per_gpu_hour >= 0, "--price must not be negative"),
+            (self.stall_s >= 0 and self.stall_at_s >= 0, "--stall-scheduler: AT:SECONDS, both >= 0"),
             (all(0 <= t <= 9 for t, _ in self.tiers), "--tiers: priorities are 0..9"),
         ]
         for ok, message in checks:

@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import random
+import signal
 import time
 import uuid
 from pathlib import Path
@@ -47,6 +48,7 @@ async def _run(cfg: SimConfig, stack: PrivateStack, say: Callable[[str], None]) 
         window = CpuWindow(stack.pids())
         t_start = time.monotonic()
         submitter = asyncio.create_task(submit_loop(sh, t_start + cfg.run_s))
+        staller = asyncio.create_task(_stall(stack, cfg, t_start, say)) if cfg.stall_s > 0 else None
         stages = []
         for i, size in enumerate(cfg.workers):
             fleet.resize(size)
@@ -73,7 +75,28 @@ async def _run(cfg: SimConfig, stack: PrivateStack, say: Callable[[str], None]) 
                 break
             await asyncio.sleep(1.0)
         await fleet.stop()
+        if staller is not None:
+            await staller
         return {"sh": sh, "stages": stages, "elapsed_s": time.monotonic() - t_start, "workers_made": fleet.made}
+
+
+async def _stall(stack: PrivateStack, cfg: SimConfig, t_start: float, say: Callable[[str], None]) -> None:
+    """Freeze the private scheduler for a while: the fleet keeps renewing, the commands pile up unread."""
+    await asyncio.sleep(max(0.0, t_start + cfg.stall_at_s - time.monotonic()))
+    pid = stack.pids()["scheduler"]
+    os.kill(pid, signal.SIGSTOP)
+    say(f"scheduler (pid {pid}) frozen for {cfg.stall_s:.0f} s")
+    try:
+        await asyncio.sleep(cfg.stall_s)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    say("scheduler running again")
+
+
+def expired_under_live_workers(attempts: list, events: list[Any]) -> int:
+    """LeaseExpired events whose holder did not vanish: live workers that lost their lease (should be 0)."""
+    vanished = {(a.job_id, a.epoch) for a in attempts if a.outcome == "vanished"}
+    return sum(1 for e in events if type(e).__name__ == "LeaseExpired" and (e.job_id, e.epoch) not in vanished)
 
 
 def simulate(cfg: SimConfig, base: Settings, out: Path | None, *, partitions: int = 6, keep: bool = False,
@@ -100,6 +123,8 @@ def simulate(cfg: SimConfig, base: Settings, out: Path | None, *, partitions: in
         "checkpoint_interval_s": sh.interval_s(), "elapsed_s": round(result["elapsed_s"], 1),
         "workers_made": result["workers_made"], "submissions_refused": dict(sh.refused),
         **judged,
+        "lease_expired_under_live_workers": expired_under_live_workers(sh.attempts, events),
+        "vanished": sum(1 for a in sh.attempts if a.outcome == "vanished"),
         **gpu_accounting(sh.attempts, sh.lives, cfg.step_s, cfg.price_per_gpu_hour, judged["completed"]),
         "stages": result["stages"], "saturates_at_workers": first_sat,
         "events_read": len(events), "cpu_cores_of_machine": os.cpu_count(),
@@ -118,7 +143,8 @@ def render(r: dict[str, Any]) -> str:
         f"accepted {r['accepted']}  completed {r['completed']}  lost {r['lost']} {r['lost_by_last_event'] or ''}  "
         f"duplicated {r['duplicated']}  failed {r['failed']}  dead-lettered {r['dead_lettered']}  "
         f"refused {r['submissions_refused'] or 0}",
-        f"leases {r['leases']}  expired {r['lease_expired']}  released {r['lease_released']}  "
+        f"leases {r['leases']}  expired {r['lease_expired']} (under live workers "
+        f"{r['lease_expired_under_live_workers']}, vanished {r['vanished']})  released {r['lease_released']}  "
         f"attempts {r['attempts_by_outcome']}  checkpoint interval {r['checkpoint_interval_s']}",
         f"dispatch latency (ready -> leased) p50 {d['p50_ms']} ms  p99 {d['p99_ms']} ms  (n={d['n']})",
     ]

@@ -1,0 +1,35 @@
+"""The worker lease plane when the control plane falls behind, CI-sized: 300 simulated workers renewing through
+the real gateway for a minute, against private real services, while the scheduler is frozen for longer than
+a lease TTL. No machine vanishes in this run, so not a single lease may expire: overload is latency, never a
+lost lease (DESIGN invariant 8), and every accepted job completes exactly once.
+
+The peak itself (4,000 workers) is a benchmark: bench/README.md."""
+
+from __future__ import annotations
+
+import pytest
+
+from spotreel.services.capacity.sim_config import SimConfig
+from spotreel.services.capacity.sim_run import simulate
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
+
+STALL_S = 35.0  # the lease TTL is 30 s
+
+
+def test_a_frozen_scheduler_costs_no_live_worker_its_lease(stack, settings, tmp_path):
+    cfg = SimConfig(workers=(300,), stage_s=60.0, drain_s=90.0, submit_rate=6.0, steps=10, step_s=1.0,
+                    checkpoint_cost_s=0.1, policy="fixed", fixed_interval_s=4.0, mtbf_s=0.0, cold_start_s=1.0,
+                    heartbeat_s=10.0, progress_s=5.0, lease_wait_s=10.0, stall_at_s=15.0, stall_s=STALL_S, seed=11)
+    lines: list[str] = []
+    report = simulate(cfg, settings, tmp_path / "sim.json", partitions=3, say=lines.append)
+    print("\n".join(lines))
+    assert any("frozen" in line for line in lines), lines
+    assert report["accepted"] >= 200
+    assert report["lost"] == 0 and report["duplicated"] == 0, report
+    assert report["completed"] == report["accepted"], report
+    assert report["vanished"] == 0
+    # The point of the test: the scheduler was behind by more than a TTL, and no lease expired.
+    assert report["lease_expired"] == 0, report["lease_expired"]
+    assert report["lease_expired_under_live_workers"] == 0
+    assert report["stages"][0]["workers"] == 300
