@@ -5,12 +5,15 @@ must not depend on step length: this thread reports the run's latest progress ev
 heartbeats whenever `heartbeat_s` passed without a report, whatever the run is doing. A progress report
 renews the lease exactly as a heartbeat does (ProgressReported carries the new expiry), so with reports
 every 5 s and heartbeats every 10 s a running job sends reports only: a third fewer requests per worker. It also carries the control plane's answers back:
-the lease was lost (stop writing), a cancel was requested, or a drain (pause) was requested.
+the lease was lost (stop writing), a cancel was requested, or a drain (pause) was requested; and, when the
+control plane is behind, how long to stay quiet (`renew_in_s`): both kinds of report wait, so a slow control
+plane gets less traffic instead of more.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from dataclasses import dataclass
@@ -42,6 +45,8 @@ class Pulse:
         self.drain = threading.Event()
         self.lost_reason = ""
         self.last_contact = time.monotonic()
+        # The control plane asked for no renewal before this (monotonic): it is behind (Verdict.renew_in_s).
+        self.quiet_until = 0.0
         self._thread = threading.Thread(target=self._run, name=f"pulse-{lease.job_id[:10]}", daemon=True)
 
     def start(self) -> "Pulse":
@@ -65,6 +70,8 @@ class Pulse:
     def heed(self, verdict: Verdict) -> None:
         """Take a verdict's instructions (also for verdicts of commands the run sent itself)."""
         self.last_contact = time.monotonic()
+        if verdict.renew_in_s:
+            self.quiet_until = max(self.quiet_until, self.last_contact + float(verdict.renew_in_s))
         if verdict.cancel:
             self.cancel.set()
         if verdict.drain:
@@ -82,6 +89,9 @@ class Pulse:
             if self._stop.is_set():
                 return
             now = time.monotonic()
+            if now < self.quiet_until:  # asked to space renewals out: both kinds wait
+                next_beat, next_report = max(next_beat, self.quiet_until), max(next_report, self.quiet_until)
+                continue
             try:
                 if now >= next_report:
                     next_report = now + self.progress_s
@@ -95,7 +105,8 @@ class Pulse:
                 log.warning("job %s epoch %d: %s", self.lease.job_id, self.lease.epoch, exc)
                 self.mark_lost(exc.reason)
             except TransportError as exc:
+                # Retry soon, but not in lockstep with every other worker that saw the same outage.
                 log.warning("job %s: control plane unreachable (%s); retrying", self.lease.job_id, exc)
-                next_beat = min(next_beat, now + 1.0)
+                next_beat = min(next_beat, now + 1.0 + random.random())
             except Exception:  # never let the lease die because of a bug in one answer
                 log.exception("pulse of job %s", self.lease.job_id)

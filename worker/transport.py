@@ -92,6 +92,8 @@ class Verdict:
     cancel: bool = False
     drain: bool = False
     lease_expires_at_ms: int | None = None
+    # The control plane is behind: send the next renewal (heartbeat or progress) no sooner than this.
+    renew_in_s: float | None = None
 
 
 class Transport(Protocol):

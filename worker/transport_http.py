@@ -59,7 +59,8 @@ class HttpTransport:
         if status in (200, 202):
             return Verdict(accepted=status == 200, pending=status == 202, event=payload.get("event"),
                            cancel=bool(payload.get("cancel")), drain=bool(payload.get("drain")),
-                           lease_expires_at_ms=payload.get("lease_expires_at_ms"))
+                           lease_expires_at_ms=payload.get("lease_expires_at_ms"),
+                           renew_in_s=payload.get("renew_in_seconds"))
         err = payload.get("error", {}) if isinstance(payload, dict) else {}
         if status == 409:
             return judge(err.get("reason") or err.get("code"), err.get("message", ""), err.get("current_epoch"))

@@ -25,6 +25,7 @@ from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
+from spotreel.domain.leases import renew_in_s
 from spotreel.infra.topics import events_topic, pool_stats_topic
 from spotreel.settings import Settings
 from spotreel.worker.transport import Lease, TransportError, Verdict, WorkerProfile, judge
@@ -301,6 +302,7 @@ class KafkaTransport:
         waiter = _Waiter()
         with self._lock:
             self._verdicts[command.command_id] = waiter
+        sent_at = time.monotonic()
         try:
             self._send(command)
             waiter.done.wait(self.verdict_seconds)
@@ -310,12 +312,14 @@ class KafkaTransport:
         with self._lock:
             flags = dict(self._jobs.get(lease.job_id.encode(), (0, {}))[1])
         verdict = waiter.value
+        # The same pacing rule the gateway applies to HTTP workers, from this worker's own verdict wait.
+        pace = renew_in_s(None if verdict is None else time.monotonic() - sent_at, lease.lease_ttl_ms)
         if verdict is None:
-            return Verdict(accepted=False, pending=True, **flags)
+            return Verdict(accepted=False, pending=True, renew_in_s=pace, **flags)
         if isinstance(verdict, ev.CommandRejected):
             return judge(verdict.reason, verdict.detail, verdict.current_epoch)
         return Verdict(accepted=True, event=type(verdict).__name__,
-                       lease_expires_at_ms=getattr(verdict, "lease_expires_at_ms", None), **flags)
+                       lease_expires_at_ms=getattr(verdict, "lease_expires_at_ms", None), renew_in_s=pace, **flags)
 
     def _fence(self, lease: Lease) -> tuple[str, int, str]:
         return lease.job_id, lease.epoch, self.profile.worker_id

@@ -285,6 +285,11 @@ class SimWorker:
                 return
             if status == 200 and body and body.get("cancel"):
                 job.cancel = True
+            if status in (200, 202) and body and body.get("renew_in_seconds"):
+                # As the real worker (worker/pulse.py): the control plane is behind, both kinds wait.
+                sh.meter.statuses["paced"] += 1
+                quiet = time.monotonic() + float(body["renew_in_seconds"])
+                next_hb, next_pr = max(next_hb, quiet), max(next_pr, quiet)
 
 
 class Fleet:

@@ -31,6 +31,7 @@ from aiohttp import web
 from spotreel.adapters.partitioning import partition_for
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
+from spotreel.domain.leases import renew_in_s
 from spotreel.infra.seed import api_key_hash
 from spotreel.services.gateway.config import GatewayConfig
 from spotreel.services.gateway.context import Gateway, gateway
@@ -319,6 +320,7 @@ async def _fenced(request: web.Request, spec: dict[str, tuple],
     bus = _bus(gw)
     await bus.ensure_started()
     fut = bus.expect_verdict(command_id, job_id)
+    sent_at = time.monotonic()
     try:
         await gw.deps.commands.send(command)
         gw.metrics.commands.labels(type(command).__name__).inc()
@@ -343,6 +345,11 @@ async def _fenced(request: web.Request, spec: dict[str, tuple],
         status = 200
     if answers:
         answer |= await _instructions(gw, job_id, verdict)
+        # Behind: tell the holder to space its renewals out instead of adding to the backlog.
+        pace = renew_in_s(None if verdict is None else time.monotonic() - sent_at, gw.cfg.lease_ttl_ms,
+                          slow_s=gw.cfg.slow_verdict_seconds)
+        if pace is not None:
+            answer["renew_in_seconds"] = pace
     return web.json_response(answer, status=status)
 
 

@@ -54,6 +54,18 @@ def judged_at(command: object, now_ms: int, appended_ms: int | None) -> int:
     return min(now_ms, appended_ms)
 
 
+def renew_in_s(verdict_wait_s: float | None, lease_ttl_ms: int, *, slow_s: float = 1.0) -> float | None:
+    """How long a lease holder should wait before its next renewal (heartbeat or progress), given how long the
+    control plane took to judge its last one (None: no verdict in time). None: keep the usual cadence.
+
+    A slow verdict means the control plane is behind; more traffic would only make it slower (a metastable
+    spiral). Since a renewal counts from when it entered the log, a holder can space its renewals out to half
+    a TTL without risk: one renewal may then take another half TTL to be sent and still land in time."""
+    if verdict_wait_s is not None and verdict_wait_s < slow_s:
+        return None
+    return lease_ttl_ms / 2000.0
+
+
 def _fence(state: JobState, epoch: int) -> str | None:
     if epoch > state.epoch:
         return Reason.UNKNOWN_EPOCH
