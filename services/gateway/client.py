@@ -1,6 +1,6 @@
-"""A small synchronous client of the public API for the `spotreel submit/status/watch/get/cancel/jobs`
-commands: standard library only, so it works wherever the package is installed. Every failure becomes a
-`ClientError` with one line a person can act on."""
+"""A small synchronous client of the public API for the `spotreel` client commands (client_cli.py):
+standard library only, so it works wherever the package is installed. Every failure becomes a
+`ClientError` with one line a person can act on, and the HTTP status and API error code for scripts."""
 
 from __future__ import annotations
 
@@ -14,9 +14,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
+from spotreel.services.gateway import sse
+
 
 class ClientError(Exception):
-    """One line: the gateway is unreachable, or it answered with an error."""
+    """One line: the gateway is unreachable, or it answered with an error. `status` and `code` are the
+    HTTP status and the API's error code when the gateway answered (None when it could not be reached)."""
+
+    def __init__(self, message: str, status: int | None = None, code: str | None = None,
+                 detail: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.detail = detail or {}
+
+    def as_json(self) -> dict[str, Any]:
+        return {"error": {"http_status": self.status, "code": self.code or "unreachable", "message": str(self),
+                          **{k: v for k, v in self.detail.items() if k not in ("code", "message")}}}
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -42,7 +56,7 @@ class Client:
         except urllib.error.HTTPError as exc:
             if not follow and exc.code in (301, 302, 303, 307):
                 return exc
-            raise ClientError(_error_line(exc)) from None
+            raise _api_error(exc) from None
         except urllib.error.URLError as exc:
             reason = exc.reason.strerror if isinstance(exc.reason, OSError) and exc.reason.strerror else exc.reason
             raise ClientError(f"cannot reach the gateway at {self.url} ({reason}); is the stack up? "
@@ -52,6 +66,9 @@ class Client:
                 from None
         except ConnectionError as exc:
             raise ClientError(f"the connection to the gateway at {self.url} failed ({exc})") from None
+
+    def _path(self, job_id: str, tail: str = "") -> str:
+        return f"/v1/videos/{urllib.parse.quote(job_id, safe='')}{tail}"
 
     def _json(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None) -> Any:
         with self._request(method, path, body, headers) as resp:
@@ -63,18 +80,41 @@ class Client:
                           {"Idempotency-Key": idempotency_key} if idempotency_key else None)
 
     def get(self, job_id: str) -> dict[str, Any]:
-        return self._json("GET", f"/v1/videos/{urllib.parse.quote(job_id)}")
+        return self._json("GET", self._path(job_id))
 
     def cancel(self, job_id: str) -> dict[str, Any]:
-        return self._json("DELETE", f"/v1/videos/{urllib.parse.quote(job_id)}")
+        return self._json("DELETE", self._path(job_id))
 
-    def jobs(self, status: str | None = None, limit: int = 50) -> dict[str, Any]:
-        query = urllib.parse.urlencode({k: v for k, v in (("status", status), ("limit", limit)) if v})
+    def pause(self, job_id: str) -> dict[str, Any]:
+        return self._json("POST", self._path(job_id, "/pause"))
+
+    def resume(self, job_id: str) -> dict[str, Any]:
+        return self._json("POST", self._path(job_id, "/resume"))
+
+    def retry(self, job_id: str) -> dict[str, Any]:
+        return self._json("POST", self._path(job_id, "/retry"))
+
+    def set_priority(self, job_id: str, priority: int) -> dict[str, Any]:
+        return self._json("PATCH", self._path(job_id), {"priority": priority})
+
+    def jobs(self, status: str | None = None, limit: int = 50, page_token: str | None = None) -> dict[str, Any]:
+        query = urllib.parse.urlencode({k: v for k, v in (("status", status), ("limit", limit),
+                                                          ("page_token", page_token)) if v})
         return self._json("GET", f"/v1/videos?{query}")
 
+    def history(self, job_id: str) -> dict[str, Any]:
+        """`{"job_id", "events"}`: accepted events and rejected commands, oldest first."""
+        return self._json("GET", self._path(job_id, "/events"))
+
     def events(self, job_id: str) -> list[dict[str, Any]]:
-        """The job's history, oldest first: accepted events and rejected commands."""
-        return self._json("GET", f"/v1/videos/{urllib.parse.quote(job_id)}/events").get("events", [])
+        return self.history(job_id).get("events", [])
+
+    def attempts(self, job_id: str) -> dict[str, Any]:
+        """`{"job_id", "attempts"}`: one entry per lease."""
+        return self._json("GET", self._path(job_id, "/attempts"))
+
+    def submit_dag(self, body: dict[str, Any], idempotency_key: str | None = None) -> dict[str, Any]:
+        return self._json("POST", "/v1/dags", body, {"Idempotency-Key": idempotency_key} if idempotency_key else None)
 
     def download(self, job_id: str, out: Path) -> tuple[int, str]:
         """Writes the finished video to `out` (from the object store the gateway redirects to);
@@ -92,7 +132,7 @@ class Client:
         return size, digest.hexdigest()
 
     def content_url(self, job_id: str) -> str:
-        resp = self._request("GET", f"/v1/videos/{urllib.parse.quote(job_id)}/content", follow=False)
+        resp = self._request("GET", self._path(job_id, "/content"), follow=False)
         with resp:
             location = resp.headers.get("Location")
         if not location:
@@ -100,31 +140,32 @@ class Client:
         return urllib.parse.urljoin(self.url, location)
 
     def stream(self, job_id: str, timeout: float = 120.0) -> Iterator[tuple[str, Any]]:
-        """(event, data) pairs of the SSE stream until it ends. `timeout` bounds the silence between lines
-        (the gateway sends a keep-alive comment every 15 s)."""
-        resp = self._request("GET", f"/v1/videos/{urllib.parse.quote(job_id)}/stream",
-                             headers={"Accept": "text/event-stream"}, timeout=timeout)
-        event, data = "message", []
+        """(event, data) pairs of one connection to the SSE stream until it ends. `timeout` bounds the
+        silence between lines (the gateway sends a keep-alive comment every 15 s)."""
+        for m in self.messages(job_id, timeout=timeout):
+            yield m.event, m.data
+
+    def messages(self, job_id: str, last_event_id: str | None = None,
+                 timeout: float = 120.0) -> Iterator[sse.Message]:
+        """One connection to the SSE stream, with ids; `last_event_id` resumes after that event
+        (sse.py). A drop shows as OSError or ValueError from the iteration; client_watch.py reconnects."""
+        headers = {"Accept": "text/event-stream"} | ({"Last-Event-ID": last_event_id} if last_event_id else {})
+        resp = self._request("GET", self._path(job_id, "/stream"), headers=headers, timeout=timeout)
         with resp:
-            for raw in resp:
-                line = raw.decode(errors="replace").rstrip("\r\n")
-                if not line:
-                    if data:
-                        yield event, json.loads("\n".join(data))
-                    event, data = "message", []
-                elif line.startswith(":"):
-                    continue
-                elif line.startswith("event:"):
-                    event = line[6:].strip()
-                elif line.startswith("data:"):
-                    data.append(line[5:].strip())
+            yield from sse.parse(resp)
 
 
-def _error_line(exc: urllib.error.HTTPError) -> str:
+def _api_error(exc: urllib.error.HTTPError) -> ClientError:
     try:
         err = json.loads(exc.read() or b"{}").get("error", {})
-    except ValueError:
+    except (ValueError, AttributeError):
         err = {}
+    if not isinstance(err, dict):
+        err = {}
+    return ClientError(_error_line(exc, err), exc.code, err.get("code") or "http_error", err)
+
+
+def _error_line(exc: urllib.error.HTTPError, err: dict[str, Any]) -> str:
     code, message = err.get("code", exc.reason), err.get("message", "")
     field = f" (field {err['field']})" if err.get("field") else ""
     retry = exc.headers.get("Retry-After")

@@ -158,6 +158,10 @@ VIDEO_SCHEMA = {
                                                     "size_bytes": {"type": "integer"}}},
     },
 }
+LAST_EVENT_ID = {"name": "Last-Event-ID", "in": "header", "required": False, "schema": {"type": "string"},
+                 "description": "the id of the last event received: a reconnecting client gets only states of "
+                                "a later version (nothing twice, nothing missed); anything but a decimal "
+                                "version counts as absent"}
 IDEMPOTENCY = {"name": "Idempotency-Key", "in": "header", "required": False,
                "schema": {"type": "string", "minLength": 1, "maxLength": 200,
                           "pattern": f"^(?!{RESERVED_KEY_PREFIX}){KEY.pattern}$"},
@@ -280,8 +284,9 @@ def document(cfg: GatewayConfig | None = None) -> dict[str, Any]:
             "type": "object"})}, (401, 404, 503))},
         "/v1/videos/{id}/attempts": {"get": _op("one entry per lease", {"200": ("attempts", {"type": "object"})},
                                                 (401, 404, 503))},
-        "/v1/videos/{id}/stream": {"get": _op("Server-Sent Events of status/progress until a terminal state",
-                                              {"200": ("text/event-stream", {})}, (401, 404))},
+        "/v1/videos/{id}/stream": {"get": _op(
+            "Server-Sent Events of status/progress until a terminal state; each event's id is the job's event "
+            "version", {"200": ("text/event-stream", {})}, (401, 404), params=[LAST_EVENT_ID])},
         "/v1/videos/{id}/content": {"get": _op("the MP4", {"302": ("redirect to a presigned URL", {})},
                                                (401, 404, 409, 503))},
         "/v1/videos/{id}/pause": {"post": _op("pause", ok202, cmd_errors)},

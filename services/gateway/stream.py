@@ -1,17 +1,21 @@
 """GET /v1/videos/{id}/stream (Server-Sent Events) and GET /v1/videos/{id}/content (302 to S3).
 
 The stream polls the read model rather than tailing Kafka: the read model is what GET shows, so the two
-can never disagree, and a gateway needs no consumer per open stream.
+can never disagree, and a gateway needs no consumer per open stream. Each `status` event is the job's
+state at one event version and carries that version as its SSE id; a client that reconnects with
+`Last-Event-ID` gets only states past it (sse.py), so a dropped connection loses nothing and repeats
+nothing. States the projector wrote between two polls arrive as the newest of them (the job's history,
+every event, is GET …/events).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 
 from aiohttp import web
 
+from spotreel.services.gateway import sse
 from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import gateway
 from spotreel.services.gateway.errors import ApiError
@@ -32,21 +36,23 @@ async def stream_video(request: web.Request) -> web.StreamResponse:
     gw = gateway(request)
     tenant, job_id = request[TENANT].tenant_id, job_id_of(request)
     found = await find(gw.deps, tenant, job_id)  # 404 before the stream starts, as a normal JSON error
+    seen = sse.resume_from(request.headers.get("Last-Event-ID"))
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await response.prepare(request)
-    last, last_sent = None, time.monotonic()
+    last_sent = time.monotonic()
     deadline = time.monotonic() + gw.cfg.stream_max_seconds
     while True:
         snap = _snapshot(found)
-        key = json.dumps(snap, sort_keys=True)
-        if key != last:
-            await response.write(f"event: status\ndata: {key}\n\n".encode())
-            last, last_sent = key, time.monotonic()
+        if sse.is_new(snap["version"], seen):
+            await response.write(sse.frame("status", snap, snap["version"]))
+            seen, last_sent = snap["version"], time.monotonic()
         elif time.monotonic() - last_sent > HEARTBEAT_SECONDS:
-            await response.write(b": keep-alive\n\n")  # proxies drop silent connections
+            await response.write(sse.KEEP_ALIVE)  # proxies drop silent connections
             last_sent = time.monotonic()
         if status_of(found) in TERMINAL or time.monotonic() > deadline:
-            await response.write(b"event: end\ndata: {}\n\n")
+            # The id is what the client has now seen: a client that reconnects after a deadline's end
+            # resumes from there (it can tell a deadline from the end of the job by the last status).
+            await response.write(sse.frame("end", {}, seen))
             break
         await asyncio.sleep(gw.cfg.stream_poll_seconds)
         found = await find(gw.deps, tenant, job_id)

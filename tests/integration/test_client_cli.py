@@ -1,15 +1,19 @@
-"""`spotreel submit/status/watch/get/cancel/jobs` as real processes against a real gateway (in-process
-aiohttp on 127.0.0.1, real Kafka + Cassandra + S3, per-test prefix and keyspace). The job's life is driven
-by the domain and projected into Cassandra here (what scheduler and projector would write), so `watch`
-sees a deterministic sequence, resuming state included."""
+"""The client commands (`spotreel submit/status/watch/get/cancel/pause/resume/retry/priority/jobs/events/
+attempts/dag submit`) as real processes against a real gateway (in-process aiohttp on 127.0.0.1, real
+Kafka + Cassandra + S3, per-test prefix and keyspace), and the SSE stream's resumption over real HTTP.
+The job's life is driven by the domain and projected into Cassandra here (what scheduler and projector
+would write), so `watch` sees a deterministic sequence, resuming state included; a lifecycle command
+the CLI sent is read back from the commands topic and decided, so each test also checks what was sent."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import sys
 from dataclasses import replace
 
+import aiohttp
 import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestServer
@@ -19,6 +23,7 @@ from spotreel.domain import commands as c
 from spotreel.domain import ids
 from spotreel.infra.migrate import migrate
 from spotreel.infra.topics import ensure_topics
+from spotreel.services.gateway import sse
 from spotreel.services.gateway.app import create_app
 from spotreel.services.gateway.client_cli import progress_line
 from spotreel.services.gateway.config import GatewayConfig
@@ -42,15 +47,25 @@ def cli_settings(settings, unique, cql):
 
 
 @pytest_asyncio.fixture(loop_scope="function")
-async def server(cli_settings, cql):
+async def make_server(cli_settings, cql):
     key = create_tenant(cql, "alpha")
+    servers = []
     with real_deps(cli_settings, session=cql) as deps:
-        srv = TestServer(create_app(cli_settings, deps, GatewayConfig(stream_poll_seconds=0.1)), host="127.0.0.1")
-        await srv.start_server()
+        async def make(cfg: GatewayConfig) -> tuple[str, str]:
+            srv = TestServer(create_app(cli_settings, deps, cfg), host="127.0.0.1")
+            await srv.start_server()
+            servers.append(srv)
+            return str(srv.make_url("")).rstrip("/"), key
         try:
-            yield str(srv.make_url("")).rstrip("/"), key
+            yield make
         finally:
-            await srv.close()
+            for srv in servers:
+                await srv.close()
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def server(make_server):
+    return await make_server(GatewayConfig(stream_poll_seconds=0.1))
 
 
 async def spotreel(url: str, key: str, *args: str) -> tuple[int, str, str]:
@@ -148,3 +163,218 @@ def test_progress_line_shows_resuming():
                                                             "current_percent": 45.0}})
     assert line.startswith("[" + "#" * 18 + "." * 12 + "]  60.0%  running")
     assert "resuming from checkpoint at 40%, now at 45%" in line
+
+
+def new_commands(cli_settings, job_id: str, seen: list) -> list:
+    """The commands for the job produced since the last call (the 202 means Kafka has them)."""
+    produced = commands_for(cli_settings, job_id)
+    fresh = produced[len(seen):]
+    seen.extend(fresh)
+    return fresh
+
+
+async def test_lifecycle_history_and_attempts_commands(server, cli_settings, cql):
+    url, key = server
+    code, out, err = await spotreel(url, key, "submit", "a heron at dawn", "--num-steps", "8", "--priority", "2",
+                                    "--idempotency-key", "cli-life", "--json")
+    assert code == 0, err
+    answer = json.loads(out)
+    job_id = answer["job_id"]
+    assert job_id == ids.job_id_for("alpha", "cli-life") and answer["status"] == "accepted"
+    sent: list = []
+    [submit] = new_commands(cli_settings, job_id, sent)
+    assert submit.priority == 2
+    life = Life(cql, submit)
+
+    async def step(*args: str) -> dict:
+        """Run a lifecycle command with --json, decide what it produced, return its answer."""
+        code, out, err = await spotreel(url, key, *args, job_id, "--json")
+        assert code == 0, err
+        [command] = new_commands(cli_settings, job_id, sent)
+        life.apply(lambda: life.d.send(command))
+        return json.loads(out) | {"sent": type(command).__name__}
+
+    paused = await step("pause")
+    assert paused["requested"] == "pause" and paused["status"] == "queued" and paused["sent"] == "PauseJob"
+    assert (await status_json(url, key, job_id))["status"] == "paused"
+    code, out, _ = await spotreel(url, key, "resume", job_id)  # the text form, decided like the others
+    [resume] = new_commands(cli_settings, job_id, sent)
+    life.apply(lambda: life.d.send(resume))
+    assert code == 0 and out.startswith(f"{job_id}: resume requested (was paused)")
+    code, out, err = await spotreel(url, key, "priority", job_id, "7", "--json")
+    assert code == 0, err
+    [repri] = new_commands(cli_settings, job_id, sent)
+    assert type(repri).__name__ == "Reprioritize" and repri.priority == 7
+    life.apply(lambda: life.d.send(repri))
+    view = await status_json(url, key, job_id)
+    assert view["status"] == "queued" and view["priority"] == 7
+
+    life.apply(lambda: life.d.grant("w-cli", pool=ids.pool_key(submit.model, submit.gpu_type)))
+    life.apply(lambda: life.d.progress(50.0, step=4))
+    life.apply(lambda: life.d.fail(retryable=False))
+    assert (await status_json(url, key, job_id))["status"] == "failed"
+    retried = await step("retry")
+    assert retried["requested"] == "retry" and retried["status"] == "failed" and retried["sent"] == "RequeueJob"
+    assert (await status_json(url, key, job_id))["status"] == "queued"
+
+    code, out, err = await spotreel(url, key, "events", job_id, "--json")
+    assert code == 0, err
+    types = [e["type"] for e in json.loads(out)["events"]]
+    assert types[:2] == ["JobSubmitted", "JobQueued"] and "JobPaused" in types and "JobResumed" in types
+    assert types[-2:] == ["JobFailed", "JobRequeued"]
+    code, out, _ = await spotreel(url, key, "events", job_id)
+    assert code == 0 and len(out.splitlines()) == len(types) and out.startswith("v1 ")
+    code, out, err = await spotreel(url, key, "attempts", job_id, "--json")
+    assert code == 0, err
+    [attempt] = json.loads(out)["attempts"]
+    assert attempt["worker_id"] == "w-cli" and attempt["status"] == "failed" and attempt["last_step"] == 4
+    code, out, _ = await spotreel(url, key, "attempts", job_id)
+    assert code == 0 and out.startswith("epoch 1") and "worker w-cli" in out and "steps 0→4" in out
+
+    cancelled = await step("cancel")
+    assert cancelled["sent"] == "CancelJob" and (await status_json(url, key, job_id))["status"] == "cancelled"
+    code, out, err = await spotreel(url, key, "jobs", "--limit", "1", "--json")
+    assert code == 0 and [v["id"] for v in json.loads(out)["videos"]] == [job_id], err
+
+    # Refusals: exit 1, one line with the HTTP status and the API's code, the error document with --json.
+    code, out, err = await spotreel(url, key, "retry", job_id, "--json")
+    assert code == 1 and err.strip().startswith("spotreel retry: the gateway answered 409 invalid_state: ")
+    refused = json.loads(out)["error"]
+    assert (refused["http_status"], refused["code"], refused["video_status"]) == (409, "invalid_state", "cancelled")
+    code, _, err = await spotreel(url, key, "priority", job_id, "12")
+    assert code == 1 and "422 invalid_field" in err and "(field priority)" in err
+    assert new_commands(cli_settings, job_id, sent) == []
+    # Usage errors: exit 2, nothing sent.
+    code, _, err = await spotreel(url, key, "priority", job_id, "high")
+    assert code == 2 and "invalid int value" in err
+    code, _, err = await spotreel(url, key, "submit", "x", "--run-at", "tomorrow")
+    assert code == 2 and "neither epoch milliseconds nor an ISO 8601 time" in err
+
+
+async def status_json(url: str, key: str, job_id: str) -> dict:
+    code, out, err = await spotreel(url, key, "status", job_id, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+async def test_dag_submit_from_yaml_and_json(server, cli_settings, tmp_path):
+    url, key = server
+    (tmp_path / "dag.yaml").write_text(
+        "dag_policy: continue\n"
+        "nodes:\n"
+        "  - key: intro\n    prompt: a title card\n    num_steps: 4\n"
+        "  - key: body\n    prompt: a fox in snow\n    parents: [intro]\n")
+    code, out, err = await spotreel(url, key, "dag", "submit", str(tmp_path / "dag.yaml"),
+                                    "--idempotency-key", "cli-dag", "--json")
+    assert code == 0, err
+    answer = json.loads(out)
+    intro, body = (ids.job_id_for("alpha", f"cli-dag/{k}") for k in ("intro", "body"))
+    assert answer["order"] == ["intro", "body"] and answer["dag_policy"] == "continue"
+    assert [v["job_id"] for v in answer["videos"]] == [intro, body]
+    [child] = commands_for(cli_settings, body)
+    assert child.parents == (intro,) and child.dag_policy == "continue"
+
+    (tmp_path / "again.json").write_text(json.dumps({"nodes": [{"key": "intro", "prompt": "a title card",
+                                                                "num_steps": 4}, {"key": "body", "prompt":
+                                                                "a fox in snow", "parents": ["intro"]}],
+                                                     "dag_policy": "continue"}))
+    code, out, err = await spotreel(url, key, "dag", "submit", str(tmp_path / "again.json"),
+                                    "--idempotency-key", "cli-dag")
+    assert code == 0, err
+    assert out.splitlines()[0] == "dag cli-dag  policy continue  2 videos"
+    assert any(ln.split()[:2] == ["intro", intro] and ln.endswith("(replayed)") for ln in out.splitlines()), out
+
+    (tmp_path / "cycle.json").write_text(json.dumps({"nodes": [{"key": "a", "prompt": "p", "parents": ["b"]},
+                                                               {"key": "b", "prompt": "p", "parents": ["a"]}]}))
+    code, _, err = await spotreel(url, key, "dag", "submit", str(tmp_path / "cycle.json"))
+    assert code == 1 and err.startswith("spotreel dag submit: the gateway answered 422 invalid_dag")
+    (tmp_path / "bad.yaml").write_text("nodes: [unclosed\n")
+    code, _, err = await spotreel(url, key, "dag", "submit", str(tmp_path / "bad.yaml"))
+    assert code == 2 and "is not valid YAML" in err and len(err.strip().splitlines()) == 1
+    code, _, err = await spotreel(url, key, "dag", "submit", str(tmp_path / "missing.json"))
+    assert code == 2 and err.startswith("spotreel dag submit: cannot read")
+
+
+async def read_messages(resp, until, timeout: float = 20.0) -> list[sse.Message]:
+    """SSE messages of an open response until `until(message)` is true (that one included)."""
+    got, block = [], []
+    while True:
+        line = await asyncio.wait_for(resp.content.readline(), timeout)
+        assert line, f"the stream ended after {got}"
+        block.append(line)
+        if line.strip():
+            continue
+        got += list(sse.parse(block))
+        block = []
+        if got and until(got[-1]):
+            return got
+
+
+async def test_stream_resumes_from_last_event_id_exactly_once(server, cli_settings, cql):
+    url, key = server
+    headers = {"Authorization": f"Bearer {key}"}
+    async with aiohttp.ClientSession(headers=headers) as http:
+        r = await http.post(f"{url}/v1/videos", json={"prompt": "a lighthouse", "num_steps": 10},
+                            headers={"Idempotency-Key": "cli-sse"})
+        job_id = (await r.json())["job_id"]
+        [submit] = commands_for(cli_settings, job_id)
+        life = Life(cql, submit)
+        d = life.d
+        pool = ids.pool_key(submit.model, submit.gpu_type)
+        stream_url = f"{url}/v1/videos/{job_id}/stream"
+
+        # First connection: the job until it runs, then the client drops the connection.
+        first = await http.get(stream_url)
+        life.apply(lambda: d.grant("w1", pool=pool))
+        life.apply(lambda: d.progress(20.0, step=2))
+        before = await read_messages(first, lambda m: m.data.get("status") == "running")
+        first.close()
+        last_id = before[-1].id
+        assert all(m.id == str(m.data["version"]) for m in before)
+
+        # While nobody listens: more progress, a checkpoint, a pause that the worker confirms.
+        life.apply(lambda: d.progress(40.0, step=4))
+        life.apply(lambda: d.checkpoint(4, 40.0))
+        life.apply(lambda: d.pause())
+        life.apply(lambda: d.release())
+        paused_at = str(d.s.version)
+
+        # Reconnect from the last id: the state now (paused), once, and nothing already seen.
+        second = await http.get(stream_url, headers={"Last-Event-ID": last_id})
+        [now] = await read_messages(second, lambda m: True)
+        assert (now.id, now.data["status"]) == (paused_at, "paused")
+        second.close()
+
+        # Reconnect with the id of the state the client has: silence until something new happens.
+        third = await http.get(stream_url, headers={"Last-Event-ID": paused_at})
+        with pytest.raises(asyncio.TimeoutError):
+            await read_messages(third, lambda m: True, timeout=1.0)
+        life.apply(lambda: d.resume())
+        life.apply(lambda: d.cancel())
+        after = await read_messages(third, lambda m: m.event == "end")
+        third.close()
+
+    seen = [m.id for m in before + [now] + after if m.event == "status"]
+    assert len(seen) == len(set(seen)) and [int(i) for i in seen] == sorted(int(i) for i in seen)
+    assert after[-2].data["status"] == "cancelled" and after[-1].id == str(d.s.version)
+    assert all(int(m.id) > int(paused_at) for m in after)
+
+
+async def test_watch_reconnects_through_stream_ends(make_server, cli_settings, cql):
+    # The gateway ends every stream after a second: `watch` must resume from its last id each time.
+    url, key = await make_server(GatewayConfig(stream_poll_seconds=0.1, stream_max_seconds=1.0))
+    code, out, err = await spotreel(url, key, "submit", "a kite", "--idempotency-key", "cli-watch", "--json")
+    assert code == 0, err
+    job_id = json.loads(out)["job_id"]
+    [submit] = commands_for(cli_settings, job_id)
+    life = Life(cql, submit)
+    watch = asyncio.create_task(spotreel(url, key, "watch", job_id, "--json"))
+    await asyncio.sleep(3.0)
+    life.apply(lambda: life.d.pause())
+    await asyncio.sleep(2.0)
+    life.apply(lambda: life.d.cancel())
+    code, out, err = await asyncio.wait_for(watch, 60)
+    doc = json.loads(out)
+    assert code == 1, err  # cancelled, not succeeded
+    assert doc["status"] == "cancelled" and doc["reconnects"] >= 2
+    assert doc["last_event_id"] == str(life.d.s.version) == str(doc["video"]["version"])

@@ -1,6 +1,7 @@
 """A job's SSE stream read on a thread, so the demo's main loop keeps its deadline and watches its
 worker while the stream is silent. The stream is reopened when the gateway ends it before the job ends
-(its maximum stream time) or a connection drops."""
+(its maximum stream time) or a connection drops, from the last event seen (Last-Event-ID), so no
+update is printed twice."""
 
 from __future__ import annotations
 
@@ -39,15 +40,16 @@ class StatusFeed:
             return None
 
     def _read(self) -> None:
-        failures, status = 0, None
+        failures, status, last_id = 0, None, None
         while not self._closed.is_set():
             try:
-                for event, data in self._client.stream(self._job_id, timeout=60.0):
+                for m in self._client.messages(self._job_id, last_id, timeout=60.0):
                     if self._closed.is_set():
                         return
-                    if event == "status":
-                        status = data.get("status", status)
-                        self._items.put(("status", data))
+                    last_id = m.id if m.id is not None else last_id
+                    if m.event == "status":
+                        status = m.data.get("status", status)
+                        self._items.put(("status", m.data))
                         failures = 0
             except (ClientError, OSError, ValueError) as exc:
                 failures += 1

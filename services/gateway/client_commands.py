@@ -1,0 +1,152 @@
+"""The client commands themselves: each takes the API client and its arguments and returns an `Outcome`,
+the JSON document for `--json` and the text for a person; client_cli.py parses and prints."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from spotreel.services.gateway import client_output as show
+from spotreel.services.gateway.client import Client, ClientError
+from spotreel.services.gateway.client_watch import Watch, follow, watch_json
+
+
+class UsageError(Exception):
+    """The command line or a file it names is wrong: exit 2, nothing was sent."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    doc: Any  # printed with --json: the API's answer, or a document built from it
+    text: str = ""  # printed otherwise; empty when the command printed as it went (watch)
+    code: int = 0
+
+
+# Flags of `submit` → fields of POST /v1/videos (argparse dest → API name).
+SUBMIT_FIELDS = {"model": "model", "gpu_type": "gpu_type", "duration": "duration", "resolution": "resolution",
+                 "fps": "fps", "seed": "seed", "priority": "priority", "num_steps": "num_steps",
+                 "callback_url": "callback_url", "run_at": "run_at", "delay": "delay_seconds",
+                 "parent": "parents", "dag_policy": "dag_policy"}
+
+
+def run_at_ms(value: str) -> int:
+    """--run-at: epoch milliseconds (what the API takes) or an ISO 8601 time; without an offset it is UTC,
+    so the same command means the same instant on every machine."""
+    if value.isdigit():
+        return int(value)
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is neither epoch milliseconds nor an ISO 8601 time "
+                                         "(e.g. 2026-12-01T09:30:00Z)") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return int(when.timestamp() * 1000)
+
+
+def _waited(c: Client, job_id: str, quiet: bool) -> tuple[Watch, int]:
+    watch = Watch(c, job_id)
+    status = follow(watch, None if quiet else sys.stdout)
+    return watch, 0 if status == "succeeded" else 1
+
+
+def submit(c: Client, args: argparse.Namespace) -> Outcome:
+    body = {api: getattr(args, dest) for dest, api in SUBMIT_FIELDS.items() if getattr(args, dest) is not None}
+    answer = c.submit({"prompt": args.prompt, **body}, args.idempotency_key)
+    if not args.wait:
+        return Outcome(answer, show.submitted_text(answer))
+    if not args.json:  # the id first, so a person can act on it while the bar runs
+        print(show.submitted_text(answer), flush=True)
+    watch, code = _waited(c, answer["job_id"], args.json)
+    return Outcome({**answer, "final": watch_json(watch)}, "", code)
+
+
+def status(c: Client, args: argparse.Namespace) -> Outcome:
+    v = c.get(args.id)
+    return Outcome(v, show.status_text(v))
+
+
+def watch(c: Client, args: argparse.Namespace) -> Outcome:
+    w, code = _waited(c, args.id, args.json)
+    return Outcome(watch_json(w), "", code)
+
+
+def get(c: Client, args: argparse.Namespace) -> Outcome:
+    video = c.get(args.id)
+    out = Path(args.output or f"{args.id}.mp4")
+    size, got = c.download(args.id, out)
+    want = (video.get("result") or {}).get("sha256")
+    if want and got != want:
+        out.unlink(missing_ok=True)
+        raise ClientError(f"checksum mismatch: got {got}, the video's is {want}; file removed")
+    doc = {"job_id": args.id, "path": str(out), "size_bytes": size, "sha256": got, "verified": bool(want)}
+    return Outcome(doc, f"{out}: {size} bytes" + (", sha256 verified" if want else ""))
+
+
+def lifecycle(action: str):
+    """cancel, pause, resume, retry: one POST or DELETE each, acknowledged once Kafka has the command."""
+    def run(c: Client, args: argparse.Namespace) -> Outcome:
+        answer = getattr(c, action)(args.id)
+        return Outcome(answer, show.command_text(answer))
+    return run
+
+
+def priority(c: Client, args: argparse.Namespace) -> Outcome:
+    answer = c.set_priority(args.id, args.priority)
+    return Outcome(answer, show.command_text(answer) + f"; new priority {args.priority}")
+
+
+def jobs(c: Client, args: argparse.Namespace) -> Outcome:
+    page = c.jobs(args.status, args.limit, args.page_token)
+    return Outcome(page, show.jobs_text(page))
+
+
+def events(c: Client, args: argparse.Namespace) -> Outcome:
+    doc = c.history(args.id)
+    return Outcome(doc, show.history_text(doc))
+
+
+def attempts(c: Client, args: argparse.Namespace) -> Outcome:
+    doc = c.attempts(args.id)
+    return Outcome(doc, show.attempts_text(doc))
+
+
+def load_dag(path: Path) -> dict[str, Any]:
+    """The body of POST /v1/dags from a JSON or YAML file (YAML needs PyYAML; JSON never does)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read {path}: {exc}") from None
+    if path.suffix.lower() == ".json":
+        try:
+            body = json.loads(text)
+        except ValueError as exc:
+            raise UsageError(f"{path} is not valid JSON: {exc}") from None
+    else:
+        try:
+            import yaml
+        except ImportError:
+            raise UsageError(f"reading {path} as YAML needs PyYAML (pip install pyyaml); "
+                             "or give the DAG as a .json file") from None
+        try:
+            body = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise UsageError(f"{path} is not valid YAML: {' '.join(str(exc).split())}") from None
+    if not isinstance(body, dict):
+        raise UsageError(f"{path} must hold a mapping with 'nodes' (and optionally 'dag_policy'), "
+                         "the body of POST /v1/dags")
+    try:
+        json.dumps(body)
+    except (TypeError, ValueError) as exc:  # YAML dates and the like have no JSON form; quote them
+        raise UsageError(f"{path} holds a value JSON cannot carry ({exc}); quote it") from None
+    return body
+
+
+def dag_submit(c: Client, args: argparse.Namespace) -> Outcome:
+    answer = c.submit_dag(load_dag(Path(args.file)), args.idempotency_key)
+    return Outcome(answer, show.dag_text(answer))
