@@ -67,11 +67,13 @@ class Pulse:
         with self._lock:
             return self._position
 
-    def heed(self, verdict: Verdict) -> None:
-        """Take a verdict's instructions (also for verdicts of commands the run sent itself)."""
+    def heed(self, verdict: Verdict, sent_at: float | None = None) -> None:
+        """Take a verdict's instructions (also for verdicts of commands the run sent itself). A pacing hint
+        counts from when the command was sent (`sent_at`, monotonic), not from when its answer came."""
         self.last_contact = time.monotonic()
         if verdict.renew_in_s:
-            self.quiet_until = max(self.quiet_until, self.last_contact + float(verdict.renew_in_s))
+            start = self.last_contact if sent_at is None else sent_at
+            self.quiet_until = max(self.quiet_until, start + float(verdict.renew_in_s))
         if verdict.cancel:
             self.cancel.set()
         if verdict.drain:
@@ -96,11 +98,11 @@ class Pulse:
                 if now >= next_report:
                     next_report = now + self.progress_s
                     pos = self.position
-                    self.heed(self.transport.progress(self.lease, pos.step, pos.progress_pct, pos.phase))
+                    self.heed(self.transport.progress(self.lease, pos.step, pos.progress_pct, pos.phase), now)
                     next_beat = now + self.heartbeat_s  # the report renewed the lease
                 if now >= next_beat:
                     next_beat = now + self.heartbeat_s
-                    self.heed(self.transport.heartbeat(self.lease))
+                    self.heed(self.transport.heartbeat(self.lease), now)
             except LeaseLost as exc:
                 log.warning("job %s epoch %d: %s", self.lease.job_id, self.lease.epoch, exc)
                 self.mark_lost(exc.reason)

@@ -270,6 +270,7 @@ class SimWorker:
             await asyncio.sleep(max(0.0, min(next_hb, next_pr) - time.monotonic()))
             if self.dead() and not self.self_notice:
                 return
+            sent_at = time.monotonic()
             if time.monotonic() >= next_hb:
                 next_hb += cfg.heartbeat_s
                 status, body = await sh.call("heartbeat", f"/internal/leases/{job.job_id}/heartbeat", job.fence)
@@ -288,7 +289,7 @@ class SimWorker:
             if status in (200, 202) and body and body.get("renew_in_seconds"):
                 # As the real worker (worker/pulse.py): the control plane is behind, both kinds wait.
                 sh.meter.statuses["paced"] += 1
-                quiet = time.monotonic() + float(body["renew_in_seconds"])
+                quiet = sent_at + float(body["renew_in_seconds"])
                 next_hb, next_pr = max(next_hb, quiet), max(next_pr, quiet)
 
 

@@ -59,7 +59,7 @@ class GatewayConfig:
     # A worker's unanswered RequestWork blocks a new one for this long (then another partition is asked).
     lease_request_stale_seconds: float = 30.0
     verdict_seconds: float = 5.0
-    # A renewal verdict slower than this (or none in time) adds `renew_in_seconds` (half a TTL) to the answer:
+    # A renewal verdict slower than this (or none in time) adds `renew_in_seconds` (a third of a TTL) to the answer:
     # the holder spaces out its renewals while the control plane is behind (domain.leases.renew_in_s).
     slow_verdict_seconds: float = 1.0
     # A pass over every partition found nothing: wait this long (less when pool stats show work) before the next.

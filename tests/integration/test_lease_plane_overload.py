@@ -33,5 +33,5 @@ def test_a_frozen_scheduler_costs_no_live_worker_its_lease(stack, settings, tmp_
     assert report["lease_expired"] == 0, report["lease_expired"]
     assert report["lease_expired_under_live_workers"] == 0
     assert report["stages"][0]["workers"] == 300
-    # While it was frozen, the gateway told the holders to space their renewals out (half a TTL).
+    # While it was frozen, the gateway told the holders to space their renewals out.
     assert report["stages"][0]["statuses"].get("paced", 0) > 0, report["stages"][0]["statuses"]

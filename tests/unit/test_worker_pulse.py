@@ -85,6 +85,30 @@ def test_the_pacing_rule_only_slows_down_when_verdicts_are_slow() -> None:
     from spotreel.domain.leases import renew_in_s
 
     assert renew_in_s(0.05, 30_000) is None
-    assert renew_in_s(1.5, 30_000) == 15.0
-    assert renew_in_s(None, 30_000) == 15.0  # no verdict in time at all
-    assert renew_in_s(0.5, 30_000, slow_s=0.2) == 15.0
+    assert renew_in_s(1.5, 30_000) == 10.0
+    assert renew_in_s(None, 30_000) == 10.0  # no verdict in time at all
+    assert renew_in_s(0.5, 30_000, slow_s=0.2) == 10.0
+
+
+class SlowAnswers(BehindTransport):
+    """Each answer takes `rtt` seconds to come back and asks for `quiet_s` of silence."""
+
+    def __init__(self, quiet_s: float, rtt: float) -> None:
+        super().__init__(quiet_s)
+        self.rtt = rtt
+
+    def _note(self, kind: str) -> Verdict:
+        verdict = super()._note(kind)
+        time.sleep(self.rtt)
+        return verdict
+
+
+def test_the_quiet_time_counts_from_the_send_not_from_the_answer() -> None:
+    transport = SlowAnswers(quiet_s=0.4, rtt=0.3)
+    pulse = Pulse(transport, _lease(), heartbeat_s=0.1, progress_s=0.05,  # type: ignore[arg-type]
+                  start=Position(0, 0.0, "denoising")).start()
+    time.sleep(1.5)
+    pulse.stop()
+    gaps = [b - a for a, b in zip(transport.times, transport.times[1:])]
+    # Sent every 0.4 s, not every rtt + 0.4 = 0.7 s.
+    assert gaps and all(0.38 <= g < 0.6 for g in gaps), gaps

@@ -59,11 +59,13 @@ def renew_in_s(verdict_wait_s: float | None, lease_ttl_ms: int, *, slow_s: float
     control plane took to judge its last one (None: no verdict in time). None: keep the usual cadence.
 
     A slow verdict means the control plane is behind; more traffic would only make it slower (a metastable
-    spiral). Since a renewal counts from when it entered the log, a holder can space its renewals out to half
-    a TTL without risk: one renewal may then take another half TTL to be sent and still land in time."""
+    spiral). Since a renewal counts from when it entered the log, a holder can space its renewals out to a
+    third of a TTL, counted from when it sent the last one: two more renewals still fit before the deadline,
+    each of which may take another third to get through. (Counted from the answer, or at half a TTL, a
+    gateway that queues requests for many seconds pushed renewals past the deadline: measured at the peak.)"""
     if verdict_wait_s is not None and verdict_wait_s < slow_s:
         return None
-    return lease_ttl_ms / 2000.0
+    return lease_ttl_ms / 3000.0
 
 
 def _fence(state: JobState, epoch: int) -> str | None:
