@@ -3,6 +3,14 @@
 At-least-once delivery (offsets committed only after the writes succeeded) plus idempotent writes (see
 projection.py) give an exactly-once effect. A record that does not decode goes to the dead-letter topic
 with the reason in its headers and is skipped: one bad record must not stop every read model.
+
+Pipelined one batch deep while there is a backlog: a batch's writes are sent and, while Cassandra applies
+them, the next batch is consumed, decoded and folded; then the first batch's writes are awaited (retried
+until they succeed), only then are its own offsets (not the consumer's position) committed, and the second
+batch's writes are sent. So at most one batch is written and not committed, as before; a crash in between
+redelivers it. The writes are awaited at once wherever waiting matters: when every assigned partition is
+read to its end (no next batch to overlap with: the commit is not held back), before a job's history is
+read back (_restore), before partitions are revoked, and before the loop ends.
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ from spotreel.codec.mapping import mapping_for
 from spotreel.domain import events as ev
 from spotreel.domain.evolve import fold
 from spotreel.domain.state import JobState
-from spotreel.services.projector.projection import Envelope, RowOp, coalesce, full_state_ops, project
+from spotreel.services.projector.projection import Envelope, RowOp, full_state_ops, project_batch
 from spotreel.services.projector.store import Store, pools_touched
 
 log = logging.getLogger("spotreel.projector")
@@ -57,6 +65,7 @@ class Stats:
     batches: int = 0
     replayed_histories: int = 0
     commit_failures: int = 0
+    requests: int = 0
     lag: int | None = None
     started: float = field(default_factory=time.monotonic)
 
@@ -77,6 +86,9 @@ class Projector:
         self._pending_pools: set[str] = set()
         self._pools_at = 0.0
         self._lag_at = 0.0
+        self._pending: _Pending | None = None
+        self._rows: dict[str, Any] = {}
+        self._stop = threading.Event()
         self.consumer = Consumer({
             "bootstrap.servers": config.bootstrap,
             "group.id": config.group_id,
@@ -108,6 +120,9 @@ class Projector:
         self._assigned |= {(p.topic, p.partition) for p in partitions}
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # The batch in flight is committed while its partitions are still ours (or its commit fails and
+        # the next owner projects it again, as after any failed commit).
+        self._settle(self._stop)
         gone = {(p.topic, p.partition) for p in partitions}
         self._assigned -= gone
         self._eof -= gone
@@ -118,28 +133,39 @@ class Projector:
     # -- the loop -----------------------------------------------------------------------------------------
 
     def run(self, stop: threading.Event | None = None) -> Stats:
-        stop = stop or threading.Event()
+        stop = self._stop = stop or threading.Event()
         self.consumer.subscribe([self.config.events_topic], on_assign=self._on_assign, on_revoke=self._on_revoke)
         began = time.monotonic()
         try:
             while not stop.is_set():
-                msgs = self.consumer.consume(self.config.batch_size, self.config.poll_timeout_s)
+                msgs = self._consume()
                 if msgs:
                     self._batch(msgs, stop)
+                if not msgs or self.idle():
+                    self._settle(stop)  # nothing more to read for now: no reason to hold the commit back
                 self._housekeeping(force=False)
                 if self.config.until_idle:
                     if self.idle() and not msgs:
                         break
                     if not self._assigned and time.monotonic() - began > self.config.idle_timeout_s:
                         raise TimeoutError(f"no partition of {self.config.events_topic} assigned")
+            self._settle(stop)
             self._housekeeping(force=True)
         finally:
             self.consumer.close()
             self.producer.flush(10)
         return self.stats
 
+    def _consume(self) -> list[Any]:
+        """What librdkafka has fetched already (up to batch_size), without waiting; only when that is
+        nothing, wait up to poll_timeout_s for a batch. consume(n, timeout) returns early only with n
+        records, so a backlog's last short batch (and any batch short of n) used to idle the whole timeout."""
+        msgs = self.consumer.consume(self.config.batch_size, 0)
+        return msgs or self.consumer.consume(self.config.batch_size, self.config.poll_timeout_s)
+
     def _batch(self, msgs: list[Any], stop: threading.Event) -> None:
         items: list[tuple[Any, Envelope]] = []
+        offsets: dict[tuple[str, int], int] = {}
         for m in msgs:
             err = m.error()
             if err is not None:
@@ -148,25 +174,51 @@ class Projector:
                 else:
                     log.warning("kafka: %s", err.str())
                 continue
+            offsets[(m.topic(), m.partition())] = m.offset() + 1
             self._eof.discard((m.topic(), m.partition()))
             decoded = self._decode(m)
             if decoded is not None:
                 items.append(decoded)
-        ops = self._project(items, stop)
-        self._write(ops, stop)
-        self._pending_pools |= pools_touched(ops)
+        ops = self._project(items, stop)  # meanwhile the previous batch's writes are under way
+        self._settle(stop)
+        self._pending = _Pending(ops, offsets, self._submit(ops))
+
+    def _submit(self, ops: list[RowOp]) -> Any:
+        try:
+            return self.store.submit(ops)
+        except Exception as exc:  # refused at once (no connection): awaited and retried like any failure
+            return _Refused(exc)
+
+    def _settle(self, stop: threading.Event) -> None:
+        """Waits for the writes in flight (retrying them until they succeed), then commits their batch."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        try:
+            rows = pending.writes.wait()
+        except Exception as exc:
+            if stop.is_set():
+                raise
+            log.warning("cassandra write failed (%s: %s); retrying", type(exc).__name__, exc)
+            rows = self._retrying(lambda: self.store.write(pending.ops), "write", stop)
+        self.stats.writes += rows
+        self.stats.requests = getattr(self.store, "requests", 0)
+        self._pending_pools |= pools_touched(pending.ops)
         self.producer.flush(30)
-        self._commit()
+        self._commit(pending.offsets)
         self.stats.batches += 1
 
-    def _commit(self) -> None:
+    def _commit(self, offsets: dict[tuple[str, int], int]) -> None:
         """Commit what this batch projected. A failed commit loses nothing: the rows are written, and the
         records come again (to this projector or the partition's new owner) and are projected again to the
         same rows. So it is logged, never fatal. It used to end the process: found by the whole-system chaos
         test, where a Kafka restart and then a Cassandra restart (the batch's writes waiting, no poll) made
         the group drop the projector, and the commit answered _ASSIGNMENT_LOST."""
+        if not offsets:
+            return
         try:
-            self.consumer.commit(asynchronous=False)
+            self.consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()],
+                                 asynchronous=False)
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError._NO_OFFSET:
                 self.stats.commit_failures += 1
@@ -203,18 +255,20 @@ class Projector:
     # -- folding ------------------------------------------------------------------------------------------
 
     def _project(self, items: list[tuple[Any, Envelope]], stop: threading.Event) -> list[RowOp]:
-        ops: list[RowOp] = []
-        ops += self._restore(items, stop)
-        for event, env in items:
-            state = self._states.get(event.job_id)
-            after, produced = project(state, event, env)
-            ops += produced
-            if not isinstance(event, ev.CommandRejected):
-                self._remember(event.job_id, after)
-                self.stats.events += 1
-            else:
-                self.stats.rejections += 1
-        return coalesce(ops)
+        """The batch's writes, coalesced (projection.project_batch): one write per row at its newest
+        version, the history rows one per event."""
+        restored = self._restore(items, stop)
+        rows = self._rows
+        ops, states = project_batch(items, self._states.get, restored, rows)
+        for job, state in states.items():
+            self._remember(job, state)
+        # The row values of the jobs of this batch, for the next one (a job's rows are only used while
+        # they are its state's, so this cache cannot go stale; it is kept to one batch's jobs).
+        self._rows = {job: rows[job] for job in states if job in rows}
+        rejections = sum(1 for event, _ in items if isinstance(event, ev.CommandRejected))
+        self.stats.rejections += rejections
+        self.stats.events += len(items) - rejections
+        return ops
 
     def _remember(self, job_id: str, state: JobState | None) -> None:
         self._states[job_id] = state
@@ -238,6 +292,7 @@ class Projector:
             wanted[job] = event.version
         if not wanted:
             return []
+        self._settle(stop)  # the history read back must hold every row written so far
         ops: list[RowOp] = []
         # Read like the writes below, retried while Cassandra is away: a projector restarted during a
         # Cassandra restart used to die here (found by the whole-system chaos test).
@@ -256,9 +311,6 @@ class Projector:
         return ops
 
     # -- writes -------------------------------------------------------------------------------------------
-
-    def _write(self, ops: list[RowOp], stop: threading.Event) -> None:
-        self.stats.writes += self._retrying(lambda: self.store.write(ops), "write", stop)
 
     @staticmethod
     def _retrying(call: Callable[[], Any], what: str, stop: threading.Event) -> Any:
@@ -303,6 +355,23 @@ class Projector:
             return total
         except KafkaException:
             return None
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A batch whose writes are in flight: what to retry if they fail, and what to commit once they are in."""
+
+    ops: list[RowOp]
+    offsets: dict[tuple[str, int], int]
+    writes: Any  # store.PendingWrites, or _Refused
+
+
+class _Refused:
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+    def wait(self) -> int:
+        raise self.exc
 
 
 def partition_lag(position: int, high: int) -> int:

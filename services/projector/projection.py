@@ -19,6 +19,11 @@ jobs_by_id is the fold: the projector keeps each job's `JobState` (rebuilt from 
 restart) and writes only the columns an event changed, each at that event's version. The newest write
 of each cell is then the cell's value in the folded state, whatever order the writes land in.
 
+The consumer projects a whole batch at once (`project_batch`): the same writes, coalesced, so that a
+job's many progress reports and renewals in one batch are one write per row at the newest version, and a
+worker's heartbeats one last_seen_at (see `coalesce` and `BatchRows` for why that is safe). Every event
+keeps its events_by_job row: the history API shows them, and a restart folds a job back from them.
+
 CommandRejected takes no version slot, so it goes to rejections_by_job keyed by (version judged
 against, command_id): deterministic, so replays overwrite, and distinct rejections never collide.
 """
@@ -26,8 +31,8 @@ against, command_id): deterministic, so replays overwrite, and distinct rejectio
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import fields
+from typing import Any, Callable, Iterable, NamedTuple
 
 from spotreel.domain import events as ev
 from spotreel.domain.evolve import evolve
@@ -48,9 +53,11 @@ WORKERS = "workers"
 JOB_SCOPED = frozenset({JOBS, TENANT_JOBS, EVENTS, REJECTIONS, ATTEMPTS, POOL_JOBS})
 
 
-@dataclass(frozen=True)
-class RowOp:
-    """One write: set `values` on the row `key` of `table` at `timestamp`, or delete the row."""
+class RowOp(NamedTuple):
+    """One write: set `values` on the row `key` of `table` at `timestamp`, or delete the row.
+
+    A NamedTuple rather than a frozen dataclass: a batch makes several per event, and this is 4x cheaper
+    to build."""
 
     table: str
     key: Key
@@ -63,8 +70,7 @@ class RowOp:
         return self.table, self.key
 
 
-@dataclass(frozen=True)
-class Envelope:
+class Envelope(NamedTuple):
     """What the projector knows about a record besides the decoded event."""
 
     payload: bytes = b""
@@ -74,6 +80,13 @@ class Envelope:
 # ---------------------------------------------------------------------------------------------------------
 # Rows from state
 # ---------------------------------------------------------------------------------------------------------
+
+
+# The JobState fields behind jobs_by_id.params. Only JobSubmitted sets them, so a state evolved from another
+# holds the very same objects and the JSON of its predecessor's row can be reused.
+PARAM_FIELDS = ("duration_s", "resolution", "fps", "seed", "num_steps", "gpu_type", "callback_url", "parents",
+                "dag_policy", "keep_checkpoints", "backoff_base_ms", "backoff_max_ms", "poison_threshold",
+                "poison_window_ms", "occurrence_ms")
 
 
 def params_json(s: JobState) -> str:
@@ -88,12 +101,22 @@ def params_json(s: JobState) -> str:
     return json.dumps(params, sort_keys=True, separators=(",", ":"))
 
 
-def job_row(s: JobState) -> dict[str, Any]:
-    """jobs_by_id columns (key excluded) of a folded state."""
+def _same_params(a: JobState, b: JobState) -> bool:
+    for name in PARAM_FIELDS:
+        x, y = getattr(a, name), getattr(b, name)
+        if x is not y and x != y:
+            return False
+    return True
+
+
+def job_row(s: JobState, prev: tuple[JobState, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """jobs_by_id columns (key excluded) of a folded state. `prev`: a state and its row, whose params JSON is
+    reused when the state's parameters are the same (they are, unless one of them is a JobSubmitted)."""
     cp = s.resume_point
+    params = prev[1]["params"] if prev is not None and _same_params(prev[0], s) else params_json(s)
     return {
         "tenant_id": s.tenant, "status": s.status, "pool": s.pool, "model": s.model, "priority": s.priority,
-        "prompt": s.prompt, "params": params_json(s), "idempotency_key": s.idempotency_key,
+        "prompt": s.prompt, "params": params, "idempotency_key": s.idempotency_key,
         "created_at": s.submitted_at_ms, "updated_at": s.updated_at_ms, "run_at": s.run_at_ms,
         "attempt": s.attempts_used, "max_attempts": s.max_attempts,
         "lease_epoch": s.epoch or None, "worker_id": s.lease.worker_id if s.lease else None,
@@ -122,25 +145,48 @@ def pool_row(s: JobState) -> dict[str, Any] | None:
 
 
 def _diff(before: dict[str, Any] | None, after: dict[str, Any]) -> Values:
+    """The columns of `after` whose value is not the one in `before`, in column order."""
     if before is None:
         return tuple(after.items())
-    return tuple((k, v) for k, v in after.items() if before.get(k, _MISSING) != v)
+    try:
+        changed = after.items() - before.items()  # in C; the row's values are all hashable scalars
+    except TypeError:
+        get = before.get
+        return tuple((k, v) for k, v in after.items() if (b := get(k, _MISSING)) is not v and b != v)
+    if not changed:
+        return ()
+    if len(changed) == 1:
+        return tuple(changed)
+    names = {k for k, _ in changed}
+    return tuple((k, v) for k, v in after.items() if k in names)
 
 
 _MISSING = object()
 
 
-def state_ops(before: JobState | None, after: JobState) -> list[RowOp]:
-    """The job-row writes that take `before` to `after` (all of `after` when before is None)."""
+Rows = tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]
+
+
+def state_rows(s: JobState, prev: tuple[JobState, Rows] | None = None) -> Rows:
+    """(jobs_by_id, jobs_by_tenant, pool_jobs) columns of a state; `prev` as in job_row."""
+    return job_row(s, (prev[0], prev[1][0]) if prev is not None else None), tenant_row(s), pool_row(s)
+
+
+def state_ops(before: JobState | None, after: JobState, rows: tuple[Rows | None, Rows] | None = None) -> list[RowOp]:
+    """The job-row writes that take `before` to `after` (all of `after` when before is None). `rows`: the
+    state_rows of before and after when the caller has them."""
+    if rows is None:
+        was_rows = state_rows(before) if before is not None else None
+        rows = was_rows, state_rows(after, (before, was_rows) if was_rows is not None else None)
+    was_rows, now_rows = rows
     ts = after.version
-    ops = [RowOp(JOBS, (("job_id", after.job_id),),
-                 _diff(job_row(before) if before else None, job_row(after)), ts)]
+    ops = [RowOp(JOBS, (("job_id", after.job_id),), _diff(was_rows[0] if was_rows else None, now_rows[0]), ts)]
     tkey = (("tenant_id", after.tenant), ("created_at", after.submitted_at_ms), ("job_id", after.job_id))
-    ops.append(RowOp(TENANT_JOBS, tkey, _diff(tenant_row(before) if before else None, tenant_row(after)), ts))
+    ops.append(RowOp(TENANT_JOBS, tkey, _diff(was_rows[1] if was_rows else None, now_rows[1]), ts))
     pkey = (("pool", after.pool), ("job_id", after.job_id))
-    was, now = (pool_row(before) if before else None), pool_row(after)
+    was, now = (was_rows[2] if was_rows else None), now_rows[2]
     if now is None:
-        if before is None or was is not None:
+        if was_rows is None or was is not None:
             ops.append(RowOp(POOL_JOBS, pkey, (), ts, delete=True))
     else:
         ops.append(RowOp(POOL_JOBS, pkey, _diff(was, now), ts))
@@ -161,16 +207,26 @@ _QUIET = frozenset({"prompt", "request_hash", "idempotency_key", "checksum", "ar
                     "parents", "callback_url"})
 
 
+_SALIENT: dict[type, tuple[str, ...]] = {}
+
+
+def _salient(cls: type) -> tuple[str, ...]:
+    names = _SALIENT.get(cls)
+    if names is None:
+        names = _SALIENT[cls] = tuple(
+            f.name for f in fields(cls) if f.name not in _HEADER and f.name not in _QUIET
+            and not f.name.startswith(("backoff_", "poison_", "max_", "keep_")))
+    return names
+
+
 def summary(event: Any) -> str:
     """One line for the history API: the event type and its salient fields."""
     parts = []
-    for f in fields(event):
-        if f.name in _HEADER or f.name in _QUIET:
+    for name in _salient(type(event)):
+        value = getattr(event, name)
+        if value is None or value == ():
             continue
-        value = getattr(event, f.name)
-        if value is None or value == () or f.name.startswith(("backoff_", "poison_", "max_", "keep_")):
-            continue
-        parts.append(f"{f.name}={value}")
+        parts.append(f"{name}={value}")
     line = f"{type(event).__name__}" + (f" {' '.join(parts)}" if parts else "")
     return line if len(line) <= 240 else line[:237] + "..."
 
@@ -341,3 +397,147 @@ def coalesce(ops: list[RowOp]) -> list[RowOp]:
                 merged.update(o.values)
             out.append(RowOp(table, key, tuple(merged.items()), live[-1].timestamp))
     return out
+
+
+class BatchRows:
+    """The writes of one batch, coalesced as they are produced: what `coalesce` makes of the same ops for the
+    job-scoped tables, and the newest cell per column for workers rows.
+
+    Job-scoped rows: per row, the newest delete is kept and shadows every write at or below it; the writes
+    above it become one at their highest timestamp, each column with its newest value (see `coalesce` for
+    why a batch of contiguous events may do that).
+
+    workers rows are keyed by worker, across jobs, and stamped with the owner's clock, not a job version, so
+    their writes are not merged into one timestamp: each column keeps its newest (timestamp, value), exactly
+    the cell Cassandra would keep from the separate writes, and the columns are written grouped by timestamp
+    (a batch's many heartbeats of one worker become one last_seen_at). Two different values of one column at
+    one timestamp are left to Cassandra (it keeps the greater): the second write is passed on as it is.
+    """
+
+    def __init__(self) -> None:
+        # row -> [delete floor or None, highest write timestamp or None, {column: (timestamp, value)}]
+        # row -> its only write so far (most rows: a history row, a rejection), or
+        # [delete floor or None, highest write timestamp or None, {column: (timestamp, value)}]
+        self._rows: dict[tuple[str, Key], RowOp | list[Any]] = {}
+        # worker row -> [highest write timestamp (its row marker), {column: (timestamp, value)}]
+        self._workers: dict[Key, list[Any]] = {}
+        self._asis: list[RowOp] = []
+
+    def add(self, op: RowOp) -> None:
+        if op.table in JOB_SCOPED:
+            rid = (op.table, op.key)
+            row = self._rows.get(rid)
+            if row is None and not op.delete:
+                self._rows[rid] = op
+                return
+            if row is None:
+                row = self._rows[rid] = [None, None, {}]
+            elif type(row) is RowOp:
+                first = row
+                row = self._rows[rid] = [None, first.timestamp, {c: (first.timestamp, v) for c, v in first.values}]
+            self._merge(row, op)
+        elif op.table == WORKERS and not op.delete:
+            ts = op.timestamp
+            row = self._workers.get(op.key)
+            if row is None:
+                row = self._workers[op.key] = [ts, {}]
+            elif ts > row[0]:
+                row[0] = ts
+            cols = row[1]
+            tied = False
+            for col, value in op.values:
+                cell = cols.get(col)
+                if cell is None or ts > cell[0]:
+                    cols[col] = (ts, value)
+                elif ts == cell[0] and value != cell[1]:
+                    tied = True
+            if tied:
+                self._asis.append(op)
+        else:
+            self._asis.append(op)
+
+    @staticmethod
+    def _merge(row: list[Any], op: RowOp) -> None:
+        ts = op.timestamp
+        if op.delete:
+            if row[0] is None or ts > row[0]:
+                row[0] = ts
+            return
+        if row[1] is None or ts > row[1]:
+            row[1] = ts
+        cols = row[2]
+        for col, value in op.values:
+            cell = cols.get(col)
+            if cell is None or ts >= cell[0]:
+                cols[col] = (ts, value)
+
+    def extend(self, ops: Iterable[RowOp]) -> None:
+        for op in ops:
+            self.add(op)
+
+    def ops(self) -> list[RowOp]:
+        out: list[RowOp] = []
+        for (table, key), row in self._rows.items():
+            if type(row) is RowOp:
+                out.append(row)
+                continue
+            floor, top, cols = row
+            if floor is not None:
+                out.append(RowOp(table, key, (), floor, delete=True))
+            if top is not None and (floor is None or top > floor):
+                values = tuple(sorted((c, v) for c, (ts, v) in cols.items() if floor is None or ts > floor))
+                out.append(RowOp(table, key, values, top))
+        for key, (marker, cols) in self._workers.items():
+            by_ts: dict[int, list[tuple[str, Any]]] = {marker: []}  # the newest write's row marker too
+            for col, (ts, value) in cols.items():
+                by_ts.setdefault(ts, []).append((col, value))
+            for ts, values in by_ts.items():
+                out.append(RowOp(WORKERS, key, tuple(sorted(values)), ts))
+        out += self._asis
+        return out
+
+
+def project_batch(items: Iterable[tuple[Any, Envelope]], state_of: Callable[[str], JobState | None],
+                  restored: Iterable[RowOp] = (), known_rows: dict[str, tuple[JobState, Rows]] | None = None,
+                  ) -> tuple[list[RowOp], dict[str, JobState | None]]:
+    """(writes, state after the batch of every job with an accepted event in it) for a batch of events in
+    partition order, each job starting from `state_of(job_id)`; `restored`: writes to put first (the full
+    rows of jobs whose state was folded back from their history); `known_rows`: job -> (a state, its
+    state_rows), used when that state is the job's, and updated (a cache the caller keeps between batches).
+
+    The same rows as `project` on each event in turn followed by `coalesce` (workers rows coalesced too, see
+    BatchRows), for less: each job's rows are computed once per event it changed and compared with the
+    previous event's rather than recomputed from both states (params JSON reused), and nothing is written
+    twice. tests/unit/test_projection_batch.py holds it to the per-event projection."""
+    rows = BatchRows()
+    rows.extend(restored)
+    states: dict[str, JobState | None] = {}
+    current = known_rows if known_rows is not None else {}  # job -> (state, its state_rows)
+    for event, env in items:
+        if not isinstance(event, ev.JOB_EVENTS):
+            continue
+        if isinstance(event, ev.CommandRejected):
+            rows.extend(rejection_ops(event, env))
+            continue
+        job = event.job_id
+        state = states[job] if job in states else state_of(job)
+        rows.extend(event_ops(event, env))
+        if state is not None and event.version <= state.version:
+            states[job] = state
+            continue
+        after = evolve(state, event)
+        rows.extend(attempt_ops(event, state))
+        rows.extend(worker_ops(event, state))
+        if after is not None and after is not state:
+            known = current.get(job)
+            if state is None:
+                was_rows = None
+            elif known is not None and known[0] is state:
+                was_rows = known[1]
+            else:
+                was_rows = state_rows(state)
+            now_rows = state_rows(after, (state, was_rows) if was_rows is not None else None)
+            rows.extend(state_ops(state, after, (was_rows, now_rows)))
+            current[job] = (after, now_rows)
+        states[job] = after
+    return rows.ops(), states
