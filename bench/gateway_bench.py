@@ -42,7 +42,7 @@ def serve_bare(port: int) -> None:
 
     from spotreel.domain import ids
     from spotreel.domain.commands import SubmitJob
-    from spotreel.services.gateway.kafka_sink import KafkaCommandSink
+    from spotreel.dispatch.sender import AsyncCommandSender as KafkaCommandSink
     from spotreel.settings import Settings
 
     settings = Settings.from_env()

@@ -1,32 +1,44 @@
 """Kafka directly, for internal pools: no gateway between the worker and the scheduler.
 
-Dispatch as the gateway does it (services/gateway/workbus.py): RequestWork goes to a partition that the
-compacted pool-stats topic shows with queued work (then the others in a ring starting at the worker's own);
-the owner answers on `<prefix>.assignments`, partition `partition_for(worker_id)`, so a worker reads exactly
-one partition of it. Fenced commands are produced keyed by job id to the owner's partition, and the verdict
-is the event naming the command as its `causation_id`, or a CommandRejected naming it, on the job's events
-partition. The worker never joins a consumer group: partitions are assigned explicitly and nothing is
-committed, so thousands of spot workers coming and going cause no rebalance. Cancel and drain instructions
-come from the same events partition (CancelRequested / PauseRequested for the lease's epoch, JobResumed).
+Dispatch goes through the shared library (spotreel.dispatch), as the gateway's worker API does: RequestWork
+goes to a partition that the compacted pool-stats topic shows with queued work (then the others in a ring
+starting at the worker's own); the owner answers on `<prefix>.assignments`, partition
+`partition_for(worker_id)`, so a worker reads exactly one partition of it. Fenced commands are produced keyed
+by job id to the owner's partition, and the verdict is the event naming the command as its `causation_id`,
+or a CommandRejected naming it, on the job's events partition. The worker never joins a consumer group:
+partitions are assigned explicitly and nothing is committed, so thousands of spot workers coming and going
+cause no rebalance.
+
+The guarantees of the gateway's lease desk, for a worker that is its own desk:
+- one outstanding RequestWork: a request not answered yet is waited for (across `lease()` calls) instead of
+  asked again, until it is `stale_s` old (a partition whose owner is gone); then another partition is asked;
+- a grant nobody takes is released: an answer that arrives while no `lease()` call waits for it (the call
+  ended, or it already took another lease) is handed back with `ReleaseLease(reason="unclaimed")`, which
+  requeues the job at once and costs it no attempt; requests are remembered for `forget_s`;
+- cancel and drain are what the job's events partition says last, read in order: the verdict fields of a
+  renewal (LeaseRenewed / ProgressReported), or a CancelRequested / PauseRequested / JobResumed since (so a
+  pending verdict still hears of them).
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 import uuid
-from collections import defaultdict
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from spotreel.adapters.kafka import assignments_topic, produce_command, producer
+from spotreel.adapters.kafka import produce_command, producer
 from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
+from spotreel.dispatch import verdicts
+from spotreel.dispatch.listener import DispatchListener, DispatchUnavailable
+from spotreel.dispatch.order import request_order
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
-from spotreel.domain.leases import renew_in_s
-from spotreel.infra.topics import events_topic, pool_stats_topic
+from spotreel.domain.leases import UNCLAIMED
 from spotreel.settings import Settings
 from spotreel.worker.transport import Lease, TransportError, Verdict, WorkerProfile, judge
 
@@ -48,138 +60,51 @@ class _Waiter:
             self.done.set()
 
 
+@dataclass
+class _Asked:
+    request_id: str
+    partition: int
+    at: float
+
+
 class KafkaTransport:
     def __init__(self, settings: Settings, profile: WorkerProfile, *, verdict_seconds: float = 10.0,
-                 dispatch_answer_seconds: float = 5.0, idle_pass_seconds: float = 1.0,
+                 stale_s: float = 30.0, forget_s: float = 120.0, idle_pass_seconds: float = 1.0,
                  heartbeat_seconds: float = 10.0, progress_seconds: float = 5.0, codec: Codec | None = None) -> None:
         self.settings = settings
         self.profile = profile
         self.codec = codec or Codec.default()
         self.verdict_seconds = verdict_seconds
-        self.dispatch_answer_seconds = dispatch_answer_seconds
+        self.stale_s = stale_s
+        self.forget_s = forget_s
         self.idle_pass_seconds = idle_pass_seconds
         self.cadence = (heartbeat_seconds, progress_seconds)
-        self.assignments = assignments_topic(settings)
-        self.events = events_topic(settings)
-        self.stats_topic = pool_stats_topic(settings)
+        self._listener = DispatchListener(
+            settings, self.codec, name=f"worker.{profile.worker_id}",
+            answer_partitions=[partition_for(profile.worker_id, settings.partitions)], all_events=False)
         self._lock = threading.Lock()
-        self._answers: dict[str, _Waiter] = {}
-        self._verdicts: dict[str, _Waiter] = {}
-        self._queued: dict[str, dict[int, int]] = defaultdict(dict)
-        # job id -> (epoch, instructions); only the jobs this worker holds a lease on are decoded.
-        self._jobs: dict[bytes, tuple[int, dict[str, bool]]] = {}
-        self._events_assigned: set[int] = set()  # touched by the consumer thread only
-        self._ops: list[tuple[Callable[[Any], None], threading.Event]] = []
+        self._inbox: queue.Queue | None = None  # answers go here while a lease() call waits
+        self._pending: _Asked | None = None  # the unanswered RequestWork, if any
+        self._asked: dict[str, float] = {}  # request id -> sent at (monotonic), for forget_s
+        # job id -> (epoch, instructions seen on its events); only the jobs this worker holds are decoded.
+        self._jobs: dict[str, tuple[int, dict[str, bool]]] = {}
         self._stop = threading.Event()
         self._producer = producer(settings, **{"message.timeout.ms": 10_000})
-        self._consumer = None
-        self._thread: threading.Thread | None = None
         self._ids = 0
+        self.released_unclaimed = 0
 
     # -- lifecycle ---------------------------------------------------------------------------------------
 
     def _start(self, timeout: float = 15.0) -> None:
-        if self._thread is not None:
-            return
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
-
-        c = Consumer({"bootstrap.servers": self.settings.kafka_bootstrap,
-                      # Never used to join a group (assign only, nothing committed); librdkafka wants one.
-                      "group.id": f"{self.settings.topic_prefix}.worker.{self.profile.worker_id}",
-                      "enable.auto.commit": False, "fetch.wait.max.ms": 10, "fetch.error.backoff.ms": 50})
-        mine = partition_for(self.profile.worker_id, self.settings.partitions)
         try:
-            # An explicit end offset: an answer produced after this returns is never skipped.
-            end = c.get_watermark_offsets(TopicPartition(self.assignments, mine), timeout=timeout)[1]
-        except KafkaException as exc:
-            c.close()
-            raise TransportError(f"kafka {self.settings.kafka_bootstrap}: {exc}") from None
-        tps = [TopicPartition(self.assignments, mine, end)]
-        tps += [TopicPartition(self.stats_topic, p, OFFSET_BEGINNING) for p in range(self.settings.partitions)]
-        c.assign(tps)
-        self._consumer = c
-        self._thread = threading.Thread(target=self._run, name="worker-kafka", daemon=True)
-        self._thread.start()
+            self._listener.start(timeout)
+        except DispatchUnavailable as exc:
+            raise TransportError(str(exc)) from None
 
     def close(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+        self._listener.close()
         self._producer.flush(5)
-
-    def _on_consumer(self, op: Callable[[Any], None], timeout: float = 15.0) -> None:
-        """Run `op(consumer)` on the consumer thread (the only one that touches the consumer)."""
-        done = threading.Event()
-        with self._lock:
-            self._ops.append((op, done))
-        if not done.wait(timeout):
-            raise TransportError("kafka consumer thread did not answer")
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            with self._lock:
-                ops, self._ops = self._ops, []
-            for op, done in ops:
-                try:
-                    op(self._consumer)
-                except Exception:
-                    log.exception("worker consumer operation failed")
-                done.set()
-            try:
-                msgs = self._consumer.consume(500, 0.05)
-            except Exception:
-                log.exception("worker consume failed")
-                continue
-            for msg in msgs:
-                if msg.error():
-                    continue
-                try:
-                    self._route(msg)
-                except Exception:
-                    log.exception("worker could not route a record of %s", msg.topic())
-
-    def _route(self, msg: Any) -> None:
-        topic = msg.topic()
-        if topic == self.assignments:
-            answer = self.codec.decode_message(msg.value())
-            if answer.worker_id == self.profile.worker_id:
-                self._settle(self._answers, answer.request_id, answer)
-        elif topic == self.events:
-            key = msg.key() or b""
-            with self._lock:
-                watched = self._jobs.get(key)
-            if watched is None:
-                return
-            event = self.codec.decode_message(msg.value())
-            self._instruct(key, watched[0], event)
-            self._settle(self._verdicts, getattr(event, "causation_id", None), event)
-            if isinstance(event, ev.CommandRejected):
-                self._settle(self._verdicts, event.command_id, event)
-        elif msg.value() is not None:
-            stats = self.codec.decode_message(msg.value())
-            with self._lock:
-                self._queued[stats.pool][stats.partition] = stats.queued
-
-    def _instruct(self, key: bytes, epoch: int, event: Any) -> None:
-        with self._lock:
-            flags = self._jobs[key][1]
-            if isinstance(event, ev.CancelRequested) and event.epoch == epoch:
-                flags["cancel"] = True
-            elif isinstance(event, ev.PauseRequested) and event.epoch == epoch:
-                flags["drain"] = True
-            elif isinstance(event, ev.JobResumed):
-                flags["drain"] = False
-
-    def _settle(self, table: dict[str, _Waiter], key: str | None, value: Any) -> None:
-        if key is None:
-            return
-        with self._lock:
-            waiter = table.pop(key, None)
-        if waiter is not None:
-            waiter.settle(value)
 
     def _next_id(self, prefix: str) -> str:
         self._ids += 1
@@ -198,126 +123,180 @@ class KafkaTransport:
 
     # -- dispatch ----------------------------------------------------------------------------------------
 
-    def _partitions_with_work(self) -> list[int]:
-        with self._lock:
-            totals: dict[int, int] = defaultdict(int)
-            for pool, parts in self._queued.items():
-                if pool.rsplit("@", 1)[0] in self.profile.models:
-                    for p, n in parts.items():
-                        if n > 0:
-                            totals[p] += n
-        return sorted(totals, key=lambda p: (-totals[p], p))
-
-    def _order(self, tried: set[int]) -> list[int]:
-        n = self.settings.partitions
-        start = partition_for(self.profile.worker_id, n)
-        ring = [(start + i) % n for i in range(n)]
-        seen: list[int] = []
-        for p in [*self._partitions_with_work(), *ring]:
-            if p not in tried and p not in seen and p < n:
-                seen.append(p)
-        return seen
-
     def register(self) -> dict[str, Any]:
         # Nothing to register with: the scheduler learns about a worker from its RequestWork.
         self._start()
         hb, pr = self.cadence
         return {"worker_id": self.profile.worker_id, "heartbeat_seconds": hb, "progress_seconds": pr}
 
+    def _on_answer(self, answer: Any) -> None:
+        """On the consumer thread: an answer to one of this worker's requests."""
+        if answer.worker_id != self.profile.worker_id:
+            return
+        with self._lock:
+            if self._pending is not None and self._pending.request_id == answer.request_id:
+                self._pending = None
+            if self._inbox is not None:
+                self._inbox.put(answer)
+                return
+        if isinstance(answer, ev.WorkAssigned):
+            # Nobody waits for it: hand it back, off the consumer thread (the send waits for the broker).
+            threading.Thread(target=self._release_unclaimed, args=(answer,), daemon=True).start()
+
+    def _release_unclaimed(self, answer: ev.WorkAssigned) -> None:
+        command = cmd.ReleaseLease(f"unclaimed-{answer.request_id}", answer.job_id, answer.epoch, answer.worker_id,
+                                   UNCLAIMED)
+        try:
+            self._send(command)
+            self.released_unclaimed += 1
+            log.info("lease %s epoch %d reached no lease() call: released", answer.job_id, answer.epoch)
+        except TransportError as exc:  # Kafka down: the lease expires after its TTL instead
+            log.warning("could not release unclaimed lease %s epoch %d: %s", answer.job_id, answer.epoch, exc)
+
+    def _forget_old(self, now: float) -> None:
+        for rid, at in list(self._asked.items()):
+            if now - at > self.forget_s:
+                self._listener.drop_answer(rid)
+                del self._asked[rid]
+
+    def _ask(self, partition: int, draining: bool, ttl: int) -> None:
+        p = self.profile
+        rid = self._next_id("rw")
+        now = time.monotonic()
+        self._asked[rid] = now
+        self._listener.on_answer(rid, self._on_answer)
+        with self._lock:
+            self._pending = _Asked(rid, partition, now)
+        try:
+            self._send(cmd.RequestWork(rid, p.worker_id, p.gpu_type, p.models, p.warm_models, draining, ttl,
+                                       int(time.time() * 1000)), partition=partition)
+        except TransportError:
+            with self._lock:
+                self._pending = None
+            raise
+
     def lease(self, wait_seconds: float, draining: bool = False, lease_ttl_ms: int | None = None) -> Lease | None:
         self._start()
-        p = self.profile
-        ttl = lease_ttl_ms or 30_000
         deadline = time.monotonic() + wait_seconds
-        tried: set[int] = set()
-        while True:
-            order = self._order(tried)
-            if not order:
-                tried.clear()
-                pause_until = min(deadline, time.monotonic() + self.idle_pass_seconds)
-                while time.monotonic() < pause_until and not self._partitions_with_work() and not self._stop.is_set():
-                    time.sleep(0.05)
-                if time.monotonic() >= deadline or self._stop.is_set():
-                    return None
-                continue
-            part = order[0]
-            rid = self._next_id("rw")
-            waiter = _Waiter()
+        inbox: queue.Queue = queue.Queue()
+        with self._lock:
+            self._inbox = inbox
+        try:
+            return self._await_lease(inbox, deadline, draining, lease_ttl_ms or 30_000)
+        finally:
             with self._lock:
-                self._answers[rid] = waiter
-            try:
-                self._send(cmd.RequestWork(rid, p.worker_id, p.gpu_type, p.models, p.warm_models, draining, ttl,
-                                           int(time.time() * 1000)), partition=part)
-                left = deadline - time.monotonic()
-                waiter.done.wait(max(0.5, min(self.dispatch_answer_seconds, left + 0.5)))
-            finally:
+                self._inbox = None
+                left = []
+                while not inbox.empty():
+                    left.append(inbox.get_nowait())
+            for answer in left:  # granted after this call had its lease or gave up: nobody takes these
+                if isinstance(answer, ev.WorkAssigned):
+                    self._release_unclaimed(answer)
+
+    def _await_lease(self, inbox: queue.Queue, deadline: float, draining: bool, ttl: int) -> Lease | None:
+        tried: set[int] = set()
+        asked = False  # a draining worker asks once: the scheduler must hear that it drains
+        self._forget_old(time.monotonic())
+        while not self._stop.is_set():
+            now = time.monotonic()
+            with self._lock:
+                pending = self._pending
+            if pending is not None and now - pending.at >= self.stale_s:
+                tried.add(pending.partition)  # its owner may be gone: ask elsewhere (a late grant is released)
+                pending = None
+            if pending is None and not (draining and asked):
+                order = request_order(self.profile.worker_id, self.settings.partitions,
+                                      self._listener.queues.partitions_with_work(self.profile.models), tried)
+                if not order:
+                    # Every partition said no: wait for pool stats to show work somewhere (or a short pause).
+                    tried.clear()
+                    pause_until = min(deadline, now + self.idle_pass_seconds)
+                    while (time.monotonic() < pause_until and not self._stop.is_set()
+                           and not self._listener.queues.partitions_with_work(self.profile.models)):
+                        time.sleep(0.05)
+                    if time.monotonic() >= deadline:
+                        return None
+                    continue
+                self._ask(order[0], draining, ttl)
+                asked = True
                 with self._lock:
-                    self._answers.pop(rid, None)
-            answer = waiter.value
+                    pending = self._pending
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            wait = left if pending is None else min(left, max(0.05, self.stale_s - (time.monotonic() - pending.at)))
+            try:
+                answer = inbox.get(timeout=wait)
+            except queue.Empty:
+                continue
             if isinstance(answer, ev.WorkAssigned):
                 hb, pr = self.cadence
                 lease = replace(Lease.from_answer(answer), heartbeat_seconds=hb, progress_seconds=pr)
                 self._watch(lease)
                 return lease
-            tried.add(part)
-            if isinstance(answer, ev.NoWorkAvailable) and draining:
-                return None
-            if time.monotonic() >= deadline:
-                return None
+            tried.add(answer.partition)
+            if draining:
+                return None  # a draining worker gets no lease: one answer is the whole story
+        return None
 
     def _watch(self, lease: Lease) -> None:
-        from confluent_kafka import TopicPartition
-
-        key = lease.job_id.encode()
-        part = partition_for(lease.job_id, self.settings.partitions)
         with self._lock:
-            self._jobs[key] = (lease.epoch, {"cancel": False, "drain": False})
+            self._jobs[lease.job_id] = (lease.epoch, {"cancel": False, "drain": False})
+        self._listener.observe(lease.job_id, lambda event: self._instruct(lease.job_id, event))
+        try:
+            self._listener.follow(partition_for(lease.job_id, self.settings.partitions), _EVENTS_LOOKBACK)
+        except DispatchUnavailable as exc:
+            raise TransportError(str(exc)) from None
 
-        def assign(c: Any) -> None:
-            low, high = c.get_watermark_offsets(TopicPartition(self.events, part), timeout=10)
-            start = TopicPartition(self.events, part, max(low, high - _EVENTS_LOOKBACK))
-            if part in self._events_assigned:
-                try:
-                    c.seek(start)  # read again from a little before the grant, for instructions since
-                except Exception:
-                    log.warning("could not rewind %s[%d]; reading on from where it is", self.events, part)
-            else:
-                c.incremental_assign([start])
-                self._events_assigned.add(part)
-
-        self._on_consumer(assign)
+    def _instruct(self, job_id: str, event: Any) -> None:
+        with self._lock:
+            held = self._jobs.get(job_id)
+            if held is None:
+                return
+            epoch, flags = held
+            if isinstance(event, ev.CancelRequested) and event.epoch == epoch:
+                flags["cancel"] = True
+            elif isinstance(event, ev.PauseRequested) and event.epoch == epoch:
+                flags["drain"] = True
+            elif isinstance(event, ev.JobResumed):
+                flags["drain"] = False
+            elif isinstance(event, (ev.LeaseRenewed, ev.ProgressReported)) and event.epoch == epoch:
+                # A renewal's verdict states both as of that point in the job's history.
+                told = verdicts.instructions(event) or {}
+                flags.update(cancel=told["cancel"], drain=told["drain"])
 
     def forget(self, lease: Lease) -> None:
         """The run of this lease is over: stop decoding its job's events."""
+        self._listener.observe(lease.job_id, None)
         with self._lock:
-            self._jobs.pop(lease.job_id.encode(), None)
+            self._jobs.pop(lease.job_id, None)
 
     # -- fenced commands ---------------------------------------------------------------------------------
 
     def _fenced(self, lease: Lease, prefix: str, make: Callable[[str], Any]) -> Verdict:
         self._start()
-        if lease.job_id.encode() not in self._jobs:
+        if lease.job_id not in self._jobs:
             self._watch(lease)
         command = make(self._next_id(prefix))
         waiter = _Waiter()
-        with self._lock:
-            self._verdicts[command.command_id] = waiter
+        self._listener.on_verdict(command.command_id, lease.job_id, waiter.settle)
         sent_at = time.monotonic()
         try:
             self._send(command)
             waiter.done.wait(self.verdict_seconds)
         finally:
-            with self._lock:
-                self._verdicts.pop(command.command_id, None)
-        with self._lock:
-            flags = dict(self._jobs.get(lease.job_id.encode(), (0, {}))[1])
+            self._listener.drop_verdict(command.command_id, lease.job_id)
         verdict = waiter.value
         # The same pacing rule the gateway applies to HTTP workers, from this worker's own verdict wait.
-        pace = renew_in_s(None if verdict is None else time.monotonic() - sent_at, lease.lease_ttl_ms)
-        if verdict is None:
-            return Verdict(accepted=False, pending=True, renew_in_s=pace, **flags)
+        pace = verdicts.pace(verdict, time.monotonic() - sent_at, lease.lease_ttl_ms)
         if isinstance(verdict, ev.CommandRejected):
             return judge(verdict.reason, verdict.detail, verdict.current_epoch)
+        with self._lock:
+            held = self._jobs.get(lease.job_id)
+            # The events of the job in their order: the latest renewal verdict, cancel, pause or resume.
+            flags = dict(held[1]) if held is not None else {}
+        if verdict is None:
+            return Verdict(accepted=False, pending=True, renew_in_s=pace, **flags)
         return Verdict(accepted=True, event=type(verdict).__name__,
                        lease_expires_at_ms=getattr(verdict, "lease_expires_at_ms", None), renew_in_s=pace, **flags)
 

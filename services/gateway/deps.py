@@ -10,11 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
+from spotreel.dispatch.listener import DispatchUnavailable
 from spotreel.services.projector.queries import AttemptView, HistoryEntry, JobPage, JobView
 
 
-class SinkUnavailable(Exception):
-    """The command was not acknowledged by Kafka (definitely not written, or unknown): answer 503."""
+# The command was not acknowledged by Kafka (definitely not written, or unknown), or the dispatch consumer
+# could not start: answer 503. The dispatch library (spotreel.dispatch) raises it.
+SinkUnavailable = DispatchUnavailable
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,7 @@ class Deps:
     # object key -> presigned GET URL of the artifacts bucket; None: /content answers 503.
     presign: Callable[[str], str] | None = None
     new_id: Callable[[], str] | None = None
-    # The shared dispatch/verdict consumer (workbus.KafkaWorkBus); None: /internal answers 503.
+    # The shared dispatch/verdict consumer (spotreel.dispatch.aio.AsyncDispatch); None: /internal answers 503.
     work: Any = None
     # Pool load for the ETA (poolview.KafkaPoolStats: `async load(pool) -> PoolLoad | None`); None: the
     # read store's pool_load answers instead.

@@ -10,7 +10,7 @@ Verdicts (how a worker learns its command was refused): both, in this order —
 1. early 409 from the read model: epochs only grow, and the projector can only lag, so a read-model epoch
    above the one given proves the command stale without asking anyone;
 2. otherwise the command is produced and the gateway waits (bounded, `verdict_seconds`) for the
-   scheduler's verdict on the events topic through the shared consumer (workbus.py): the event caused by
+   scheduler's verdict on the events topic through the shared consumer (spotreel.dispatch): the event caused by
    the command → 200, a CommandRejected for it → 409 with its reason. No verdict in time → 202
    {"verdict": "pending"}: the command is durable and will be judged; the worker's next heartbeat tells.
 The scheduler stays the only authority; step 1 only saves a round trip for what is already certain, and is
@@ -28,10 +28,10 @@ from typing import Any, Callable
 
 from aiohttp import web
 
-from spotreel.adapters.partitioning import partition_for
+from spotreel.dispatch import verdicts
+from spotreel.dispatch.order import request_order
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
-from spotreel.domain.leases import renew_in_s
 from spotreel.infra.seed import api_key_hash
 from spotreel.services.gateway.config import GatewayConfig
 from spotreel.services.gateway.context import Gateway, gateway
@@ -184,10 +184,7 @@ async def register(request: web.Request) -> web.Response:
 
 
 def _order(bus, worker_id: str, models: tuple[str, ...], partitions: int, skip: set[int]) -> list[int]:
-    start = partition_for(worker_id, partitions)
-    ring = [(start + i) % partitions for i in range(partitions)]
-    hinted = bus.partitions_with_work(models)
-    return list(dict.fromkeys(p for p in [*hinted, *ring] if p not in skip and p < partitions))
+    return request_order(worker_id, partitions, bus.partitions_with_work(models), skip)
 
 
 def _connected(request: web.Request) -> bool:
@@ -346,8 +343,8 @@ async def _fenced(request: web.Request, spec: dict[str, tuple],
     if answers:
         answer |= await _instructions(gw, job_id, verdict)
         # Behind: tell the holder to space its renewals out instead of adding to the backlog.
-        pace = renew_in_s(None if verdict is None else time.monotonic() - sent_at, gw.cfg.lease_ttl_ms,
-                          slow_s=gw.cfg.slow_verdict_seconds)
+        pace = verdicts.pace(verdict, time.monotonic() - sent_at, gw.cfg.lease_ttl_ms,
+                             slow_s=gw.cfg.slow_verdict_seconds)
         if pace is not None:
             answer["renew_in_seconds"] = pace
     return web.json_response(answer, status=status)
@@ -357,9 +354,9 @@ async def _instructions(gw, job_id: str, verdict) -> dict[str, Any]:
     """What a renewal's answer tells the worker beside the new expiry: stop (cancel) or checkpoint and hand
     the lease back (drain: the job was paused). From the verdict itself; only a verdict still pending falls
     back to the read model (a best effort: without Cassandra the worker hears it on its next renewal)."""
-    if isinstance(verdict, (ev.LeaseRenewed, ev.ProgressReported)):
-        return {"cancel": verdict.cancel_requested, "drain": verdict.drain_requested,
-                "lease_expires_at_ms": verdict.lease_expires_at_ms}
+    told = verdicts.instructions(verdict)
+    if told is not None:
+        return told
     try:
         job = await gw.deps.reads.get_job(job_id)
     except StoreUnavailable:

@@ -6,11 +6,11 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
+from spotreel.dispatch.aio import AsyncDispatch
+from spotreel.dispatch.sender import AsyncCommandSender
 from spotreel.services.gateway.cassandra_store import CassandraAuth, CassandraReads
 from spotreel.services.gateway.deps import Deps
-from spotreel.services.gateway.kafka_sink import KafkaCommandSink
 from spotreel.services.gateway.poolview import KafkaPoolStats
-from spotreel.services.gateway.workbus import KafkaWorkBus
 from spotreel.settings import Settings
 
 
@@ -34,8 +34,8 @@ def real_deps(settings: Settings, session=None, presign_seconds: int = 900) -> I
     """`session`: an open Cassandra session bound to the keyspace (tests pass theirs); else one is opened."""
     from spotreel.infra.cassandra import cql_session
 
-    sink = KafkaCommandSink(settings)
-    work = KafkaWorkBus(settings)
+    sink = AsyncCommandSender(settings)
+    work = AsyncDispatch(settings, name="gateway")
     pools = KafkaPoolStats(settings)
     try:
         if session is not None:

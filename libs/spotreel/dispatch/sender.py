@@ -1,8 +1,9 @@
-"""Commands to Kafka, answered only once the broker acknowledged them (acks=all, idempotent producer).
+"""Commands to Kafka for asyncio callers, awaited until the broker acknowledged them (acks=all, idempotent
+producer).
 
 confluent-kafka reports deliveries from `poll()`; one daemon thread polls and hands each report to the
-event loop. Commands go to the partition the shared partitioner (spotreel.adapters.partitioning) gives
-their key, the one whose scheduler owns the job.
+event loop. A command goes to the partition the shared partitioner (spotreel.adapters.partitioning) gives
+its key, the one whose scheduler owns the job, unless the caller names one (a RequestWork).
 """
 
 from __future__ import annotations
@@ -13,13 +14,19 @@ from typing import Any
 
 from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
+from spotreel.dispatch.listener import DispatchUnavailable
 from spotreel.infra.topics import commands_topic
-from spotreel.services.gateway.deps import SinkUnavailable
 from spotreel.settings import Settings
 
 
-class KafkaCommandSink:
-    def __init__(self, settings: Settings, codec: Codec | None = None, delivery_timeout_ms: int = 10_000) -> None:
+def command_key(command: Any) -> str:
+    """A job command is keyed by its job, a schedule command by its schedule, a RequestWork by its worker."""
+    return getattr(command, "job_id", None) or getattr(command, "schedule_id", None) or command.worker_id
+
+
+class AsyncCommandSender:
+    def __init__(self, settings: Settings, codec: Codec | None = None, delivery_timeout_ms: int = 10_000,
+                 name: str = "gateway") -> None:
         from confluent_kafka import Producer
 
         self.settings = settings
@@ -28,11 +35,11 @@ class KafkaCommandSink:
         self.producer = Producer({
             "bootstrap.servers": settings.kafka_bootstrap, "enable.idempotence": True, "acks": "all",
             "linger.ms": 2,
-            # A broker that is down must surface as a 503 within seconds, not after the 5-minute default.
+            # A broker that is down must surface within seconds (a 503), not after the 5-minute default.
             "message.timeout.ms": delivery_timeout_ms,
         })
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, name="gateway-kafka-poll", daemon=True)
+        self._thread = threading.Thread(target=self._poll, name=f"{name}-kafka-poll", daemon=True)
         self._thread.start()
 
     def _poll(self) -> None:
@@ -48,20 +55,19 @@ class KafkaCommandSink:
                 if done.done():
                     return
                 if err is not None:
-                    done.set_exception(SinkUnavailable(str(err)))
+                    done.set_exception(DispatchUnavailable(str(err)))
                 else:
                     done.set_result(None)
             loop.call_soon_threadsafe(settle)
 
-        # RequestWork names no job: keyed by its worker, sent to the partition the caller chose.
-        key = getattr(command, "job_id", None) or getattr(command, "schedule_id", None) or command.worker_id
+        key = command_key(command)
         if partition is None:
             partition = partition_for(key, self.settings.partitions)
         try:
             self.producer.produce(self.topic, value=self.codec.encode_message(command), key=key.encode(),
                                   partition=partition, on_delivery=report)
         except BufferError as exc:
-            raise SinkUnavailable(f"producer queue full: {exc}") from exc
+            raise DispatchUnavailable(f"producer queue full: {exc}") from exc
         await done
 
     def close(self, timeout: float = 10.0) -> None:

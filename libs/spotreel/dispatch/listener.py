@@ -1,0 +1,222 @@
+"""One consumer thread that brings the scheduler's answers back to whoever waits for them.
+
+It reads, with partitions assigned explicitly (no consumer group is joined, nothing is committed, so
+thousands of spot workers coming and going cause no rebalance):
+- `<prefix>.assignments` from its end (all partitions, or the one a worker's answers land on): WorkAssigned /
+  NoWorkAvailable, handed to the handler registered for its request id, every answer until it is dropped;
+- `<prefix>.pool-stats` from the start (compacted): where queued work is (`order.PoolQueues`);
+- `<prefix>.events`, either every partition from its end (a gateway, a simulator) or, for a worker, only the
+  partitions of the jobs it holds (`follow`): the verdict on a command is the event naming it as
+  `causation_id`, or a CommandRejected naming it as `command_id`. Only records whose key (the job id) someone
+  waits on are decoded, so following the whole topic costs a dict lookup per record.
+
+Handlers run on the consumer thread and must not block; asyncio callers hand over with
+`call_soon_threadsafe` (aio.py), threads with an Event.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections import defaultdict
+from typing import Any, Callable, Iterable
+
+from spotreel.adapters.kafka import assignments_topic
+from spotreel.codec import Codec
+from spotreel.dispatch.order import PoolQueues
+from spotreel.domain import events as ev
+from spotreel.infra.topics import events_topic, pool_stats_topic
+from spotreel.settings import Settings
+
+log = logging.getLogger("spotreel.dispatch")
+
+Handler = Callable[[Any], None]
+
+
+class DispatchUnavailable(Exception):
+    """Kafka could not be reached (or the topics are missing): the caller retries later."""
+
+
+class DispatchListener:
+    def __init__(self, settings: Settings, codec: Codec | None = None, *, name: str,
+                 answer_partitions: Iterable[int] | None = None, all_events: bool = True) -> None:
+        """`answer_partitions`: the assignments partitions to read (None: all). `all_events`: read every
+        events partition from its end; otherwise only those passed to `follow`."""
+        self.settings = settings
+        self.codec = codec or Codec.default()
+        self.name = name
+        self.assignments = assignments_topic(settings)
+        self.events = events_topic(settings)
+        self.pool_stats = pool_stats_topic(settings)
+        self.queues = PoolQueues()
+        n = settings.partitions
+        self._answer_parts = list(range(n)) if answer_partitions is None else list(answer_partitions)
+        self._all_events = all_events
+        self._lock = threading.Lock()
+        self._answers: dict[str, Handler] = {}
+        self._verdicts: dict[str, Handler] = {}
+        self._interest: dict[bytes, int] = defaultdict(int)  # job id -> verdicts waited on
+        self._observers: dict[bytes, Handler] = {}  # job id -> sees every event of that job
+        self._followed: set[int] = set()  # events partitions assigned on demand (consumer thread only)
+        self._ops: list[tuple[Callable[[Any], None], threading.Event]] = []
+        self._stop = threading.Event()
+        self._consumer: Any = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
+
+    def start(self, timeout: float = 15.0) -> None:
+        if self._thread is not None:
+            return
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+
+        c = Consumer({"bootstrap.servers": self.settings.kafka_bootstrap,
+                      # Never used to join a group (assign only, nothing committed); librdkafka wants one.
+                      "group.id": f"{self.settings.topic_prefix}.{self.name}.{uuid.uuid4().hex[:8]}",
+                      "enable.auto.commit": False, "fetch.wait.max.ms": 10, "fetch.error.backoff.ms": 50})
+        ends = [(self.assignments, p) for p in self._answer_parts]
+        if self._all_events:
+            ends += [(self.events, p) for p in range(self.settings.partitions)]
+        try:
+            # Explicit end offsets (not OFFSET_END, which resolves lazily): an answer produced after start()
+            # returned is never skipped.
+            tps = [TopicPartition(t, p, c.get_watermark_offsets(TopicPartition(t, p), timeout=timeout)[1])
+                   for t, p in ends]
+        except KafkaException as exc:
+            c.close()
+            raise DispatchUnavailable(f"kafka {self.settings.kafka_bootstrap}: {exc.args[0].str()}") from None
+        except BaseException:
+            c.close()
+            raise
+        tps += [TopicPartition(self.pool_stats, p, OFFSET_BEGINNING) for p in range(self.settings.partitions)]
+        c.assign(tps)
+        self._consumer = c
+        self._thread = threading.Thread(target=self._run, name=f"dispatch-{self.name}", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    # -- registrations (any thread) ----------------------------------------------------------------------
+
+    def on_answer(self, request_id: str, handler: Handler) -> None:
+        """`handler(answer)` for every answer to this request until `drop_answer`."""
+        with self._lock:
+            self._answers[request_id] = handler
+
+    def drop_answer(self, request_id: str) -> None:
+        with self._lock:
+            self._answers.pop(request_id, None)
+
+    def on_verdict(self, command_id: str, job_id: str, handler: Handler) -> None:
+        """`handler(event)` once, for the verdict on this command (an event it caused or its rejection)."""
+        with self._lock:
+            self._verdicts[command_id] = handler
+            self._interest[job_id.encode()] += 1
+
+    def drop_verdict(self, command_id: str, job_id: str) -> None:
+        key = job_id.encode()
+        with self._lock:
+            self._verdicts.pop(command_id, None)
+            self._interest[key] -= 1
+            if self._interest[key] <= 0:
+                del self._interest[key]
+
+    def observe(self, job_id: str, handler: Handler | None) -> None:
+        """`handler(event)` for every event of this job read from now on (None: stop)."""
+        with self._lock:
+            if handler is None:
+                self._observers.pop(job_id.encode(), None)
+            else:
+                self._observers[job_id.encode()] = handler
+
+    def follow(self, partition: int, lookback: int, timeout: float = 15.0) -> None:
+        """Read this events partition (from `lookback` records before its end, again if already read), for a
+        listener that does not read them all. Blocks until the consumer thread did it."""
+        from confluent_kafka import TopicPartition
+
+        def assign(c: Any) -> None:
+            low, high = c.get_watermark_offsets(TopicPartition(self.events, partition), timeout=10)
+            start = TopicPartition(self.events, partition, max(low, high - lookback))
+            if partition in self._followed:
+                c.seek(start)  # read again from a little before now, for instructions since
+            else:
+                c.incremental_assign([start])
+                self._followed.add(partition)
+
+        self.on_consumer(assign, timeout)
+
+    def on_consumer(self, op: Callable[[Any], None], timeout: float = 15.0) -> None:
+        """Run `op(consumer)` on the consumer thread (the only one that touches the consumer)."""
+        done = threading.Event()
+        with self._lock:
+            self._ops.append((op, done))
+        if not done.wait(timeout):
+            raise DispatchUnavailable("the dispatch consumer thread did not answer")
+
+    # -- the consumer thread -----------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                ops, self._ops = self._ops, []
+            for op, done in ops:
+                try:
+                    op(self._consumer)
+                except Exception:
+                    log.exception("dispatch consumer operation failed")
+                done.set()
+            try:
+                msgs = self._consumer.consume(500, 0.05)
+            except Exception:  # a broker blip: keep going, waiting requests time out on their own
+                log.exception("dispatch consume failed")
+                continue
+            for msg in msgs:
+                if msg.error():
+                    continue
+                try:
+                    self._route(msg)
+                except Exception:
+                    log.exception("dispatch could not route a record of %s", msg.topic())
+
+    def _route(self, msg: Any) -> None:
+        topic = msg.topic()
+        if topic == self.events:
+            key = msg.key() or b""
+            with self._lock:
+                observer = self._observers.get(key)
+                wanted = observer is not None or self._interest.get(key, 0) > 0
+            if not wanted:
+                return
+            event = self.codec.decode_message(msg.value())
+            if observer is not None:
+                observer(event)
+            self._settle(getattr(event, "causation_id", None), event)
+            if isinstance(event, ev.CommandRejected):
+                self._settle(event.command_id, event)
+        elif topic == self.assignments:
+            answer = self.codec.decode_message(msg.value())
+            with self._lock:
+                handler = self._answers.get(answer.request_id)
+            if handler is not None:
+                handler(answer)
+        elif msg.value() is not None:
+            self.queues.record(self.codec.decode_message(msg.value()))
+
+    def _settle(self, command_id: str | None, event: Any) -> None:
+        if command_id is None:
+            return
+        with self._lock:
+            handler = self._verdicts.pop(command_id, None)
+        if handler is not None:
+            handler(event)
