@@ -19,6 +19,20 @@ calls ``CronSchedule.tick(last_ms, now_ms, ...)`` whenever its run-at timer fire
 over. The window is ``(last_ms, now_ms]``; then it stores ``last_ms = now_ms`` and sets its timer to
 ``next_ms``. Every fired occurrence becomes one job with an id derived from (schedule, occurrence), e.g.
 ``occurrence_id``, so a tick that is replayed after a crash creates nothing new.
+
+Time zones. ``CronSchedule(expr, tz)`` reads the expression as wall-clock time in the IANA zone ``tz``
+(default UTC); occurrences are still UTC epoch milliseconds. The wall-clock times the expression names are
+mapped to instants like this, which makes the occurrences strictly increasing and never fires one local
+time twice:
+
+* a local time that exists once is that instant;
+* a local time in a spring-forward gap (it does not exist, e.g. 02:30 on the night clocks go from 02:00 to
+  03:00) runs at the first instant after the gap (03:00 new time), once: every named time inside one gap,
+  and a named time at the gap's end, are the same occurrence;
+* a local time in a fall-back overlap (it exists twice, e.g. 01:30 when clocks go from 02:00 back to
+  01:00) runs once, at its first occurrence (the earlier offset); the repeated hour names nothing new.
+
+The zone rules are those of the host's tz database (``zoneinfo``); a name it does not list is refused.
 """
 
 from __future__ import annotations
@@ -28,6 +42,9 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from enum import StrEnum
+from functools import lru_cache
+from typing import Iterator
+from zoneinfo import ZoneInfo, available_timezones
 
 from croniter import CroniterBadDateError, croniter
 
@@ -61,6 +78,34 @@ _PROBE = datetime(2000, 1, 1, tzinfo=timezone.utc)
 
 class CronError(ValueError):
     pass
+
+
+UTC_NAME = "UTC"
+# Enough to walk past any one-day calendar jump (Pacific/Apia skipped 2011-12-30) minute by minute.
+_MAX_WALK = 3000
+
+
+# Names some hosts' tz databases list that are not zones of their own (the host's zone, rule templates).
+_NOT_ZONES = ("localtime", "posixrules", "Factory")
+
+
+@lru_cache(maxsize=1)
+def _zone_names() -> frozenset[str]:
+    return frozenset(n for n in available_timezones()
+                     if n not in _NOT_ZONES and not n.startswith(("posix/", "right/")))
+
+
+@lru_cache(maxsize=256)
+def zone(name: str) -> ZoneInfo:
+    """The IANA zone ``name``, or CronError if the tz database has no such zone."""
+    if not isinstance(name, str) or name not in _zone_names():
+        raise CronError(f"unknown time zone {name!r}; expected an IANA name such as Europe/Paris or UTC")
+    return ZoneInfo(name)
+
+
+def validate_zone(name: str) -> str:
+    zone(name)
+    return name
 
 
 class MissedPolicy(StrEnum):
@@ -179,28 +224,116 @@ class CronTick:
     dropped: bool
 
 
+def _offset_s(zone_: ZoneInfo, second: int) -> timedelta | None:
+    return datetime.fromtimestamp(second, tz=timezone.utc).astimezone(zone_).utcoffset()
+
+
+def local_instant(naive: datetime, zone_: ZoneInfo) -> int:
+    """The UTC epoch ms at which the wall-clock time ``naive`` of ``zone_`` occurs, by the rules in the
+    module doc: the first of two in an overlap, the first instant after the gap for a time in a gap."""
+    first = naive.replace(tzinfo=zone_, fold=0)
+    at = first.astimezone(timezone.utc)
+    if at.astimezone(zone_).replace(tzinfo=None) == naive:
+        return _to_ms(at)
+    # In a gap (PEP 495): fold=0 maps with the offset before the transition, landing after it, and fold=1
+    # with the offset after, landing before it. The transition is the first second with the later offset.
+    lo = _to_ms(naive.replace(tzinfo=zone_, fold=1).astimezone(timezone.utc)) // _SECOND_MS
+    hi = _to_ms(at) // _SECOND_MS
+    after = _offset_s(zone_, hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _offset_s(zone_, mid) == after:
+            hi = mid
+        else:
+            lo = mid
+    return hi * _SECOND_MS
+
+
+def _local_naive(ms: int, zone_: ZoneInfo) -> datetime:
+    return _to_dt(ms).astimezone(zone_).replace(tzinfo=None)
+
+
 @dataclass(frozen=True)
 class CronSchedule:
     expr: str
+    tz: str = UTC_NAME
     _canonical: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         normalized, canonical = _parse(self.expr)
         object.__setattr__(self, "expr", normalized)
         object.__setattr__(self, "_canonical", canonical)
+        zone(self.tz)
+
+    @property
+    def _utc(self) -> bool:
+        return self.tz == UTC_NAME
+
+    # Local-time walks. The map from wall-clock time to instant (local_instant) never decreases as the
+    # wall-clock time grows, so walking the expression's wall-clock times forward (backward) from the right
+    # start and dropping what is not strictly later (earlier) than the last instant yields the occurrences
+    # in order, each once.
+    def _forward(self, after_ms: int) -> Iterator[int]:
+        zone_ = zone(self.tz)
+        # Every wall-clock time before local(after) maps at or before after_ms.
+        walk = croniter(self._canonical, _local_naive(after_ms // _SECOND_MS * _SECOND_MS, zone_) - timedelta(seconds=1))
+        last = after_ms
+        for _ in range(_MAX_WALK):
+            moment = local_instant(walk.get_next(datetime), zone_)
+            if moment > last:
+                last = moment
+                yield moment
+        raise CronError(f"cron expression {self.expr!r} in {self.tz} found no next occurrence")
+
+    def _backward(self, at_ms: int) -> Iterator[int]:
+        zone_ = zone(self.tz)
+        here = _to_dt(at_ms // _SECOND_MS * _SECOND_MS).astimezone(zone_)
+        start = here.replace(tzinfo=None) + timedelta(seconds=1)
+        if here.fold:  # in an overlap's second pass: its wall-clock times until the overlap's end map earlier
+            start += here.replace(fold=0).utcoffset() - here.utcoffset()  # type: ignore[operator]
+        walk = croniter(self._canonical, start)
+        last = at_ms + 1
+        for _ in range(_MAX_WALK):
+            moment = local_instant(walk.get_prev(datetime), zone_)
+            if moment < last:
+                last = moment
+                yield moment
+        raise CronError(f"cron expression {self.expr!r} in {self.tz} found no earlier occurrence")
 
     # Occurrences are whole minutes, so comparing against the containing whole second is exact and
     # keeps croniter away from sub-second start times.
     def next_after(self, after_ms: int) -> int:
         """The first occurrence strictly after ``after_ms``."""
+        if not self._utc:
+            return next(self._forward(after_ms))
         start = _to_dt(after_ms // _SECOND_MS * _SECOND_MS)
         return _to_ms(croniter(self._canonical, start).get_next(datetime))
 
     def _backwards_from(self, at_ms: int) -> croniter:
         return croniter(self._canonical, _to_dt(at_ms // _SECOND_MS * _SECOND_MS + _SECOND_MS))
 
+    def _descending(self, at_ms: int) -> Iterator[int]:
+        """Occurrences at or before ``at_ms``, latest first."""
+        if not self._utc:
+            yield from self._backward(at_ms)
+            return
+        walk = self._backwards_from(at_ms)
+        while True:
+            yield _to_ms(walk.get_prev(datetime))
+
     def latest_at_or_before(self, at_ms: int) -> int:
-        return _to_ms(self._backwards_from(at_ms).get_prev(datetime))
+        return next(self._descending(at_ms))
+
+    def between(self, after_ms: int, until_ms: int, limit: int) -> tuple[int, ...]:
+        """Up to ``limit`` occurrences in ``(after_ms, until_ms]``, ascending, the earliest first."""
+        out: list[int] = []
+        moment = after_ms
+        while len(out) < limit:
+            moment = self.next_after(moment)
+            if moment > until_ms:
+                break
+            out.append(moment)
+        return tuple(out)
 
     def recent(self, after_ms: int, until_ms: int, limit: int) -> tuple[tuple[int, ...], bool]:
         """Up to ``limit`` of the latest occurrences in ``(after_ms, until_ms]``, ascending, and whether
@@ -210,9 +343,9 @@ class CronSchedule:
         found: list[int] = []
         if until_ms <= after_ms:
             return (), False
-        walk = self._backwards_from(until_ms)
+        walk = self._descending(until_ms)
         while True:
-            moment = _to_ms(walk.get_prev(datetime))
+            moment = next(walk)
             if moment <= after_ms:
                 return tuple(reversed(found)), False
             if len(found) == limit:
