@@ -13,6 +13,9 @@ DAG handshake (no race whatever the order across partitions):
   WatchParent, parent unknown (CommandRejected unknown_job, detail = child)
                             -> ResolveParent(child, parent, "cancelled")
 The parent's partition orders the watch and the terminal event, so exactly one of the two answers it.
+
+Cron: OccurrenceFired -> SubmitJob of its job (and, overlap_policy cancel_previous, CancelJob of the other
+running occurrences' jobs); an occurrence's job reaching a terminal event -> EndOccurrence to its schedule.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
-from spotreel.domain.schedules import ScheduleState, submit_for
+from spotreel.domain.schedules import ScheduleState, cancels_for, submit_for
 from spotreel.domain.state import JobState, Status
 
 _TERMINAL_EVENTS: dict[type, str] = {
@@ -43,7 +46,7 @@ def for_job_event(e: Any, state: JobState | None) -> list[Any]:
         return [resolve(e.job_id, e.child_id, e.status)] if e.status in Status.TERMINAL else []
     outcome = _TERMINAL_EVENTS.get(type(e))
     if outcome is not None and state is not None:
-        return [resolve(e.job_id, child, outcome) for child in state.watchers]
+        return [resolve(e.job_id, child, outcome) for child in state.watchers] + ended_occurrence(e, state)
     if isinstance(e, ev.CommandRejected) and e.command_type == "WatchParent" and e.reason == "unknown_job":
         return [resolve(e.job_id, e.detail, Status.CANCELLED)] if e.detail else []
     return []
@@ -51,8 +54,18 @@ def for_job_event(e: Any, state: JobState | None) -> list[Any]:
 
 def for_schedule_event(e: Any, state: ScheduleState | None) -> list[Any]:
     if isinstance(e, ev.OccurrenceFired) and state is not None:
-        return [submit_for(state, e)]
+        return [submit_for(state, e), *cancels_for(state, e)]
     return []
+
+
+def ended_occurrence(e: Any, state: JobState | None) -> list[Any]:
+    """A job of a cron occurrence reached a terminal status: tell its schedule (overlap bookkeeping and the
+    occurrence's outcome). The command id names the terminal event, so a re-derived one is the same command
+    and the schedule refuses it (not_running)."""
+    outcome = _TERMINAL_EVENTS.get(type(e))
+    if outcome is None or state is None or state.schedule_id is None or state.occurrence_ms is None:
+        return []
+    return [cmd.EndOccurrence(f"ended:{e.job_id}:{e.version}", state.schedule_id, state.occurrence_ms, outcome)]
 
 
 def key_of(command: Any) -> str:

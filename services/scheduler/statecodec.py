@@ -39,4 +39,5 @@ def loads_schedule(raw: bytes | None) -> ScheduleState | None:
         return None
     d: dict[str, Any] = json.loads(raw)
     d["created"] = ev.ScheduleCreated(**d["created"])
+    d["running"] = tuple(d.get("running", ()))
     return ScheduleState(**d)

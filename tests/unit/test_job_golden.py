@@ -152,16 +152,42 @@ def cron_schedule() -> list[Any]:
     return history
 
 
+def cron_schedule_paused_and_overlapping() -> list[Any]:
+    """A local-time schedule (New York, across the 2026-03-08 spring-forward), overlap skip, paused and
+    resumed, the first occurrence's job ending."""
+    hour = 3_600_000
+    t = 1_772_841_600_000  # 2026-03-07 00:00 UTC
+    create = c.CreateSchedule(
+        "create", "ny", "acme", "30 2 * * *", "America/New_York", "run_all", "tiny-t2v", "h100", "dawn", 2.0,
+        "512x512", 8, 3, 10, overlap_policy="skip",
+    )
+    state, history = None, []
+    for command, now in (
+        (create, t),
+        (c.FireOccurrence("f1", "ny"), t + 8 * hour),  # 2026-03-07 02:30 EST
+        (c.FireOccurrence("f2", "ny"), t + 31 * hour),  # 03:00 EDT (02:30 is in the gap): skipped, overlap
+        (c.EndOccurrence("e1", "ny", t + 7 * hour + 30 * 60_000, "succeeded"), t + 32 * hour),
+        (c.PauseSchedule("p", "ny"), t + 33 * hour),
+        (c.ResumeSchedule("r", "ny"), t + 80 * hour),
+    ):
+        out = decide_schedule(state, command, now)
+        state = fold_schedule(out, state)
+        history.extend(out)
+    return history
+
+
 JOB_SCENARIOS: dict[str, Callable[[], list[Any]]] = {
     f.__name__: f
     for f in (happy_path, preempted_and_resumed, retries_dead_letter_and_requeue, cancel_while_running,
               dag_pause_and_failure, watched_parent)
 }
-SCENARIOS: dict[str, Callable[[], list[Any]]] = {**JOB_SCENARIOS, "cron_schedule": cron_schedule}
+SCENARIOS: dict[str, Callable[[], list[Any]]] = {**JOB_SCENARIOS, "cron_schedule": cron_schedule,
+                                                 "cron_schedule_paused_and_overlapping":
+                                                     cron_schedule_paused_and_overlapping}
 
 
 def _fold(name: str, events: list[Any]) -> Any:
-    return fold_schedule(events) if name == "cron_schedule" else fold(events)
+    return fold_schedule(events) if name.startswith("cron_schedule") else fold(events)
 
 
 def _path(name: str) -> Path:

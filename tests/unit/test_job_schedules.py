@@ -167,7 +167,8 @@ def test_unknown_schedule_and_unknown_command() -> None:
     [
         {"cron": "not a cron"},
         {"cron": "H * * * *"},
-        {"timezone": "Europe/Paris"},
+        {"timezone": "Mars/Olympus"},
+        {"overlap_policy": "sometimes"},
         {"missed_policy": "sometimes"},
         {"grace_ms": -1},
         {"max_catchup": 0},

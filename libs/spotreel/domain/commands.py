@@ -240,8 +240,9 @@ class ReleaseLease:
 class CreateSchedule:
     """A cron schedule that submits one job per occurrence. The fields from `model` on are the job template
     (same meaning as in SubmitJob). `missed_policy`: skip | run_once | run_all (see schedules.py).
-    `timezone` must be "UTC" for now; the field exists so local-time schedules can come without a new
-    record. Occurrences at or after `start_ms` count (default: from creation on)."""
+    `timezone`: the IANA zone the expression is read in (cron.py defines DST gaps and overlaps).
+    `overlap_policy`: allow | skip | cancel_previous, what an occurrence does while an earlier one's job
+    has not ended (schedules.py). Occurrences at or after `start_ms` count (default: from creation on)."""
 
     command_id: str
     schedule_id: str
@@ -269,12 +270,37 @@ class CreateSchedule:
     backoff_max_ms: int = 300_000
     poison_threshold: int = 3
     poison_window_ms: int = 60_000
+    overlap_policy: str = "allow"
 
 
 @dataclass(frozen=True)
 class DeleteSchedule:
     command_id: str
     schedule_id: str
+
+
+@dataclass(frozen=True)
+class PauseSchedule:
+    """No occurrence fires while paused; those that fall in the pause are skipped, not caught up."""
+
+    command_id: str
+    schedule_id: str
+
+
+@dataclass(frozen=True)
+class ResumeSchedule:
+    command_id: str
+    schedule_id: str
+
+
+@dataclass(frozen=True)
+class EndOccurrence:
+    """From the job's partition: the job of one occurrence reached a terminal status (`outcome`)."""
+
+    command_id: str
+    schedule_id: str
+    occurrence_ms: int
+    outcome: str
 
 
 @dataclass(frozen=True)
@@ -304,7 +330,9 @@ JobCommand = (
     | FailJob
     | ReleaseLease
 )
-ScheduleCommand = CreateSchedule | DeleteSchedule | FireOccurrence
+ScheduleCommand = (
+    CreateSchedule | DeleteSchedule | FireOccurrence | PauseSchedule | ResumeSchedule | EndOccurrence
+)
 
 WORKER_COMMANDS = (RenewLease, ReportProgress, RecordCheckpoint, CompleteJob, FailJob, ReleaseLease)
 JOB_COMMANDS = (
@@ -321,7 +349,7 @@ JOB_COMMANDS = (
     WatchParent,
     *WORKER_COMMANDS,
 )
-SCHEDULE_COMMANDS = (CreateSchedule, DeleteSchedule, FireOccurrence)
+SCHEDULE_COMMANDS = (CreateSchedule, DeleteSchedule, FireOccurrence, PauseSchedule, ResumeSchedule, EndOccurrence)
 ALL_COMMANDS = (*JOB_COMMANDS, *SCHEDULE_COMMANDS)
 
 

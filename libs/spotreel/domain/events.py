@@ -409,6 +409,7 @@ class ScheduleCreated:
     backoff_max_ms: int
     poison_threshold: int
     poison_window_ms: int
+    overlap_policy: str = "allow"
 
 
 @dataclass(frozen=True)
@@ -428,8 +429,9 @@ class OccurrenceFired:
 
 @dataclass(frozen=True)
 class OccurrencesSkipped:
-    """Missed occurrences the policy chose not to run: every occurrence from first to last (inclusive)
-    that no OccurrenceFired of the same decision names. Not counted, since a long outage may hold many."""
+    """Occurrences not run: every occurrence from first to last (inclusive) that no OccurrenceFired of the
+    same decision names. Not counted, since a long outage may hold many. `reason`: missed (the catch-up
+    policy), paused (they fell in a pause), overlap (an earlier occurrence's job had not ended)."""
 
     schedule_id: str
     version: int
@@ -437,6 +439,7 @@ class OccurrencesSkipped:
     causation_id: str
     first_occurrence_ms: int
     last_occurrence_ms: int
+    reason: str = "missed"
 
 
 @dataclass(frozen=True)
@@ -458,6 +461,39 @@ class ScheduleDeleted:
     version: int
     at_ms: int
     causation_id: str
+
+
+@dataclass(frozen=True)
+class SchedulePaused:
+    schedule_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+
+
+@dataclass(frozen=True)
+class ScheduleResumed:
+    """Occurrences up to `through_ms` (the pause) are dealt with; the timer moves to `next_occurrence_ms`."""
+
+    schedule_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    through_ms: int
+    next_occurrence_ms: int
+
+
+@dataclass(frozen=True)
+class OccurrenceEnded:
+    """The job of a fired occurrence reached a terminal status (`outcome`)."""
+
+    schedule_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    occurrence_ms: int
+    job_id: str
+    outcome: str
 
 
 @dataclass(frozen=True)
@@ -505,6 +541,9 @@ SCHEDULE_EVENTS = (
     ScheduleAdvanced,
     ScheduleDeleted,
     ScheduleCommandRejected,
+    SchedulePaused,
+    ScheduleResumed,
+    OccurrenceEnded,
 )
 ALL_EVENTS = (*JOB_EVENTS, *SCHEDULE_EVENTS)
 
@@ -536,6 +575,7 @@ JobEvent = (
 )
 ScheduleEvent = (
     ScheduleCreated | OccurrenceFired | OccurrencesSkipped | ScheduleAdvanced | ScheduleDeleted | ScheduleCommandRejected
+    | SchedulePaused | ScheduleResumed | OccurrenceEnded
 )
 
 

@@ -14,6 +14,24 @@ missed-occurrence policy:
   run_all   fire every occurrence of the window, at most `max_catchup` (the latest ones), skip the rest
 Skipped occurrences are recorded as one OccurrencesSkipped range. A FireOccurrence before the next
 occurrence is due is rejected (not_due) and changes nothing.
+
+Time zone. The expression is read in the schedule's IANA zone (`cron.py` defines what a local time in a DST
+gap or overlap means: once, at the first instant after the gap; once, at the first of the two).
+
+Overlap. The state keeps `running`, the occurrences whose job has not reached a terminal status: an
+occurrence joins it when it fires and leaves it when the job's partition reports the end (EndOccurrence,
+sent by the scheduler when an occurrence's job has its terminal event; OccurrenceEnded records the
+outcome). What an occurrence due while others are running does is the schedule's `overlap_policy`:
+  allow            fire it anyway (several jobs of the schedule may run at once)
+  skip             do not fire it: OccurrencesSkipped(reason="overlap") for it alone
+  cancel_previous  fire it, and the scheduler cancels the running ones' jobs (CancelJob, reason "overlap",
+                   sent for the newest fired occurrence; see `cancels_for`)
+A job retried after it ended (RequeueJob) is not counted as running again.
+
+Pause. PauseSchedule stops the timer; FireOccurrence is refused (schedule_paused) while paused.
+ResumeSchedule skips what fell in the pause (OccurrencesSkipped(reason="paused"), never caught up) and
+moves the window to the resume time. A deleted schedule refuses everything but EndOccurrence, so the
+outcomes of jobs already fired are still recorded.
 """
 
 from __future__ import annotations
@@ -25,7 +43,7 @@ from typing import Any
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
 from spotreel.domain import ids
-from spotreel.domain.cron import CronError, CronSchedule, MissedPolicy
+from spotreel.domain.cron import CronError, CronSchedule, MissedPolicy, validate_zone
 from spotreel.domain.cron import validate as validate_cron
 from spotreel.domain.decide import submission_problem
 
@@ -51,6 +69,13 @@ TEMPLATE_FIELDS = (
 )
 
 
+class OverlapPolicy:
+    ALLOW = "allow"
+    SKIP = "skip"
+    CANCEL_PREVIOUS = "cancel_previous"
+    ALL = (ALLOW, SKIP, CANCEL_PREVIOUS)
+
+
 @dataclass(frozen=True)
 class ScheduleState:
     schedule_id: str
@@ -61,6 +86,8 @@ class ScheduleState:
     deleted: bool = False
     fired: int = 0
     last_fired_occurrence_ms: int | None = None
+    paused: bool = False
+    running: tuple[int, ...] = ()  # fired occurrences whose job has not ended, ascending
 
     @property
     def tenant(self) -> str:
@@ -75,6 +102,10 @@ class ScheduleReason:
     NOT_DUE = "not_due"
     CRON_ERROR = "cron_error"
     UNKNOWN_COMMAND = "unknown_command"
+    SCHEDULE_PAUSED = "schedule_paused"
+    ALREADY_PAUSED = "already_paused"
+    NOT_PAUSED = "not_paused"
+    NOT_RUNNING = "not_running"
 
 
 def _template(source: Any) -> dict[str, Any]:
@@ -123,27 +154,85 @@ def submit_for(state: ScheduleState, fired: ev.OccurrenceFired) -> cmd.SubmitJob
     )
 
 
+def cancels_for(state: ScheduleState | None, fired: ev.OccurrenceFired) -> list[cmd.CancelJob]:
+    """cancel_previous: the CancelJob commands the newest fired occurrence obliges, one per other running
+    occurrence's job. Only the newest fired does it, so a catch-up that fires several at once cancels
+    each earlier job once. Deterministic command ids, so sending them twice is harmless."""
+    if state is None or state.created.overlap_policy != OverlapPolicy.CANCEL_PREVIOUS:
+        return []
+    if not state.running or fired.occurrence_ms != state.running[-1]:
+        return []
+    return [cmd.CancelJob(f"overlap:{state.schedule_id}:{o}", ids.job_id_for_occurrence(state.tenant, state.schedule_id, o),
+                          reason="overlap")
+            for o in state.running[:-1]]
+
+
 def decide_schedule(state: ScheduleState | None, command: object, now_ms: int) -> tuple[Any, ...]:
     match command:
         case cmd.CreateSchedule():
             return _numbered(state, _create(state, command, now_ms))
-        case cmd.DeleteSchedule() | cmd.FireOccurrence() if state is None:
+        case _ if state is None and isinstance(command, cmd.SCHEDULE_COMMANDS):
             return _rejected(state, command, now_ms, ScheduleReason.UNKNOWN_SCHEDULE)
-        case cmd.DeleteSchedule() | cmd.FireOccurrence() if state is not None and state.deleted:
+        case cmd.EndOccurrence():
+            assert state is not None
+            return _numbered(state, _end(state, command, now_ms))
+        case _ if state is not None and state.deleted and isinstance(command, cmd.SCHEDULE_COMMANDS):
             return _rejected(state, command, now_ms, ScheduleReason.SCHEDULE_DELETED)
         case cmd.DeleteSchedule():
             return _numbered(state, (ev.ScheduleDeleted(**_head(command, now_ms)),))
+        case cmd.PauseSchedule():
+            assert state is not None
+            if state.paused:
+                return _rejected(state, command, now_ms, ScheduleReason.ALREADY_PAUSED)
+            return _numbered(state, (ev.SchedulePaused(**_head(command, now_ms)),))
+        case cmd.ResumeSchedule():
+            assert state is not None
+            if not state.paused:
+                return _rejected(state, command, now_ms, ScheduleReason.NOT_PAUSED)
+            return _numbered(state, _resume(state, command, now_ms))
         case cmd.FireOccurrence():
             assert state is not None
+            if state.paused:
+                return _rejected(state, command, now_ms, ScheduleReason.SCHEDULE_PAUSED)
             return _numbered(state, _fire(state, command, now_ms))
     return _rejected(state, command, now_ms, ScheduleReason.UNKNOWN_COMMAND)
+
+
+def _end(state: ScheduleState, c: cmd.EndOccurrence, now_ms: int) -> tuple[Any, ...]:
+    if c.occurrence_ms not in state.running:
+        return _rejected(state, c, now_ms, ScheduleReason.NOT_RUNNING, str(c.occurrence_ms))
+    job_id = ids.job_id_for_occurrence(state.tenant, state.schedule_id, c.occurrence_ms)
+    return (ev.OccurrenceEnded(**_head(c, now_ms), occurrence_ms=c.occurrence_ms, job_id=job_id, outcome=c.outcome),)
+
+
+def _schedule(state: ScheduleState) -> CronSchedule:
+    return CronSchedule(state.created.cron, state.created.timezone)
+
+
+def _resume(state: ScheduleState, c: cmd.ResumeSchedule, now_ms: int) -> tuple[Any, ...]:
+    try:
+        schedule = _schedule(state)
+        first = schedule.next_after(state.last_tick_ms)
+        following = schedule.next_after(now_ms)
+    except (CronError, ValueError, OverflowError) as err:
+        return _rejected(state, c, now_ms, ScheduleReason.CRON_ERROR, str(err))
+    out: list[Any] = []
+    if first <= now_ms:
+        out.append(ev.OccurrencesSkipped(**_head(c, now_ms), first_occurrence_ms=first,
+                                         last_occurrence_ms=schedule.latest_at_or_before(now_ms), reason="paused"))
+    out.append(ev.ScheduleResumed(**_head(c, now_ms), through_ms=now_ms, next_occurrence_ms=following))
+    return tuple(out)
 
 
 def _create_problem(c: cmd.CreateSchedule) -> str | None:
     if not c.schedule_id or not c.tenant:
         return "schedule_id and tenant are required"
-    if c.timezone != "UTC":
-        return "timezone must be UTC"
+    try:
+        validate_zone(c.timezone)
+    except CronError as err:
+        return str(err)
+    if c.overlap_policy not in OverlapPolicy.ALL:
+        return f"overlap_policy must be one of {list(OverlapPolicy.ALL)}"
     if c.missed_policy not in {p.value for p in MissedPolicy}:
         return f"missed_policy must be one of {sorted(p.value for p in MissedPolicy)}"
     if c.grace_ms < 0 or c.max_catchup < 1:
@@ -174,7 +263,7 @@ def _create(state: ScheduleState | None, c: cmd.CreateSchedule, now_ms: int) -> 
     # start_ms count.
     last_tick = c.start_ms - 1 if c.start_ms is not None else now_ms
     try:
-        first = CronSchedule(cron).next_after(last_tick)
+        first = CronSchedule(cron, c.timezone).next_after(last_tick)
     except (CronError, ValueError, OverflowError) as err:
         return _rejected(state, c, now_ms, ScheduleReason.INVALID_REQUEST, f"start_ms out of range: {err}")
     created = ev.ScheduleCreated(
@@ -187,6 +276,7 @@ def _create(state: ScheduleState | None, c: cmd.CreateSchedule, now_ms: int) -> 
         max_catchup=c.max_catchup,
         next_occurrence_ms=first,
         **_template(c),
+        overlap_policy=c.overlap_policy,
     )
     advanced = ev.ScheduleAdvanced(
         **_head(c, now_ms), through_ms=last_tick, next_occurrence_ms=created.next_occurrence_ms
@@ -198,7 +288,7 @@ def _fire(state: ScheduleState, c: cmd.FireOccurrence, now_ms: int) -> tuple[Any
     if now_ms < state.next_occurrence_ms:
         return _rejected(state, c, now_ms, ScheduleReason.NOT_DUE, f"next occurrence at {state.next_occurrence_ms}")
     try:
-        schedule = CronSchedule(state.created.cron)
+        schedule = _schedule(state)
         tick = schedule.tick(
             state.last_tick_ms, now_ms, state.created.missed_policy, state.created.grace_ms, state.created.max_catchup
         )
@@ -209,7 +299,13 @@ def _fire(state: ScheduleState, c: cmd.FireOccurrence, now_ms: int) -> tuple[Any
         first = schedule.next_after(state.last_tick_ms)
         last = schedule.latest_at_or_before(tick.fire[0] - 1 if tick.fire else now_ms)
         out.append(ev.OccurrencesSkipped(**_head(c, now_ms), first_occurrence_ms=first, last_occurrence_ms=last))
+    running = bool(state.running)
     for occurrence in tick.fire:
+        if running and state.created.overlap_policy == OverlapPolicy.SKIP:
+            out.append(ev.OccurrencesSkipped(**_head(c, now_ms), first_occurrence_ms=occurrence,
+                                             last_occurrence_ms=occurrence, reason="overlap"))
+            continue
+        running = True
         key = ids.occurrence_idempotency_key(state.schedule_id, occurrence)
         out.append(
             ev.OccurrenceFired(
@@ -240,9 +336,17 @@ def evolve_schedule(state: ScheduleState | None, event: object) -> ScheduleState
         case ev.ScheduleAdvanced():
             state = replace(state, last_tick_ms=event.through_ms, next_occurrence_ms=event.next_occurrence_ms)
         case ev.OccurrenceFired():
-            state = replace(state, fired=state.fired + 1, last_fired_occurrence_ms=event.occurrence_ms)
+            state = replace(state, fired=state.fired + 1, last_fired_occurrence_ms=event.occurrence_ms,
+                            running=tuple(sorted({*state.running, event.occurrence_ms})))
+        case ev.OccurrenceEnded():
+            state = replace(state, running=tuple(o for o in state.running if o != event.occurrence_ms))
         case ev.ScheduleDeleted():
             state = replace(state, deleted=True)
+        case ev.SchedulePaused():
+            state = replace(state, paused=True)
+        case ev.ScheduleResumed():
+            state = replace(state, paused=False, last_tick_ms=event.through_ms,
+                            next_occurrence_ms=event.next_occurrence_ms)
         case ev.OccurrencesSkipped():
             pass
         case _:

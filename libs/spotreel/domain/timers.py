@@ -53,6 +53,6 @@ def timers_for(state: JobState | None) -> tuple[Timer, ...]:
 
 
 def schedule_timers(state: ScheduleState | None) -> tuple[Timer, ...]:
-    if state is None or state.deleted:
+    if state is None or state.deleted or state.paused:
         return ()
     return (Timer(TimerKind.FIRE_OCCURRENCE, state.schedule_id, state.next_occurrence_ms),)
