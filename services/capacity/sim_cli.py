@@ -37,6 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     a("--stall-scheduler", default="", metavar="AT:SECONDS",
       help="freeze the private scheduler (SIGSTOP) for SECONDS, AT seconds after the start: the control plane "
            "falls behind while the fleet keeps renewing")
+    a("--transport", default="http", choices=("http", "kafka"),
+      help="how the simulated workers reach the scheduler: the gateway's worker API (http) or Kafka directly "
+           "(kafka, as internal pools do); submissions always use the public HTTP API")
     a("--out", type=Path, default=None, help="write the figures as JSON here")
     a("--keep", action="store_true", help="keep the private topics and keyspace (for inspection)")
     p.set_defaults(func=_simulate)
@@ -56,7 +59,7 @@ def _simulate(args: argparse.Namespace, settings: Settings) -> int:
             checkpoint_cost_s=args.checkpoint_seconds, policy=policy, fixed_interval_s=fixed, mtbf_s=args.mtbf,
             notice_share=args.notice_share, cold_start_s=args.cold_start, heartbeat_s=args.heartbeat_seconds,
             progress_s=args.progress_seconds, price_per_gpu_hour=args.price, seed=args.seed,
-            **parse_stall(args.stall_scheduler))
+            transport=args.transport, **parse_stall(args.stall_scheduler))
         if args.partitions < 1:
             raise ValueError("--partitions must be at least 1")
     except ValueError as exc:

@@ -94,6 +94,9 @@ class SimConfig:
     # `stall_at_s` after the start, while the fleet keeps renewing. 0: no stall.
     stall_at_s: float = 0.0
     stall_s: float = 0.0
+    # How the workers reach the scheduler: "http" (the gateway's worker API) or "kafka" (the topics directly,
+    # as internal pools do). Submissions always go through the public HTTP API.
+    transport: str = "http"
 
     def __post_init__(self) -> None:
         checks = [
@@ -110,6 +113,7 @@ class SimConfig:
             (0 < self.lease_wait_s <= 60, "--lease-wait must be within (0, 60]"),
             (self.price_per_gpu_hour >= 0, "--price must not be negative"),
             (self.stall_s >= 0 and self.stall_at_s >= 0, "--stall-scheduler: AT:SECONDS, both >= 0"),
+            (self.transport in ("http", "kafka"), "--transport must be http or kafka"),
             (all(0 <= t <= 9 for t, _ in self.tiers), "--tiers: priorities are 0..9"),
         ]
         for ok, message in checks:

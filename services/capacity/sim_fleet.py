@@ -1,4 +1,5 @@
-"""Simulated GPU workers and clients that speak the real HTTP protocols to a gateway.
+"""Simulated GPU workers and clients that speak the real protocols: HTTP to a gateway, or, for the workers
+with `--transport kafka`, Kafka straight to the scheduler (sim_kafka.py).
 
 One aiohttp session, one asyncio task per worker. A worker: cold start → register → long-poll a lease →
 compute steps (sleeps of `step_s`), heartbeat and progress on their own cadence, checkpoints by policy →
@@ -23,6 +24,7 @@ from typing import Any, Callable
 
 import aiohttp
 
+from spotreel.dispatch.listener import DispatchUnavailable
 from spotreel.services.capacity.sim_config import SimConfig
 from spotreel.services.capacity.sim_figures import Accepted, Attempt, WorkerLife
 from spotreel.services.capacity.sim_waste import adaptive_interval_s
@@ -60,6 +62,8 @@ class Shared:
     lives: list[WorkerLife] = field(default_factory=list)
     vanished_at: list[float] = field(default_factory=list)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    # `--transport kafka`: the workers' requests go over Kafka (sim_kafka.KafkaLink), clients' still over HTTP.
+    link: Any = None
 
     def interval_s(self) -> float | None:
         c = self.cfg
@@ -74,6 +78,15 @@ class Shared:
                    headers: dict[str, str] | None = None, timeout: float = 30.0) -> tuple[int, Any]:
         """POST; returns (status, json or None). Status 0: the request itself failed (counted as an error)."""
         t0 = time.perf_counter()
+        if self.link is not None and kind != "submit":
+            try:
+                status, data = await self.link.call(kind, path, body, timeout)
+            except (DispatchUnavailable, asyncio.TimeoutError):
+                self.meter.errors[kind] += 1
+                return 0, None
+            self.meter.rtt[kind].append((time.perf_counter() - t0) * 1000)
+            self.meter.statuses[f"{kind}:{status}"] += 1
+            return status, data
         try:
             async with self.session.post(
                     self.base_url + path, json=body, timeout=aiohttp.ClientTimeout(total=timeout),

@@ -22,6 +22,7 @@ import aiohttp
 from spotreel.services.capacity.sim_config import SimConfig
 from spotreel.services.capacity.sim_figures import gpu_accounting, judge_events, saturated, summary_ms
 from spotreel.services.capacity.sim_fleet import Fleet, Meter, Shared, submit_loop
+from spotreel.services.capacity.sim_kafka import KafkaLink
 from spotreel.services.capacity.sim_stack import CpuWindow, PrivateStack, read_events
 from spotreel.settings import Settings
 
@@ -44,40 +45,51 @@ async def _run(cfg: SimConfig, stack: PrivateStack, say: Callable[[str], None]) 
     async with aiohttp.ClientSession(connector=connector) as session:
         sh = Shared(cfg=cfg, base_url=stack.url, worker_key=stack.worker_key, tenant_keys=stack.tenant_keys,
                     model=stack.model, gpu_type="sim-gpu", session=session, rng=random.Random(cfg.seed))
-        fleet = Fleet(sh, stack.settings.topic_prefix.split(".", 1)[1])
-        window = CpuWindow(stack.pids())
-        t_start = time.monotonic()
-        submitter = asyncio.create_task(submit_loop(sh, t_start + cfg.run_s))
-        staller = asyncio.create_task(_stall(stack, cfg, t_start, say)) if cfg.stall_s > 0 else None
-        stages = []
-        for i, size in enumerate(cfg.workers):
-            fleet.resize(size)
-            window.start()
-            sh.meter.take()
-            wall0 = time.time()
-            await asyncio.sleep(cfg.stage_s)
-            stage = {"stage": i + 1, "workers": size, "alive": len(fleet.tasks), "from_ms": int(wall0 * 1000),
-                     "to_ms": int(time.time() * 1000), **window.read(), **_meter_figures(sh.meter.take())}
-            stage["worker_requests_per_s"] = _per_s(stage["statuses"], ("lease", "heartbeat", "progress",
-                                                                         "checkpoint", "complete", "release"),
-                                                    stage["seconds"])
-            stage["vanished"] = sum(1 for t in sh.vanished_at if wall0 <= t < time.time())
-            stages.append(stage)
-            say(f"stage {i + 1}: {size} workers, cpu {stage['cpu_cores']}, machine {stage['cpu_cores_total']}, "
-                f"{stage['worker_requests_per_s']} worker req/s, renewal p99 "
-                f"{stage['heartbeat_rtt'].get('p99_ms')} ms, errors {stage['request_errors']}")
-        await submitter
-        say(f"submissions stopped ({len(sh.accepted)} accepted); draining up to {cfg.drain_s:.0f} s")
-        drain_end = time.monotonic() + cfg.drain_s
-        while time.monotonic() < drain_end:
-            done = {a.job_id for a in sh.attempts if a.outcome == "completed"}
-            if all(a.job_id in done for a in sh.accepted):
-                break
-            await asyncio.sleep(1.0)
-        await fleet.stop()
-        if staller is not None:
-            await staller
-        return {"sh": sh, "stages": stages, "elapsed_s": time.monotonic() - t_start, "workers_made": fleet.made}
+        if cfg.transport == "kafka":
+            sh.link = KafkaLink(stack.settings)
+            await sh.link.start()
+        try:
+            return await _ramp(cfg, stack, sh, say)
+        finally:
+            if sh.link is not None:
+                sh.link.close()
+
+
+async def _ramp(cfg: SimConfig, stack: PrivateStack, sh: Shared, say: Callable[[str], None]) -> dict[str, Any]:
+    fleet = Fleet(sh, stack.settings.topic_prefix.split(".", 1)[1])
+    window = CpuWindow(stack.pids())
+    t_start = time.monotonic()
+    submitter = asyncio.create_task(submit_loop(sh, t_start + cfg.run_s))
+    staller = asyncio.create_task(_stall(stack, cfg, t_start, say)) if cfg.stall_s > 0 else None
+    stages = []
+    for i, size in enumerate(cfg.workers):
+        fleet.resize(size)
+        window.start()
+        sh.meter.take()
+        wall0 = time.time()
+        await asyncio.sleep(cfg.stage_s)
+        stage = {"stage": i + 1, "workers": size, "alive": len(fleet.tasks), "from_ms": int(wall0 * 1000),
+                 "to_ms": int(time.time() * 1000), **window.read(), **_meter_figures(sh.meter.take())}
+        stage["worker_requests_per_s"] = _per_s(stage["statuses"], ("lease", "heartbeat", "progress",
+                                                                     "checkpoint", "complete", "release"),
+                                                stage["seconds"])
+        stage["vanished"] = sum(1 for t in sh.vanished_at if wall0 <= t < time.time())
+        stages.append(stage)
+        say(f"stage {i + 1}: {size} workers, cpu {stage['cpu_cores']}, machine {stage['cpu_cores_total']}, "
+            f"{stage['worker_requests_per_s']} worker req/s, renewal p99 "
+            f"{stage['heartbeat_rtt'].get('p99_ms')} ms, errors {stage['request_errors']}")
+    await submitter
+    say(f"submissions stopped ({len(sh.accepted)} accepted); draining up to {cfg.drain_s:.0f} s")
+    drain_end = time.monotonic() + cfg.drain_s
+    while time.monotonic() < drain_end:
+        done = {a.job_id for a in sh.attempts if a.outcome == "completed"}
+        if all(a.job_id in done for a in sh.accepted):
+            break
+        await asyncio.sleep(1.0)
+    await fleet.stop()
+    if staller is not None:
+        await staller
+    return {"sh": sh, "stages": stages, "elapsed_s": time.monotonic() - t_start, "workers_made": fleet.made}
 
 
 async def _stall(stack: PrivateStack, cfg: SimConfig, t_start: float, say: Callable[[str], None]) -> None:
@@ -125,6 +137,9 @@ def simulate(cfg: SimConfig, base: Settings, out: Path | None, *, partitions: in
         **judged,
         "lease_expired_under_live_workers": expired_under_live_workers(sh.attempts, events),
         "vanished": sum(1 for a in sh.attempts if a.outcome == "vanished"),
+        "worker_transport": cfg.transport,
+        # Kafka workers are their own lease desk: grants that reached no waiting lease call, handed back.
+        "unclaimed_released_by_workers": sh.link.released_unclaimed if sh.link is not None else None,
         **gpu_accounting(sh.attempts, sh.lives, cfg.step_s, cfg.price_per_gpu_hour, judged["completed"]),
         "stages": result["stages"], "saturates_at_workers": first_sat,
         "events_read": len(events), "cpu_cores_of_machine": os.cpu_count(),

@@ -1,0 +1,205 @@
+"""The simulated fleet over Kafka (`spotreel simulate --transport kafka`): workers inside the platform, as
+`spotreel worker --transport kafka` runs them, with no gateway between them and the scheduler.
+
+Each simulated worker sends what a real Kafka worker sends and waits for what it waits for: a RequestWork
+to the partition the shared dispatch library chooses, one outstanding at a time, the answer read from the
+assignments topic; fenced RenewLease / ReportProgress / RecordCheckpoint / CompleteJob / ReleaseLease
+commands keyed by job id, each judged by the scheduler's verdict on the events topic; a grant that arrives
+when the worker no longer waits for it is released (`unclaimed`). The fleet shares one listener thread and
+one producer (a real worker has its own); the records on the wire are the same, so the control plane does
+the same work. Answers are shaped as the gateway's HTTP answers (status and body), so sim_fleet.py drives
+both transports with one worker model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from spotreel.dispatch import verdicts
+from spotreel.dispatch.aio import AsyncDispatch
+from spotreel.dispatch.listener import DispatchUnavailable
+from spotreel.dispatch.order import request_order
+from spotreel.dispatch.sender import AsyncCommandSender
+from spotreel.domain import commands as cmd
+from spotreel.domain import events as ev
+from spotreel.domain.leases import UNCLAIMED
+from spotreel.settings import Settings
+
+
+@dataclass
+class _Desk:
+    """One worker's dispatch state: its outstanding request and the inbox of a waiting lease call."""
+
+    pending: tuple[str, int, float] | None = None  # request id, partition, sent at
+    inbox: asyncio.Queue | None = None
+    asked: dict[str, float] = field(default_factory=dict)
+
+
+class KafkaLink:
+    def __init__(self, settings: Settings, *, lease_ttl_ms: int = 30_000, verdict_s: float = 10.0,
+                 stale_s: float = 30.0, forget_s: float = 120.0, idle_pass_s: float = 1.0) -> None:
+        self.settings = settings
+        self.lease_ttl_ms = lease_ttl_ms
+        self.verdict_s = verdict_s
+        self.stale_s = stale_s
+        self.forget_s = forget_s
+        self.idle_pass_s = idle_pass_s
+        self.dispatch = AsyncDispatch(settings, name="sim")
+        self.sender = AsyncCommandSender(settings, name="sim")
+        self.desks: dict[str, _Desk] = {}
+        self.released_unclaimed = 0
+        self._tasks: set[asyncio.Task] = set()
+        self._ids = 0
+
+    async def start(self) -> None:
+        await self.dispatch.ensure_started()
+
+    def close(self) -> None:
+        self.dispatch.close()
+        self.sender.close()
+
+    def _id(self, prefix: str) -> str:
+        self._ids += 1
+        return f"{prefix}-{self._ids}-{uuid.uuid4().hex[:8]}"
+
+    async def call(self, kind: str, path: str, body: dict[str, Any], timeout: float) -> tuple[int, Any]:
+        """What the gateway's worker API would answer for this request (status, body); raises
+        DispatchUnavailable / asyncio.TimeoutError as a failed request."""
+        parts = path.strip("/").split("/")  # internal/workers/{id}/{action} or internal/leases/{job}/{action}
+        if parts[1] == "workers":
+            if parts[3] == "register":
+                return 200, {"worker_id": parts[2]}
+            return await asyncio.wait_for(self._lease(parts[2], body), timeout)
+        return await asyncio.wait_for(self._fenced(parts[3], parts[2], body), timeout)
+
+    # -- leases ------------------------------------------------------------------------------------------
+
+    def _on_answer(self, worker_id: str, answer: Any) -> None:
+        desk = self.desks.get(worker_id)
+        if desk is None:
+            return
+        if desk.pending is not None and desk.pending[0] == answer.request_id:
+            desk.pending = None
+        if desk.inbox is not None:
+            desk.inbox.put_nowait(answer)
+        elif isinstance(answer, ev.WorkAssigned):
+            self._release(answer)
+
+    def _release(self, answer: ev.WorkAssigned) -> None:
+        command = cmd.ReleaseLease(f"unclaimed-{answer.request_id}", answer.job_id, answer.epoch, answer.worker_id,
+                                   UNCLAIMED)
+        task = asyncio.get_running_loop().create_task(self.sender.send(command))
+        self._tasks.add(task)
+        task.add_done_callback(self._released)
+
+    def _released(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is None:
+            self.released_unclaimed += 1
+
+    async def _lease(self, worker_id: str, body: dict[str, Any]) -> tuple[int, Any]:
+        await self.dispatch.ensure_started()
+        desk = self.desks.setdefault(worker_id, _Desk())
+        now = time.monotonic()
+        for rid, at in list(desk.asked.items()):
+            if now - at > self.forget_s:
+                self.dispatch.forget_answer(rid)
+                del desk.asked[rid]
+        desk.inbox = inbox = asyncio.Queue()
+        try:
+            answer = await self._await_lease(worker_id, desk, inbox, body, now + max(0.5, body["wait_seconds"]))
+        finally:
+            desk.inbox = None
+            while not inbox.empty():
+                late = inbox.get_nowait()
+                if isinstance(late, ev.WorkAssigned):
+                    self._release(late)
+        if answer is None:
+            return 204, None
+        return 200, asdict(answer)
+
+    async def _await_lease(self, worker_id: str, desk: _Desk, inbox: asyncio.Queue, body: dict[str, Any],
+                           deadline: float) -> ev.WorkAssigned | None:
+        models = tuple(body["models"])
+        n = self.settings.partitions
+        tried: set[int] = set()
+        while True:
+            now = time.monotonic()
+            if desk.pending is not None and now - desk.pending[2] >= self.stale_s:
+                tried.add(desk.pending[1])  # its owner may be gone: ask elsewhere (a late grant is released)
+                desk.pending = None
+            if desk.pending is None:
+                order = request_order(worker_id, n, self.dispatch.partitions_with_work(models), tried)
+                if not order:
+                    tried.clear()
+                    pause_until = min(deadline, now + self.idle_pass_s)
+                    while time.monotonic() < pause_until and not self.dispatch.partitions_with_work(models):
+                        await asyncio.sleep(0.05)
+                    if time.monotonic() >= deadline:
+                        return None
+                    continue
+                rid = f"rw-{worker_id}-{self._id('sim')}"
+                desk.asked[rid] = now
+                desk.pending = (rid, order[0], now)
+                self.dispatch.watch_answer(rid, lambda a, w=worker_id: self._on_answer(w, a))
+                await self.sender.send(cmd.RequestWork(rid, worker_id, body["gpu_type"], models, (), False,
+                                                       self.lease_ttl_ms, int(time.time() * 1000)),
+                                       partition=order[0])
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            wait = left if desk.pending is None else min(left, max(0.05, self.stale_s - (now - desk.pending[2])))
+            try:
+                answer = await asyncio.wait_for(inbox.get(), wait)
+            except asyncio.TimeoutError:
+                continue
+            if isinstance(answer, ev.WorkAssigned):
+                return answer
+            tried.add(answer.partition)
+
+    # -- fenced commands ---------------------------------------------------------------------------------
+
+    def _command(self, action: str, command_id: str, job_id: str, b: dict[str, Any]) -> Any:
+        fence = (command_id, job_id, b["epoch"], b["worker_id"])
+        if action == "heartbeat":
+            return cmd.RenewLease(*fence)
+        if action == "progress":
+            return cmd.ReportProgress(*fence, b["step"], b["progress_pct"], b.get("phase", "denoising"))
+        if action == "checkpoint":
+            return cmd.RecordCheckpoint(*fence, b["checkpoint_key"], b["step"], b["progress_pct"], b["checksum"],
+                                        b["size_bytes"], b.get("duration_ms"))
+        if action == "complete":
+            return cmd.CompleteJob(*fence, b["artifact_key"], b["artifact_checksum"], b["artifact_size_bytes"])
+        if action == "release":
+            return cmd.ReleaseLease(*fence, b.get("reason", "preempted"))
+        raise ValueError(f"no such lease action: {action}")
+
+    async def _fenced(self, action: str, job_id: str, body: dict[str, Any]) -> tuple[int, Any]:
+        await self.dispatch.ensure_started()
+        command = self._command(action, self._id(f"k{action[:4]}"), job_id, body)
+        fut = self.dispatch.expect_verdict(command.command_id, job_id)
+        sent_at = time.monotonic()
+        try:
+            await self.sender.send(command)
+            try:
+                verdict = await asyncio.wait_for(fut, self.verdict_s)
+            except asyncio.TimeoutError:
+                verdict = None
+        finally:
+            self.dispatch.forget_verdict(command.command_id, job_id)
+        if isinstance(verdict, ev.CommandRejected):
+            return 409, {"error": {"code": verdict.reason}}
+        answer: dict[str, Any] = {"verdict": "pending" if verdict is None else "accepted"}
+        if action in ("heartbeat", "progress"):
+            answer |= verdicts.instructions(verdict) or {}
+            pace = verdicts.pace(verdict, time.monotonic() - sent_at, self.lease_ttl_ms)
+            if pace is not None:
+                answer["renew_in_seconds"] = pace
+        return (202 if verdict is None else 200), answer
+
+
+__all__ = ["DispatchUnavailable", "KafkaLink"]
