@@ -16,6 +16,7 @@ from cassandra.protocol import ProtocolException
 from spotreel.services.gateway.deps import Claim, PoolLoad, StoreUnavailable, Tenant
 from spotreel.services.gateway.views import ACCEPTED, TERMINAL
 from spotreel.services.projector.queries import AttemptView, HistoryEntry, JobPage, JobView, ReadModels
+from spotreel.services.projector.schedule_queries import OccurrencePage, SchedulePage, ScheduleReads, ScheduleView
 
 T = TypeVar("T")
 # The projector stamps every job-row write with the event version (≥ 1, services/projector/projection.py),
@@ -44,6 +45,7 @@ class CassandraReads:
     def __init__(self, session: Session) -> None:
         self.session = session
         self.models = ReadModels(session)
+        self.schedules = ScheduleReads(session)
         p = session.prepare
         self._claim = p("INSERT INTO submission_claims (job_id, tenant_id, idempotency_key, request_hash, "
                         "accepted_at, model, pool, priority, prompt, params) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
@@ -73,6 +75,21 @@ class CassandraReads:
 
     async def job_attempts(self, job_id: str) -> list[AttemptView]:
         return await _call(self.models.job_attempts, job_id)
+
+    async def get_schedule(self, schedule_id: str) -> ScheduleView | None:
+        return await _call(self.schedules.get_schedule, schedule_id)
+
+    async def list_schedules(self, tenant: str, limit: int, page_state: bytes | None) -> SchedulePage:
+        try:
+            return await _call(self.schedules.list_schedules, tenant, limit, page_state)
+        except (RequestValidationException, ProtocolException) as exc:
+            raise ValueError(str(exc)) from exc
+
+    async def schedule_occurrences(self, schedule_id: str, limit: int, page_state: bytes | None) -> OccurrencePage:
+        try:
+            return await _call(self.schedules.occurrences, schedule_id, limit, page_state)
+        except (RequestValidationException, ProtocolException) as exc:
+            raise ValueError(str(exc)) from exc
 
     async def pool_load(self, pool: str) -> PoolLoad | None:
         row = (await _call(self.session.execute, self._pool, (pool,))).one()

@@ -12,6 +12,7 @@ from typing import Any, Callable, Protocol
 
 from spotreel.dispatch.listener import DispatchUnavailable
 from spotreel.services.projector.queries import AttemptView, HistoryEntry, JobPage, JobView
+from spotreel.services.projector.schedule_queries import OccurrencePage, SchedulePage, ScheduleView
 
 
 # The command was not acknowledged by Kafka (definitely not written, or unknown), or the dispatch consumer
@@ -72,6 +73,9 @@ class ReadStore(Protocol):
     async def drop_claim(self, claim: Claim) -> None: ...
     async def write_placeholder(self, claim: Claim) -> None:
         """An "accepted" jobs_by_id row that every projector write outranks."""
+    async def get_schedule(self, schedule_id: str) -> ScheduleView | None: ...
+    async def list_schedules(self, tenant: str, limit: int, page_state: bytes | None) -> SchedulePage: ...
+    async def schedule_occurrences(self, schedule_id: str, limit: int, page_state: bytes | None) -> OccurrencePage: ...
 
 
 class AuthStore(Protocol):

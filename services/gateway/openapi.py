@@ -12,6 +12,7 @@ from spotreel.services.gateway.submission import JOB_ID as VIDEO_ID
 from spotreel.services.gateway.submission import (DAG_POLICIES, KEY, MAX_RUN_AT_MS, MAX_SEED, NAME, PRIORITY_RANGE,
                                                   RESERVED_KEY_PREFIX, RESOLUTION, resolution_rule)
 from spotreel.services.gateway.videos import STATUSES
+from spotreel.services.gateway import schedules as sched
 
 
 def _anchored(pattern: str) -> str:
@@ -234,6 +235,98 @@ def _worker_paths() -> dict[str, Any]:
     return paths
 
 
+SCHEDULE_ID = {"name": "id", "in": "path", "required": True,
+               "schema": {"type": "string", "pattern": _anchored(sched.SCHEDULE_ID.pattern)}}
+SCHEDULE_COMMAND = {"type": "object", "properties": {
+    "schedule_id": {"type": "string"}, "command_id": {"type": "string"}, "requested": {"type": "string"},
+    "status": {"type": "string"}}}
+SCHEDULE_STATUSES = ["accepted", "active", "paused", "deleted"]
+
+
+def _schedule_body(cfg: GatewayConfig) -> dict[str, Any]:
+    fields = _video_fields(cfg)
+    job = {"type": "object", "required": ["prompt"], "additionalProperties": False,
+           "properties": {k: v for k, v in fields.items() if k not in sched.NOT_IN_TEMPLATE}}
+    job["properties"]["seed"] = {**fields["seed"], "description": "default: derived from the schedule id; the "
+                                 "same for every occurrence"}
+    return {"type": "object", "required": ["cron", "job"], "additionalProperties": False, "properties": {
+        "cron": {"type": "string", "minLength": 1, "maxLength": sched.MAX_CRON_CHARS,
+                 "description": "five fields (minute hour day-of-month month day-of-week; names, ranges, steps, "
+                                "L and D#K) or @yearly @monthly @weekly @daily @hourly; hashed (H) and random (R) "
+                                "fields are refused"},
+        "timezone": {"type": "string", "default": "UTC",
+                     "description": "IANA zone the expression is read in. A local time in a spring-forward gap "
+                                    "runs once, at the first instant after the gap; one in a fall-back overlap "
+                                    "runs once, at its first occurrence"},
+        "catch_up": {"type": "string", "enum": list(sched.CATCH_UP), "default": sched.CATCH_UP[0],
+                     "description": "missed occurrences (the scheduler was down or late): skip runs the latest only "
+                                    "if within catch_up_grace_seconds; run_once runs the latest; run_all runs each, "
+                                    "at most catch_up_max_runs (the latest ones)"},
+        "catch_up_grace_seconds": {"type": "integer", "minimum": 0, "maximum": sched.MAX_GRACE_S, "default": 60},
+        "catch_up_max_runs": {"type": "integer", "minimum": 1, "maximum": sched.MAX_CATCH_UP_RUNS, "default": 100},
+        "overlap": {"type": "string", "enum": list(sched.OVERLAP), "default": sched.OVERLAP[0],
+                    "description": "an occurrence due while an earlier occurrence's job has not ended: allow "
+                                   "runs it too; skip does not run it (listed as skipped, reason overlap); "
+                                   "cancel_previous runs it and cancels the earlier jobs"},
+        "start_at": {"type": "integer", "minimum": 0, "maximum": MAX_RUN_AT_MS,
+                     "description": "epoch milliseconds; occurrences at or after it count (default: from now)"},
+        "job": job,
+    }}
+
+
+SCHEDULE_SCHEMA = {"type": "object", "required": ["id", "status", "cron", "timezone"], "properties": {
+    "id": {"type": "string"}, "status": {"type": "string", "enum": SCHEDULE_STATUSES},
+    "cron": {"type": ["string", "null"]}, "timezone": {"type": ["string", "null"]},
+    "catch_up": {"type": ["string", "null"]}, "overlap": {"type": ["string", "null"]},
+    "job": {"type": "object"}, "next_occurrence_at": {"type": ["string", "null"]},
+    "last_tick_at": {"type": ["string", "null"]}, "version": {"type": "integer"}}}
+
+
+def _schedule_paths(cfg: GatewayConfig) -> dict[str, Any]:
+    page = [{"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": cfg.max_page_size,
+                                                         "default": cfg.default_page_size}},
+            {"name": "page_token", "in": "query", "schema": {"type": "string"},
+             "description": "next_page_token of the previous page of the same listing; from before a gateway "
+                            "restart: 422"}]
+    ok202 = {"202": ("command acknowledged by Kafka", SCHEDULE_COMMAND)}
+    errors = (401, 404, 409, 503)
+
+    def op(summary, ok, errs, **kw):
+        return _op(summary, ok, errs, path_id=False, **kw)
+
+    return {
+        "/v1/schedules": {
+            "post": op("create a cron schedule: one video job per occurrence; answered once the CreateSchedule is "
+                       "durable in Kafka. Same Idempotency-Key and body: the same schedule",
+                       {"202": ("accepted", {"type": "object", "required": ["schedule_id", "status"], "properties": {
+                           "schedule_id": {"type": "string"}, "status": {"type": "string"},
+                           "idempotency_key": {"type": "string"}, "replayed": {"type": "boolean"}}})},
+                       (400, 401, 409, 413, 422, 429, 503), body=_schedule_body(cfg), params=[IDEMPOTENCY]),
+            "get": op("the tenant's schedules, newest first (deleted ones included)", {"200": ("a page", {
+                "type": "object", "properties": {"schedules": {"type": "array", "items": SCHEDULE_SCHEMA},
+                                                 "next_page_token": {"type": ["string", "null"]}}})},
+                      (401, 422, 503), params=page),
+        },
+        "/v1/schedules/{id}": {
+            "get": op("a schedule: expression, zone, policies, job template, next occurrence",
+                      {"200": ("the schedule", SCHEDULE_SCHEMA)}, (401, 404, 503), params=[SCHEDULE_ID]),
+            "delete": op("delete: no occurrence fires after it; jobs already submitted keep running", ok202, errors,
+                         params=[SCHEDULE_ID]),
+        },
+        "/v1/schedules/{id}/occurrences": {"get": op(
+            "past occurrences, newest first: fired ones with their video's id (status fired until the job ends, "
+            "then its terminal status), and skipped ranges with the reason (missed, paused, overlap)",
+            {"200": ("a page", {"type": "object", "properties": {
+                "occurrences": {"type": "array", "items": {"type": "object"}},
+                "next_page_token": {"type": ["string", "null"]}}})}, (401, 404, 422, 503),
+            params=[SCHEDULE_ID, *page])},
+        "/v1/schedules/{id}/pause": {"post": op("pause: nothing fires; what falls in the pause is skipped, not "
+                                                "caught up", ok202, errors, params=[SCHEDULE_ID])},
+        "/v1/schedules/{id}/resume": {"post": op("resume: the next occurrence from now on fires", ok202, errors,
+                                                 params=[SCHEDULE_ID])},
+    }
+
+
 def _media_type_rule(paths: dict[str, Any]) -> None:
     """415 on every operation guards.json_bodies judges: public, and a method whose body counts."""
     for path, ops in paths.items():
@@ -292,6 +385,7 @@ def document(cfg: GatewayConfig | None = None) -> dict[str, Any]:
         "/v1/videos/{id}/pause": {"post": _op("pause", ok202, cmd_errors)},
         "/v1/videos/{id}/resume": {"post": _op("resume", ok202, cmd_errors)},
         "/v1/videos/{id}/retry": {"post": _op("requeue a failed or dead-lettered video", ok202, cmd_errors)},
+        **_schedule_paths(cfg),
         **_worker_paths(),
     }
     _media_type_rule(paths)

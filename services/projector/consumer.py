@@ -235,8 +235,8 @@ class Projector:
         if not isinstance(event, ev.ALL_EVENTS):
             self._dead_letter(m, "not_an_event", type(event).__name__)
             return None
-        if not isinstance(event, ev.JOB_EVENTS):
-            self.stats.skipped += 1  # schedule aggregates have no read model yet
+        if isinstance(event, ev.ScheduleCommandRejected):
+            self.stats.skipped += 1  # a refused schedule command changes no row
             return None
         cls = type(event)
         name = self._names.get(cls)
@@ -283,6 +283,8 @@ class Projector:
         write of an earlier attempt leaves nothing behind this way."""
         wanted: dict[str, int] = {}
         for event, _ in items:
+            if not isinstance(event, ev.JOB_EVENTS):  # schedule events: their rows need no state
+                continue
             job = event.job_id
             if job in self._states or job in wanted or isinstance(event, ev.CommandRejected):
                 continue

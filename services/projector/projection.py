@@ -341,6 +341,15 @@ def worker_ops(event: Any, before: JobState | None) -> list[RowOp]:
 # ---------------------------------------------------------------------------------------------------------
 
 
+def _schedule_ops(event: Any) -> list[RowOp]:
+    """Schedule events' rows (schedule_rows.py; imported here, not at the top, since it uses RowOp)."""
+    if not isinstance(event, ev.SCHEDULE_EVENTS):
+        return []
+    from spotreel.services.projector.schedule_rows import schedule_ops
+
+    return schedule_ops(event)
+
+
 def is_job_event(event: Any) -> bool:
     return isinstance(event, ev.JOB_EVENTS)
 
@@ -351,7 +360,7 @@ def project(state: JobState | None, event: Any, env: Envelope = Envelope()) -> t
     An event at or below the state's version was applied already (a replay, or a redelivery after a
     crash): its history row is rewritten (identical), nothing else."""
     if not is_job_event(event):
-        return state, []
+        return state, _schedule_ops(event)
     if isinstance(event, ev.CommandRejected):
         return state, rejection_ops(event, env)
     ops = event_ops(event, env)
@@ -515,6 +524,8 @@ def project_batch(items: Iterable[tuple[Any, Envelope]], state_of: Callable[[str
     current = known_rows if known_rows is not None else {}  # job -> (state, its state_rows)
     for event, env in items:
         if not isinstance(event, ev.JOB_EVENTS):
+            if isinstance(event, ev.SCHEDULE_EVENTS):
+                rows.extend(_schedule_ops(event))
             continue
         if isinstance(event, ev.CommandRejected):
             rows.extend(rejection_ops(event, env))

@@ -176,3 +176,36 @@ def test_cron_run_all_submits_each_missed_occurrence_exactly_once(env):
 def _submit_fields(e: ev.JobSubmitted) -> dict:
     names = c.SubmitJob.__dataclass_fields__
     return {k: getattr(e, k) for k in names if hasattr(e, k) and k != "command_id"}
+
+
+def test_cron_cancel_previous_and_each_occurrence_job_reports_its_end(env):
+    """Two missed occurrences fire in one tick under cancel_previous: the newer one's follow-up cancels the
+    older job, whose JobCancelled (on its own partition) comes back to the schedule as EndOccurrence; the
+    newer job's success is recorded the same way."""
+    settings, bus = env
+    sid = "ovl-" + uuid.uuid4().hex[:8]
+    minute, hour = 60_000, 3_600_000
+    upcoming = (int(time.time() * 1000) // minute + 30) * minute
+    cron = f"{(upcoming // minute) % 60} * * * *"
+    model = "m-" + uuid.uuid4().hex[:6]
+    bus.send(c.CreateSchedule("cs-" + sid, sid, "acme", cron, "Europe/Paris", "run_all", model, GPU, "tick", 1.0,
+                              "64x64", 8, 1, 4, start_ms=upcoming - 3 * hour + 1, overlap_policy="cancel_previous"))
+
+    def of(cls):
+        return [e for e in bus.events if isinstance(e, cls) and e.schedule_id == sid]
+
+    fired = bus.wait_for(lambda: of(ev.OccurrenceFired) if len(of(ev.OccurrenceFired)) >= 2 else None, 30,
+                         "2 occurrences fired")
+    older, newer = sorted(fired, key=lambda e: e.occurrence_ms)
+    assert (older.occurrence_ms, newer.occurrence_ms) == (upcoming - 2 * hour, upcoming - hour)
+    cancelled = bus.wait_event(older.job_id, ev.JobCancelled)
+    assert cancelled.reason == "overlap"
+    ended = bus.wait_for(lambda: of(ev.OccurrenceEnded) or None, 20, "the older occurrence's end")
+    assert [(e.occurrence_ms, e.job_id, e.outcome) for e in ended] == [(older.occurrence_ms, older.job_id,
+                                                                        "cancelled")]
+    _run(bus, newer.job_id, model=model)
+    ended = bus.wait_for(lambda: of(ev.OccurrenceEnded) if len(of(ev.OccurrenceEnded)) >= 2 else None, 20,
+                         "the newer occurrence's end")
+    assert ended[-1].occurrence_ms == newer.occurrence_ms and ended[-1].outcome == "succeeded"
+    bus.send(c.DeleteSchedule("del-" + sid, sid))
+    bus.wait_for(lambda: of(ev.ScheduleDeleted), 20, "deleted")

@@ -8,6 +8,7 @@ from typing import Any
 
 from spotreel.services.gateway.deps import Claim, Deps, PoolLoad, SinkUnavailable, Tenant
 from spotreel.services.projector.queries import JobListItem, JobPage, JobView
+from spotreel.services.projector.schedule_queries import OccurrencePage, SchedulePage
 
 KEYS = {"key-a": "tenant-a", "key-b": "tenant-b"}
 WORKER_KEY = "worker-key"
@@ -78,6 +79,15 @@ class FakeReads:
 
     async def write_placeholder(self, claim):
         self.jobs.setdefault(claim.job_id, job_view(claim.job_id, claim.tenant_id, "accepted", version=0))
+
+    async def get_schedule(self, schedule_id):
+        return None
+
+    async def list_schedules(self, tenant, limit, page_state):
+        return SchedulePage([], None)
+
+    async def schedule_occurrences(self, schedule_id, limit, page_state):
+        return OccurrencePage([], None)
 
 
 @dataclass

@@ -26,6 +26,12 @@ def job_id_for(tenant: str, idempotency_key: str) -> str:
     return "j" + _digest("spotreel/job/v1", tenant, idempotency_key)[:32]
 
 
+def schedule_id_for(tenant: str, idempotency_key: str) -> str:
+    """The schedule a tenant's POST /v1/schedules with this Idempotency-Key creates:
+    "s" + hex(sha256("spotreel/schedule/v1" NUL tenant NUL key))[:32]."""
+    return "s" + _digest("spotreel/schedule/v1", tenant, idempotency_key)[:32]
+
+
 def occurrence_idempotency_key(schedule_id: str, occurrence_ms: int) -> str:
     """The idempotency key under which a cron schedule submits the job for one occurrence."""
     return f"schedule:{schedule_id}:{occurrence_ms}"
