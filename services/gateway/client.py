@@ -113,6 +113,30 @@ class Client:
         """`{"job_id", "attempts"}`: one entry per lease."""
         return self._json("GET", self._path(job_id, "/attempts"))
 
+    def create_schedule(self, body: dict[str, Any], idempotency_key: str | None = None) -> dict[str, Any]:
+        return self._json("POST", "/v1/schedules", body,
+                          {"Idempotency-Key": idempotency_key} if idempotency_key else None)
+
+    def _schedule_path(self, schedule_id: str, tail: str = "") -> str:
+        return f"/v1/schedules/{urllib.parse.quote(schedule_id, safe='')}{tail}"
+
+    def schedule(self, schedule_id: str) -> dict[str, Any]:
+        return self._json("GET", self._schedule_path(schedule_id))
+
+    def schedules(self, limit: int = 50, page_token: str | None = None) -> dict[str, Any]:
+        query = urllib.parse.urlencode({k: v for k, v in (("limit", limit), ("page_token", page_token)) if v})
+        return self._json("GET", f"/v1/schedules?{query}")
+
+    def schedule_occurrences(self, schedule_id: str, limit: int = 50, page_token: str | None = None) -> dict[str, Any]:
+        query = urllib.parse.urlencode({k: v for k, v in (("limit", limit), ("page_token", page_token)) if v})
+        return self._json("GET", self._schedule_path(schedule_id, f"/occurrences?{query}"))
+
+    def schedule_command(self, schedule_id: str, action: str) -> dict[str, Any]:
+        """pause, resume (POST) or delete (DELETE)."""
+        if action == "delete":
+            return self._json("DELETE", self._schedule_path(schedule_id))
+        return self._json("POST", self._schedule_path(schedule_id, f"/{action}"))
+
     def submit_dag(self, body: dict[str, Any], idempotency_key: str | None = None) -> dict[str, Any]:
         return self._json("POST", "/v1/dags", body, {"Idempotency-Key": idempotency_key} if idempotency_key else None)
 

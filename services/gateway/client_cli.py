@@ -1,5 +1,5 @@
 """`spotreel submit | status | watch | get | cancel | pause | resume | retry | priority | jobs | events |
-attempts | dag submit`: the public API for people and scripts, from a terminal.
+attempts | dag submit | schedule …`: the public API for people and scripts, from a terminal.
 
 Defaults come from the local stack's settings (Settings.gateway_url, Settings.dev_api_key), overridable
 with --url / --key (or SPOTREEL_GATEWAY_PORT, SPOTREEL_DEV_API_KEY). Every command takes --json: one JSON
@@ -17,6 +17,7 @@ import sys
 from typing import Callable
 
 from spotreel.services.gateway import client_commands as cmds
+from spotreel.services.gateway import client_schedules
 from spotreel.services.gateway.client import Client, ClientError
 from spotreel.services.gateway.client_output import TERMINAL, progress_line
 from spotreel.settings import Settings
@@ -115,3 +116,4 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("file")
     p.add_argument("--idempotency-key", help="resubmitting the same file with the same key returns the same "
                                              "videos, and completes a DAG that was cut short")
+    client_schedules.register(sub, _common)
