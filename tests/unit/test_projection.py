@@ -223,9 +223,10 @@ def test_a_replayed_event_only_rewrites_its_history_row():
     assert after is state and [op.table for op in ops] == [pj.EVENTS]
 
 
-def test_schedule_events_are_not_projected():
+def test_schedule_events_touch_only_the_schedule_tables():
     e = ev.ScheduleDeleted("s1", 1, T0, "cmd")
-    assert pj.project(None, e) == (None, [])
+    state, ops = pj.project(None, e)
+    assert state is None and [op.table for op in ops] == ["schedules_by_id"]
 
 
 @FAST
