@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cassandra.cluster import Session
+from cassandra.concurrent import execute_concurrent_with_args
 
 from spotreel.services.projector.queries import _ms
 
@@ -82,7 +83,9 @@ class ScheduleReads:
         bound = self._ids.bind((tenant,))
         bound.fetch_size = limit
         result = self.session.execute(bound, paging_state=page_state)
-        items = [v for v in (self.get_schedule(r.schedule_id) for r in result.current_rows[:limit]) if v is not None]
+        ids = [(r.schedule_id,) for r in result.current_rows[:limit]]
+        rows = execute_concurrent_with_args(self.session, self._one, ids, concurrency=32, raise_on_first_error=True)
+        items = [_view(r) for _, found in rows for r in found if r.status is not None and r.tenant_id is not None]
         return SchedulePage(items, result.paging_state)
 
     def occurrences(self, schedule_id: str, limit: int, page_state: bytes | None) -> OccurrencePage:
