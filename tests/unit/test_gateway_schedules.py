@@ -1,0 +1,74 @@
+"""POST /v1/schedules with the in-memory fakes: the CreateSchedule it produces, defaults, the rules the
+OpenAPI document states (enums and bounds taken from the same constants), and 422 naming the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from spotreel.domain import commands as cmd
+from spotreel.domain import ids
+from spotreel.domain.cron import MissedPolicy
+from spotreel.domain.schedules import OverlapPolicy
+from spotreel.services.gateway import schedules as sched
+from spotreel.services.gateway.openapi import document
+from tests.unit.test_gateway_api import A, api  # noqa: F401 - the fixture
+
+BODY = {"cron": "@daily", "job": {"prompt": "a sunrise"}}
+
+
+async def create(client, body, key="s1"):
+    return await client.post("/v1/schedules", json=body, headers={**A, "Idempotency-Key": key})
+
+
+async def test_defaults_and_the_command_produced(api):  # noqa: F811
+    client, deps = await api()
+    r = await create(client, BODY)
+    assert r.status == 202, await r.text()
+    sid = (await r.json())["schedule_id"]
+    assert sid == ids.schedule_id_for("tenant-a", "s1") and sched.SCHEDULE_ID.fullmatch(sid)
+    [sent] = deps.commands.sent
+    assert isinstance(sent, cmd.CreateSchedule)
+    assert (sent.cron, sent.timezone, sent.missed_policy, sent.overlap_policy, sent.grace_ms, sent.max_catchup,
+            sent.start_ms) == ("@daily", "UTC", "skip", "allow", 60_000, 100, None)
+    assert sent.seed == int(sid[1:16], 16) and sent.prompt == "a sunrise"
+    # The claim answers GET until the projector has written the schedule.
+    got = await (await client.get(f"/v1/schedules/{sid}", headers=A)).json()
+    assert got["status"] == "accepted" and got["job"]["prompt"] == "a sunrise"
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"timezone": "Europe/Nowhere"}, "timezone"),
+    ({"timezone": 5}, "timezone"),
+    ({"cron": "* * *"}, "cron"),
+    ({"cron": "x" * 201}, "cron"),
+    ({"cron": None}, "cron"),
+    ({"catch_up_grace_seconds": 86_401}, "catch_up_grace_seconds"),
+    ({"catch_up_max_runs": True}, "catch_up_max_runs"),
+    ({"start_at": -1}, "start_at"),
+    ({"overlap": "queue"}, "overlap"),
+    ({"job": None}, "job"),
+    ({"job": {"prompt": "x", "parents": []}}, "job.parents"),
+    ({"job": {"prompt": "x", "resolution": "10x10"}}, "job.resolution"),
+    ({"job": {"prompt": "x", "callback_url": "http://127.0.0.1:22/x"}}, "job.callback_url"),
+])
+async def test_refusals_name_the_field(api, change, field):  # noqa: F811
+    client, deps = await api()
+    r = await create(client, {**BODY, **change})
+    assert r.status == 422, await r.text()
+    assert (await r.json())["error"]["field"] == field
+    assert deps.commands.sent == []
+
+
+def test_the_document_states_the_rules_the_gateway_applies():
+    body = document()["paths"]["/v1/schedules"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    props = body["properties"]
+    assert body["required"] == ["cron", "job"] and body["additionalProperties"] is False
+    assert props["catch_up"]["enum"] == [p.value for p in MissedPolicy]
+    assert props["overlap"]["enum"] == list(OverlapPolicy.ALL)
+    assert props["catch_up_grace_seconds"]["maximum"] == sched.MAX_GRACE_S
+    assert props["catch_up_max_runs"]["maximum"] == sched.MAX_CATCH_UP_RUNS
+    assert set(sched.NOT_IN_TEMPLATE).isdisjoint(props["job"]["properties"])
+    assert set(body["properties"]) == sched.KNOWN
+    ops = document()["paths"]["/v1/schedules/{id}"]
+    [param] = ops["get"]["parameters"]
+    assert param["schema"]["pattern"] == f"^{sched.SCHEDULE_ID.pattern}$"
