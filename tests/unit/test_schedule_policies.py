@@ -159,3 +159,33 @@ def test_overlap_never_fires_twice_and_skip_never_runs_two_at_once(policy: str, 
             end(s, s.state.running[0], now)
     assert seen == sorted(set(seen))
     assert fold_schedule(s.history) == s.state
+
+
+@settings(max_examples=60, deadline=None)
+@given(tz=st.sampled_from(["America/New_York", "Europe/London", "Australia/Lord_Howe", "America/Santiago"]),
+       expr=st.sampled_from(["*/20 * * * *", "0 * * * *", "30 1,2 * * *", "15 2 * * *"]),
+       around=st.sampled_from([1_772_949_600_000, 1_793_509_200_000, 1_774_746_000_000, 1_792_890_000_000,
+                               1_775_314_800_000, 1_791_126_000_000]),  # DST changes in 2026 of those zones
+       gaps=st.lists(st.integers(1, 4 * HOUR), min_size=1, max_size=10))
+def test_across_dst_every_occurrence_fires_once_in_order_and_no_local_time_twice(tz, expr, around, gaps):
+    """run_all and ticks at arbitrary moments around a DST change: the fired occurrences are exactly the
+    cron walk's, strictly increasing, none twice for one local time."""
+    from datetime import datetime, timezone
+    from zoneinfo import ZoneInfo
+
+    from spotreel.domain.cron import CronSchedule
+
+    start = around - 6 * HOUR
+    s = Sched(now=start, cron=expr, timezone=tz, missed_policy="run_all", max_catchup=1000)
+    now, fired = start, []
+    for gap in gaps:
+        now += gap
+        if s.state is not None and now >= s.state.next_occurrence_ms:
+            fired += _fired(s.fire(now))
+    assert fired == sorted(set(fired))
+    walls = [datetime.fromtimestamp(f / 1000, tz=timezone.utc).astimezone(ZoneInfo(tz)).replace(tzinfo=None)
+             for f in fired]
+    assert len(set(walls)) == len(walls)
+    assert s.state is not None
+    expected = CronSchedule(expr, tz).between(start, s.state.last_tick_ms, 1000)
+    assert tuple(fired) == expected
