@@ -15,9 +15,9 @@ The guarantees of the gateway's lease desk, for a worker that is its own desk:
 - a grant nobody takes is released: an answer that arrives while no `lease()` call waits for it (the call
   ended, or it already took another lease) is handed back with `ReleaseLease(reason="unclaimed")`, which
   requeues the job at once and costs it no attempt; requests are remembered for `forget_s`;
-- cancel and drain are what the job's events partition says last, read in order: the verdict fields of a
-  renewal (LeaseRenewed / ProgressReported), or a CancelRequested / PauseRequested / JobResumed since (so a
-  pending verdict still hears of them).
+- cancel and drain are what the job's events and replies say last, by job version: the verdict fields of
+  a renewal (LeaseRenewed / ProgressReported, an event or a reply), or a CancelRequested / PauseRequested /
+  JobResumed since (so a pending verdict still hears of them).
 """
 
 from __future__ import annotations
@@ -249,21 +249,25 @@ class KafkaTransport:
             raise TransportError(str(exc)) from None
 
     def _instruct(self, job_id: str, event: Any) -> None:
+        """Events and replies of a held job, as read: each says what is asked as of its version. A reply is
+        as of the version it was judged against, so one read after a newer CancelRequested is ignored."""
         with self._lock:
             held = self._jobs.get(job_id)
             if held is None:
                 return
             epoch, flags = held
+            if getattr(event, "version", -1) < flags.get("as_of", -1):
+                return
             if isinstance(event, ev.CancelRequested) and event.epoch == epoch:
-                flags["cancel"] = True
+                flags.update(cancel=True, as_of=event.version)
             elif isinstance(event, ev.PauseRequested) and event.epoch == epoch:
-                flags["drain"] = True
+                flags.update(drain=True, as_of=event.version)
             elif isinstance(event, ev.JobResumed):
-                flags["drain"] = False
+                flags.update(drain=False, as_of=event.version)
             elif isinstance(event, (ev.LeaseRenewed, ev.ProgressReported)) and event.epoch == epoch:
                 # A renewal's verdict states both as of that point in the job's history.
                 told = verdicts.instructions(event) or {}
-                flags.update(cancel=told["cancel"], drain=told["drain"])
+                flags.update(cancel=told["cancel"], drain=told["drain"], as_of=event.version)
 
     def forget(self, lease: Lease) -> None:
         """The run of this lease is over: stop decoding its job's events."""
@@ -294,7 +298,7 @@ class KafkaTransport:
         with self._lock:
             held = self._jobs.get(lease.job_id)
             # The events of the job in their order: the latest renewal verdict, cancel, pause or resume.
-            flags = dict(held[1]) if held is not None else {}
+            flags = {k: held[1][k] for k in ("cancel", "drain")} if held is not None else {}
         if verdict is None:
             return Verdict(accepted=False, pending=True, renew_in_s=pace, **flags)
         return Verdict(accepted=True, event=type(verdict).__name__,

@@ -87,6 +87,10 @@ class Settings:
     # Faust tables of the scheduler whose compacted changelog topics `infra up` declares ahead of time
     # (comma-separated); see spotreel.infra.topics.changelog_topic for the naming convention.
     scheduler_tables: str = "jobs"
+    # 1: the scheduler writes every accepted renewal to the job's history as an event, as it did before
+    # renewals that change only the deadline were answered on the replies topic (domain/renewals.py); for an
+    # audit that wants every heartbeat, and the benchmark's baseline. 0 (default): absorb them.
+    scheduler_persist_renewals: int = 0
 
     @property
     def kafka_bootstrap(self) -> str:

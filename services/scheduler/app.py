@@ -30,8 +30,9 @@ from spotreel.domain import events as ev
 from spotreel.domain.commands import RequestWork
 from spotreel.domain.schedules import ScheduleState
 from spotreel.domain.state import JobState
+from spotreel.domain.renewals import after_handover
 from spotreel.infra.topics import (commands_topic, deadletter_topic, events_topic, pool_stats_topic,
-                                   scheduler_app_id)
+                                   replies_topic, scheduler_app_id)
 from spotreel.settings import Settings
 
 from spotreel.services.scheduler import followups, redelivery, statecodec, taskdump
@@ -90,7 +91,8 @@ class Scheduler:
         self.schedule_cache: dict[str, ScheduleState | None] = {}
         self.batch_max = batch_max
         self.batch_within = batch_within
-        self.handler = Handler(self.codec, settings.partitions, self.get, get_schedule=self.get_schedule)
+        self.handler = Handler(self.codec, settings.partitions, self.get, get_schedule=self.get_schedule,
+                               absorb_renewals=not settings.scheduler_persist_renewals)
         self.commands = commands_topic(settings)
         self.events = events_topic(settings)
         self.app = self._build_app(data_dir, timer_interval, stats_interval)
@@ -240,6 +242,14 @@ class Scheduler:
             if key.startswith(b"~") or partition_for(key, n) != p:
                 continue
             part.observe(None, self.get(key.decode()))
+        # The renewals the previous owner answered without persisting them are not in the table: every held
+        # lease gets a full TTL from now (domain/renewals.py), and its live holder renews within it.
+        taken_over = now_ms()
+        for job_id in list(part.holders):
+            state = self.get(job_id)
+            grace = after_handover(state, taken_over)
+            if state is not None and grace is not None:
+                part.absorb(state, grace)
         log.info("partition %d: marker %d, %d events read, %d jobs caught up, %d follow-ups re-sent, applied up to "
                  "offset %d, %d queued, redelivery window: %d grants, %d dead letters", p, marker, caught.read,
                  len(caught.states), len(caught.followups), part.applied_upto, len(part.index), len(part.grants),
@@ -272,6 +282,7 @@ class Scheduler:
         writes: list[tuple[int, Any]] = []
         after_acks: list[tuple] = []  # (topic, key, value, partition[, headers])
         answers: list[tuple[Any, Any]] = []
+        replies: list[Any] = []  # send futures of renewal answers that are not events
         marked: set[int] = set()
         for event in batch:
             msg = event.message
@@ -301,6 +312,13 @@ class Scheduler:
                 after_acks.append((deadletter_topic(self.settings), msg.key, value, p,
                                    [(CMD_OFFSET_HEADER, str(msg.offset).encode())]))
                 continue
+            if out.reply is not None:
+                # Nothing durable to wait for: the deadline lives in memory, and a new owner grants a TTL.
+                reply = out.reply
+                replies.append(await producer.send(replies_topic(self.settings), reply.job_id.encode(),
+                                                   self.codec.encode_message(reply), p, None, None))
+                part.absorb(out.reply_to, (reply.epoch, reply.lease_expires_at_ms))
+                self.metrics.renewals_absorbed.inc()
             if out.events:
                 headers = [(CMD_OFFSET_HEADER, str(msg.offset).encode())]
                 for e in out.events:
@@ -355,6 +373,8 @@ class Scheduler:
             partition = partition_for(worker, self.settings.partitions)
             answered.append((msg, await producer.send(assignments_topic(self.settings), worker.encode(),
                                                       self.codec.encode_message(answer), partition, None, None)))
+        for fut in replies:
+            await fut
         for msg, fut in answered:
             await fut
             if msg.timestamp:

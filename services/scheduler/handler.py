@@ -4,7 +4,7 @@ in the order that makes the loop exactly-once (events, then table, see README.md
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from spotreel.adapters.partitioning import partition_for
@@ -17,6 +17,7 @@ from spotreel.domain.evolve import fold
 from spotreel.domain.ids import pool_key
 from spotreel.domain.leases import judged_at
 from spotreel.domain.pools import WorkerOffer
+from spotreel.domain.renewals import absorbed
 from spotreel.domain.schedules import ScheduleState, decide_schedule, fold_schedule
 from spotreel.domain.state import JobState
 
@@ -34,16 +35,22 @@ class Outcome:
     answer: Any = None  # WorkAssigned / NoWorkAvailable for a RequestWork
     deadletter: dict[str, Any] | None = None
     command: Any = None
+    # A renewal answered without an event (domain/renewals.py): the answer, which goes to the replies topic
+    # (its `version` is the stored state's: "as of this version"), and the stored state it was judged with.
+    reply: Any = None
+    reply_to: JobState | None = None
 
 
 class Handler:
     def __init__(self, codec: Codec, partitions: int, get: Callable[[str], JobState | None],
                  dispatch_config: DispatchConfig | None = None,
-                 get_schedule: Callable[[str], ScheduleState | None] = lambda _: None) -> None:
+                 get_schedule: Callable[[str], ScheduleState | None] = lambda _: None,
+                 absorb_renewals: bool = True) -> None:
         self.codec = codec
         self.partitions = partitions
         self.get = get
         self.get_schedule = get_schedule
+        self.absorb_renewals = absorb_renewals
         self.config = dispatch_config or DispatchConfig()
 
     def handle(self, part: PartitionState, topic: str, offset: int, key: bytes | None, value: bytes | None,
@@ -66,7 +73,7 @@ class Handler:
                 # A producer that did not use the pinned partitioner: applying it here would make two writers.
                 return dead("wrong_partition", f"{command.job_id} belongs to partition "
                             f"{partition_for(command.job_id, self.partitions)}, not {part.partition}")
-            out = self._apply(command, judged_at(command, now_ms, appended_ms))
+            out = self._apply(command, judged_at(command, now_ms, appended_ms), part=part)
         elif isinstance(command, cmd.SCHEDULE_COMMANDS):
             if partition_for(command.schedule_id, self.partitions) != part.partition:
                 return dead("wrong_partition", f"schedule {command.schedule_id} belongs to partition "
@@ -77,10 +84,16 @@ class Handler:
         out.command = command
         return out
 
-    def _apply(self, command: Any, now_ms: int, out: Outcome | None = None) -> Outcome:
+    def _apply(self, command: Any, now_ms: int, out: Outcome | None = None,
+               part: PartitionState | None = None) -> Outcome:
         out = out or Outcome()
         before = self.get(command.job_id)
-        events = decide(before, command, now_ms)
+        judged = part.view(before) if part is not None else before
+        events = decide(judged, command, now_ms)
+        renewal = absorbed(judged, events) if part is not None and self.absorb_renewals else None
+        if renewal is not None:
+            out.reply, out.reply_to = replace(renewal, version=before.version), before
+            return out
         out.events.extend(events)
         after = fold(events, before)
         if after is not None and after is not before:

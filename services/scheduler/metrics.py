@@ -18,6 +18,8 @@ class Metrics:
         self.rejections = Counter("spotreel_scheduler_rejections", "commands rejected", ["reason"], registry=r)
         self.deadletters = Counter("spotreel_scheduler_deadletters", "poison commands", ["reason"], registry=r)
         self.commands = Counter("spotreel_scheduler_commands", "commands processed", registry=r)
+        self.renewals_absorbed = Counter("spotreel_scheduler_renewals_absorbed",
+                                         "renewals answered on the replies topic without an event", registry=r)
         self.skipped = Counter("spotreel_scheduler_redelivered_skipped", "already-applied commands", registry=r)
         self.lag = Gauge("spotreel_scheduler_consumer_lag", "commands not yet read", ["partition"], registry=r)
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from spotreel.domain.dispatch import DispatchIndex, QueuedJob
 from spotreel.domain.fairness import TenantUsage
+from spotreel.domain.renewals import Renewal, with_renewal
 from spotreel.domain.state import JobState, Status
 from spotreel.domain.schedules import ScheduleState
 from spotreel.domain.timers import Timer, TimerKind, schedule_timers, timers_for
@@ -65,6 +66,18 @@ class PartitionState:
     # and the command offsets that already have a dead letter.
     grants: dict[str, Any] = field(default_factory=dict)
     deadlettered: set[int] = field(default_factory=set)
+    # Deadlines of renewals answered but not persisted (domain/renewals.py): job_id -> (epoch, deadline).
+    renewals: dict[str, Renewal] = field(default_factory=dict)
+
+    def view(self, state: JobState | None) -> JobState | None:
+        """The state commands are judged and timers armed against: the stored one with the deadline of its
+        lease's newest absorbed renewal."""
+        return state if state is None else with_renewal(state, self.renewals.get(state.job_id))
+
+    def absorb(self, stored: JobState, renewal: Renewal) -> None:
+        """A renewal answered without an event: remember its deadline and arm the expiry at it."""
+        self.renewals[stored.job_id] = renewal
+        self._arm_timers(self.view(stored), self.fired.get(stored.job_id, ()))
 
     def observe(self, before: JobState | None, after: JobState | None) -> None:
         """Keep the derived structures in line with one job's new state."""
@@ -107,8 +120,13 @@ class PartitionState:
             self.last_checkpoint_ms.pop(job_id, None)
         if before is None or before.version != after.version:
             self.fired.pop(job_id, None)
-        sent = self.fired.get(job_id, ())
-        for timer in timers_for(after):
+        renewal = self.renewals.get(job_id)
+        if renewal is not None and (after.lease is None or after.lease.epoch != renewal[0]):
+            del self.renewals[job_id]  # that lease is over
+        self._arm_timers(self.view(after), self.fired.get(job_id, ()))
+
+    def _arm_timers(self, state: JobState | None, sent) -> None:
+        for timer in timers_for(state):
             # A fired timer whose command was refused leaves the state as it was: do not fire it again.
             if timer not in self.armed and timer.command().command_id not in sent:
                 self.arm(timer)
@@ -176,7 +194,7 @@ class PartitionState:
             if timer.kind == TimerKind.FIRE_OCCURRENCE:
                 wanted, fired_key = schedule_timers(current_schedule(key)), "s:" + key
             else:
-                wanted, fired_key = timers_for(current(key)), key
+                wanted, fired_key = timers_for(self.view(current(key))), key
             if timer in wanted:
                 self.fired.setdefault(fired_key, set()).add(timer.command().command_id)
                 out.append(timer)

@@ -22,7 +22,7 @@ from spotreel.domain import commands as c
 from spotreel.domain import events as ev
 from spotreel.domain import ids
 from spotreel.domain.evolve import fold
-from spotreel.infra.topics import commands_topic, deadletter_topic, events_topic
+from spotreel.infra.topics import commands_topic, deadletter_topic, events_topic, replies_topic
 from spotreel.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,6 +97,9 @@ class Bus:
         self.answer_log: list[Any] = []  # every answer read, duplicates included
         self._ec = self._consumer(events_topic(settings))
         self._ac = self._consumer(assignments_topic(settings))
+        # Renewals the scheduler answered without an event (domain/renewals.py).
+        self.replies: list[Any] = []
+        self._rc = self._consumer(replies_topic(settings))
         self._ids = 0
 
     def _consumer(self, topic: str) -> Consumer:
@@ -131,12 +134,14 @@ class Bus:
     def poll(self, seconds: float = 0.2) -> None:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            for cons, is_events in ((self._ec, True), (self._ac, False)):
+            for cons, kind in ((self._ec, "events"), (self._ac, "answers"), (self._rc, "replies")):
                 for msg in cons.consume(500, 0.02):
                     if msg.error():
                         continue
                     obj = self.codec.decode_message(msg.value())
-                    if is_events:
+                    if kind == "replies":
+                        self.replies.append(obj)
+                    elif kind == "events":
                         self.events.append(obj)
                         self.event_offsets.append((msg.partition(), msg.offset()))
                     else:
@@ -154,6 +159,14 @@ class Bus:
 
     def job_events(self, job_id: str) -> list[Any]:
         return [e for e in self.events if getattr(e, "job_id", None) == job_id]
+
+    def job_replies(self, job_id: str) -> list[Any]:
+        return [r for r in self.replies if r.job_id == job_id]
+
+    def renewals_accepted(self, job_id: str) -> int:
+        """Renewals answered as accepted: persisted (an event) or absorbed (a reply)."""
+        return sum(isinstance(e, (ev.LeaseRenewed, ev.ProgressReported))
+                   for e in [*self.job_events(job_id), *self.job_replies(job_id)])
 
     def state(self, job_id: str):
         return fold(self.job_events(job_id))
@@ -193,6 +206,7 @@ class Bus:
     def close(self) -> None:
         self._ec.close()
         self._ac.close()
+        self._rc.close()
 
 
 def rewind_commits(settings: Settings, partition: int, offset: int, timeout: float = 60.0) -> None:

@@ -122,7 +122,7 @@ def test_a_stalled_scheduler_keeps_the_leases_renewed_in_time_and_expires_the_si
         r.stop()
     # Every renewal sent during the stall was accepted: the live leases never lapsed.
     for r in renewers:
-        bus.wait_for(lambda r=r: sum(isinstance(e, ev.LeaseRenewed) for e in bus.job_events(r.job_id)) >= len(r.sent),
+        bus.wait_for(lambda r=r: bus.renewals_accepted(r.job_id) >= len(r.sent),
                      timeout=30, what=f"all {len(r.sent)} renewals of {r.worker} applied")
         # This lease's part of the job's history (the job may have had an earlier test's lease).
         history = [e for e in bus.job_events(r.job_id) if getattr(e, "epoch", None) == r.epoch

@@ -5,9 +5,11 @@ thousands of spot workers coming and going cause no rebalance):
 - `<prefix>.assignments` from its end (all partitions, or the one a worker's answers land on): WorkAssigned /
   NoWorkAvailable, handed to the handler registered for its request id, every answer until it is dropped;
 - `<prefix>.pool-stats` from the start (compacted): where queued work is (`order.PoolQueues`);
-- `<prefix>.events`, either every partition from its end (a gateway, a simulator) or, for a worker, only the
-  partitions of the jobs it holds (`follow`): the verdict on a command is the event naming it as
-  `causation_id`, or a CommandRejected naming it as `command_id`. Only records whose key (the job id) someone
+- `<prefix>.events` and `<prefix>.replies`, either every partition from its end (a gateway, a simulator) or,
+  for a worker, only the partitions of the jobs it holds (`follow`): the verdict on a command is the event
+  naming it as `causation_id`, or a CommandRejected naming it as `command_id`, or, for a renewal the
+  scheduler answered without persisting it (domain/renewals.py), the LeaseRenewed / ProgressReported reply
+  naming it on the replies topic (its version is that of the job state it was judged against). Only records whose key (the job id) someone
   waits on are decoded, so following the whole topic costs a dict lookup per record.
 
 Handlers run on the consumer thread and must not block; asyncio callers hand over with
@@ -26,7 +28,7 @@ from spotreel.adapters.kafka import assignments_topic
 from spotreel.codec import Codec
 from spotreel.dispatch.order import PoolQueues
 from spotreel.domain import events as ev
-from spotreel.infra.topics import events_topic, pool_stats_topic
+from spotreel.infra.topics import events_topic, pool_stats_topic, replies_topic
 from spotreel.settings import Settings
 
 log = logging.getLogger("spotreel.dispatch")
@@ -48,6 +50,7 @@ class DispatchListener:
         self.name = name
         self.assignments = assignments_topic(settings)
         self.events = events_topic(settings)
+        self.replies = replies_topic(settings)
         self.pool_stats = pool_stats_topic(settings)
         self.queues = PoolQueues()
         n = settings.partitions
@@ -81,7 +84,7 @@ class DispatchListener:
                       "enable.auto.commit": False, "fetch.wait.max.ms": 10, "fetch.error.backoff.ms": 50})
         ends = [(self.assignments, p) for p in self._answer_parts]
         if self._all_events:
-            ends += [(self.events, p) for p in range(self.settings.partitions)]
+            ends += [(t, p) for t in (self.events, self.replies) for p in range(self.settings.partitions)]
         try:
             # Explicit end offsets (not OFFSET_END, which resolves lazily): an answer produced after start()
             # returned is never skipped.
@@ -146,12 +149,15 @@ class DispatchListener:
         from confluent_kafka import TopicPartition
 
         def assign(c: Any) -> None:
-            low, high = c.get_watermark_offsets(TopicPartition(self.events, partition), timeout=10)
-            start = TopicPartition(self.events, partition, max(low, high - lookback))
+            starts = []
+            for topic in (self.events, self.replies):
+                low, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+                starts.append(TopicPartition(topic, partition, max(low, high - lookback)))
             if partition in self._followed:
-                c.seek(start)  # read again from a little before now, for instructions since
+                for start in starts:
+                    c.seek(start)  # read again from a little before now, for instructions since
             else:
-                c.incremental_assign([start])
+                c.incremental_assign(starts)
                 self._followed.add(partition)
 
         self.on_consumer(assign, timeout)
@@ -191,7 +197,7 @@ class DispatchListener:
 
     def _route(self, msg: Any) -> None:
         topic = msg.topic()
-        if topic == self.events:
+        if topic == self.events or topic == self.replies:
             key = msg.key() or b""
             with self._lock:
                 observer = self._observers.get(key)

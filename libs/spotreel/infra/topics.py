@@ -1,6 +1,7 @@
 """The Kafka topics spotreel relies on, declared idempotently (created if missing, configs enforced).
 
-Names: `<prefix>.commands`, `<prefix>.events`, `<prefix>.commands.deadletter`, `<prefix>.pool-stats`, and
+Names: `<prefix>.commands`, `<prefix>.events`, `<prefix>.replies`, `<prefix>.commands.deadletter`,
+`<prefix>.pool-stats`, and
 for each scheduler table `<prefix>.scheduler-<table>-changelog`. The changelog name is what Faust itself
 derives (`{app.id}-{table}-changelog`) when the scheduler's app id is `scheduler_app_id(settings)`, so
 the topic declared here and the one Faust expects are the same.
@@ -38,6 +39,10 @@ def events_topic(settings: Settings) -> str:
     return f"{settings.topic_prefix}.events"
 
 
+def replies_topic(settings: Settings) -> str:
+    return f"{settings.topic_prefix}.replies"
+
+
 def deadletter_topic(settings: Settings) -> str:
     return f"{settings.topic_prefix}.commands.deadletter"
 
@@ -70,6 +75,9 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         # Events are the system of record: kept forever, whatever the broker default says.
         TopicSpec(events_topic(settings), p,
                   {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}),
+        # The scheduler's answers to renewals it did not persist (domain/renewals.py): a lease holder waits
+        # seconds for one, nobody reads them later.
+        TopicSpec(replies_topic(settings), p, {"cleanup.policy": "delete", "retention.ms": str(3600 * 1000)}),
         # Dead letters wait for a person; they must not expire before someone looks.
         TopicSpec(deadletter_topic(settings), p, {"cleanup.policy": "delete", "retention.ms": "-1"}),
         TopicSpec(pool_stats_topic(settings), p, dict(COMPACTED)),

@@ -1,0 +1,130 @@
+"""Renewals answered without an event (domain/renewals.py): the scheduler's way of handling a lease's
+commands (absorb what changes only the deadline, persist the rest, judge against the stored state plus the
+absorbed deadline) decides exactly what persisting every renewal would have decided."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spotreel.domain import commands as c
+from spotreel.domain import events as ev
+from spotreel.domain.decide import decide
+from spotreel.domain.evolve import fold
+from spotreel.domain.renewals import absorbed, after_handover, with_renewal
+from tests.unit.jobkit import T0, TTL, Driver
+
+
+def _leased(confirm: bool = True) -> Driver:
+    d = Driver()
+    d.submit()
+    d.grant("w1")
+    if confirm:
+        d.send(c.RenewLease("first", d.job_id, d.s.epoch, "w1"), advance=1_000)
+    return d
+
+
+def test_the_first_renewal_confirms_the_lease_and_is_persisted() -> None:
+    d = _leased(confirm=False)
+    events = decide(d.s, c.RenewLease("r1", d.job_id, d.s.epoch, "w1"), d.now + 1_000)
+    assert isinstance(events[0], ev.LeaseRenewed) and absorbed(d.s, events) is None
+
+
+def test_a_later_renewal_and_progress_at_the_same_step_are_absorbed_a_new_step_is_not() -> None:
+    d = _leased()
+    d.send(c.ReportProgress("p0", d.job_id, d.s.epoch, "w1", 3, 15.0), advance=1_000)
+    now = d.now + 2_000
+    renew = decide(d.s, c.RenewLease("r2", d.job_id, d.s.epoch, "w1"), now)
+    same = decide(d.s, c.ReportProgress("p1", d.job_id, d.s.epoch, "w1", 3, 15.0), now)
+    moved = decide(d.s, c.ReportProgress("p2", d.job_id, d.s.epoch, "w1", 4, 20.0), now)
+    phase = decide(d.s, c.ReportProgress("p3", d.job_id, d.s.epoch, "w1", 3, 15.0, "decoding"), now)
+    assert absorbed(d.s, renew) is renew[0] and renew[0].lease_expires_at_ms == now + TTL
+    assert absorbed(d.s, same) is same[0]
+    assert absorbed(d.s, moved) is None and absorbed(d.s, phase) is None
+    # Rejections, checkpoints and other holders' commands are never absorbed.
+    stale = decide(d.s, c.RenewLease("r3", d.job_id, d.s.epoch - 1, "w1"), now)
+    other = decide(d.s, c.RenewLease("r4", d.job_id, d.s.epoch, "w2"), now)
+    assert isinstance(stale[0], ev.CommandRejected) and absorbed(d.s, stale) is None
+    assert isinstance(other[0], ev.CommandRejected) and absorbed(d.s, other) is None
+
+
+def test_the_view_only_ever_moves_a_deadline_of_the_same_lease_later() -> None:
+    d = _leased()
+    s = d.s
+    later = with_renewal(s, (s.epoch, s.lease.expires_at_ms + 5_000))
+    assert later.lease.expires_at_ms == s.lease.expires_at_ms + 5_000
+    assert replace(later, lease=s.lease) == s
+    assert with_renewal(s, (s.epoch, s.lease.expires_at_ms - 5_000)) is s  # never shortened
+    assert with_renewal(s, (s.epoch - 1, s.lease.expires_at_ms + 5_000)) is s  # another lease's
+    assert with_renewal(s, None) is s
+
+
+def test_a_new_owner_gives_every_held_lease_a_full_ttl_from_the_takeover() -> None:
+    d = _leased()
+    s = d.s
+    epoch, until = after_handover(s, s.lease.expires_at_ms + 60_000)  # long after the stored deadline
+    assert (epoch, until) == (s.epoch, s.lease.expires_at_ms + 60_000 + TTL)
+    assert after_handover(s, T0)[1] == s.lease.expires_at_ms  # never earlier than the stored one
+    ended = d.send(c.ExpireLease("x", d.job_id, s.epoch), at=s.lease.expires_at_ms + 1)
+    assert isinstance(ended[0], ev.LeaseExpired) and after_handover(d.s, d.now) is None
+
+
+# -- the equivalence ------------------------------------------------------------------------------------
+
+_command = st.tuples(
+    st.sampled_from(["renew", "renew", "progress_same", "progress_next", "checkpoint", "expire", "stale",
+                     "other_worker"]),
+    st.integers(0, 40_000),  # ms since the previous command
+)
+
+
+def _make(kind: str, i: int, job_id: str, epoch: int, step: int) -> object:
+    if kind == "renew":
+        return c.RenewLease(f"r{i}", job_id, epoch, "w1")
+    if kind == "progress_same":
+        return c.ReportProgress(f"p{i}", job_id, epoch, "w1", step, 5.0 * step)
+    if kind == "progress_next":
+        return c.ReportProgress(f"p{i}", job_id, epoch, "w1", min(step + 1, 19), 5.0 * min(step + 1, 19))
+    if kind == "checkpoint":
+        return c.RecordCheckpoint(f"k{i}", job_id, epoch, "w1", f"ck/{i}", step, 5.0 * step, "0" * 64, 10)
+    if kind == "expire":
+        return c.ExpireLease(f"x{i}", job_id, epoch)
+    if kind == "stale":
+        return c.RenewLease(f"s{i}", job_id, epoch - 1, "w1")
+    return c.RenewLease(f"o{i}", job_id, epoch, "w2")
+
+
+def _shape(events) -> list[tuple]:
+    return [(type(e).__name__, getattr(e, "reason", None), getattr(e, "lease_expires_at_ms", None))
+            for e in events]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_command, min_size=1, max_size=40))
+def test_absorbing_renewals_decides_exactly_what_persisting_them_decides(script) -> None:
+    d = _leased()
+    persisted = d.s  # every event applied
+    stored, renewal = d.s, None  # the scheduler: stored state + the newest absorbed deadline
+    now = d.now
+    for i, (kind, gap) in enumerate(script):
+        now += gap
+        lease = persisted.lease
+        command = _make(kind, i, d.job_id, lease.epoch if lease else persisted.epoch, persisted.step)
+        expected = decide(persisted, command, now)
+        persisted = fold(expected, persisted)
+
+        judged = with_renewal(stored, renewal)
+        got = decide(judged, command, now)
+        assert _shape(got) == _shape(expected), (kind, i)
+        renewed = absorbed(judged, got)
+        if renewed is not None:
+            renewal = (renewed.epoch, renewed.lease_expires_at_ms)
+        else:
+            stored = fold(got, stored)
+            if renewal is not None and (stored.lease is None or stored.lease.epoch != renewal[0]):
+                renewal = None
+        # The owner's view is the fully persisted state but for the bookkeeping of the events not written.
+        view = with_renewal(stored, renewal)
+        assert replace(view, version=0, updated_at_ms=0) == replace(persisted, version=0, updated_at_ms=0)
