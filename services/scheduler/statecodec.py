@@ -27,6 +27,8 @@ def loads(raw: bytes | None) -> JobState | None:
     d["parent_outcomes"] = tuple(tuple(p) for p in d["parent_outcomes"])
     d["checkpoints"] = tuple(Checkpoint(**c) for c in d["checkpoints"])
     d["lease"] = Lease(**d["lease"]) if d["lease"] is not None else None
+    if d.get("step_mark") is not None:
+        d["step_mark"] = tuple(d["step_mark"])
     return JobState(**d)
 
 

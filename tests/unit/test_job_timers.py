@@ -13,7 +13,7 @@ pytestmark = pytest.mark.unit
 
 
 def test_a_leased_job_needs_its_expiry_timer_and_the_timer_expires_it() -> None:
-    d = leased_job()
+    d = leased_job(stuck_steps=0)  # the stuck rule's timer: tests/unit/test_job_limits.py
     (timer,) = timers_for(d.state)
     assert (timer.kind, timer.at_ms, timer.epoch) == (TimerKind.EXPIRE_LEASE, T0 + TTL, 1)
     command = timer.command()

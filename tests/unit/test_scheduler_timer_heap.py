@@ -29,7 +29,7 @@ def test_timers_due_at_the_same_time_come_out_in_a_total_order():
         s = _scheduled(key)
         states[s.job_id] = s
         part.observe(None, s)
-    leased = leased_job(key="mm").s
+    leased = leased_job(key="mm", stuck_steps=0).s  # its lease expiry is its only timer
     leased = replace(leased, lease=replace(leased.lease, expires_at_ms=DUE))
     states[leased.job_id] = leased
     part.observe(None, leased)

@@ -58,6 +58,11 @@ class SubmitJob:
     poison_window_ms: int = 60_000
     schedule_id: str | None = None
     occurrence_ms: int | None = None
+    # Time limits (domain/limits.py): rendering wall time across attempts (None: no timeout), and the stuck
+    # rule (no step advance for max(stuck_min_ms, stuck_steps x the lease's mean step time); 0 steps: off).
+    timeout_ms: int | None = None
+    stuck_steps: int = 10
+    stuck_min_ms: int = 120_000
 
 
 @dataclass(frozen=True)
@@ -114,11 +119,14 @@ class GrantLease:
 
 @dataclass(frozen=True)
 class ExpireLease:
-    """Lease timer. Names the epoch it was armed for, so a timer left over from an older lease is refused."""
+    """Lease timer. Names the epoch it was armed for, so a timer left over from an older lease is refused.
+    `rule` names the deadline it enforces (limits.Rule): `ttl` (not renewed in time), `timeout` (the job's
+    rendering time is used up) or `stuck` (no step advance for too long)."""
 
     command_id: str
     job_id: str
     epoch: int
+    rule: str = "ttl"
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Any
 
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
-from spotreel.domain import dag, ids, leases
+from spotreel.domain import dag, ids, leases, limits
 from spotreel.domain.outcomes import Head, Reason, number, rejected
 from spotreel.domain.state import JobState, Status
 
@@ -82,6 +82,9 @@ _DAG_POLICIES = frozenset(p.value for p in dag.DagPolicy)
 
 
 def submission_problem(c: cmd.SubmitJob) -> str | None:
+    policy = limits.policy_problem(
+        max_attempts=c.max_attempts, backoff_base_ms=c.backoff_base_ms, backoff_max_ms=c.backoff_max_ms,
+        timeout_ms=c.timeout_ms, stuck_steps=c.stuck_steps, stuck_min_ms=c.stuck_min_ms)
     checks = (
         (bool(c.tenant) and bool(c.idempotency_key), "tenant and idempotency_key are required"),
         ("\x00" not in c.tenant + c.idempotency_key, "tenant and idempotency_key must not contain NUL"),
@@ -91,6 +94,8 @@ def submission_problem(c: cmd.SubmitJob) -> str | None:
         (c.max_attempts >= 1 and c.max_preemptions >= 1, "max_attempts and max_preemptions must be >= 1"),
         (c.keep_checkpoints >= 1, "keep_checkpoints must be >= 1"),
         (0 <= c.backoff_base_ms <= c.backoff_max_ms, "need 0 <= backoff_base_ms <= backoff_max_ms"),
+        # The retry and time policy's limits (limits.py), each naming its field.
+        (policy is None, policy or ""),
         (c.poison_threshold >= 2 and c.poison_window_ms >= 0, "poison_threshold >= 2, poison_window_ms >= 0"),
         (c.dag_policy in _DAG_POLICIES, f"dag_policy must be one of {sorted(_DAG_POLICIES)}"),
         (all(c.parents) and len(set(c.parents)) == len(c.parents), "parents must be distinct ids"),
@@ -138,6 +143,9 @@ def _submit(state: JobState | None, c: cmd.SubmitJob, h: Head, now_ms: int) -> E
         poison_window_ms=c.poison_window_ms,
         schedule_id=c.schedule_id,
         occurrence_ms=c.occurrence_ms,
+        timeout_ms=c.timeout_ms,
+        stuck_steps=c.stuck_steps,
+        stuck_min_ms=c.stuck_min_ms,
     )
     if c.parents:
         return submitted, h.event(ev.JobWaiting, pending_parents=tuple(c.parents))

@@ -54,6 +54,9 @@ class JobSubmitted:
     poison_window_ms: int
     schedule_id: str | None = None
     occurrence_ms: int | None = None
+    timeout_ms: int | None = None
+    stuck_steps: int = 10
+    stuck_min_ms: int = 120_000
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from spotreel.domain import events as ev
-from spotreel.domain import leases, progress
+from spotreel.domain import leases, limits, progress
 from spotreel.domain.retry import failures_in_window
 from spotreel.domain.state import Checkpoint, JobState, Lease, Status
 
@@ -49,6 +49,9 @@ def _submitted(e: ev.JobSubmitted) -> JobState:
         poison_window_ms=e.poison_window_ms,
         schedule_id=e.schedule_id,
         occurrence_ms=e.occurrence_ms,
+        timeout_ms=e.timeout_ms,
+        stuck_steps=e.stuck_steps,
+        stuck_min_ms=e.stuck_min_ms,
         run_at_ms=e.run_at_ms,
         pending_parents=e.parents,
     )
@@ -70,6 +73,24 @@ def _confirmed(s: JobState) -> JobState:
     return s if s.lease is None or s.lease.confirmed else replace(s, lease=replace(s.lease, confirmed=True))
 
 
+def _stepped(s: JobState, step: int, at_ms: int, phase: str | None = None) -> JobState:
+    """The stuck rule's mark (limits.py): a higher step is an advance; a finishing phase turns the rule off."""
+    if phase in limits.FINISHING_PHASES:
+        return s if s.step_mark is None else replace(s, step_mark=None)
+    if s.step_mark is not None and step > s.step_mark[0]:
+        return replace(s, step_mark=(step, at_ms))
+    return s
+
+
+def _lease_over(before: JobState, after: JobState, e: object) -> JobState:
+    """The event ended the lease: its rendering time joins the sum (an unclaimed lease ran nothing)."""
+    lease = before.lease
+    assert lease is not None
+    used = 0 if isinstance(e, ev.LeaseReleased) and e.reason == leases.UNCLAIMED else \
+        max(0, e.at_ms - lease.granted_at_ms)  # type: ignore[attr-defined]
+    return replace(after, render_ms=after.render_ms + used, step_mark=None, step_origin=0)
+
+
 def _apply(s: JobState, e: object) -> JobState:  # noqa: C901 - one flat dispatch reads best here
     match e:
         case ev.JobScheduled():
@@ -86,6 +107,7 @@ def _apply(s: JobState, e: object) -> JobState:  # noqa: C901 - one flat dispatc
                 attempts_used=0,
                 preemptions=0,
                 recent_failures_ms=(),
+                render_ms=0,
                 terminal_reason=None,
                 cancel_requested=False,
                 cancel_reason=None,
@@ -116,18 +138,21 @@ def _apply(s: JobState, e: object) -> JobState:  # noqa: C901 - one flat dispatc
             return replace(s, watchers=s.watchers if e.child_id in s.watchers else (*s.watchers, e.child_id))
         case ev.JobLeased():
             lease = Lease(e.epoch, e.worker_id, e.pool, e.at_ms, e.lease_ttl_ms, e.lease_expires_at_ms)
-            leased = replace(s, status=Status.LEASED, epoch=max(s.epoch, e.epoch), lease=lease, attempt=e.attempt)
+            start = e.resume_step if e.resume_step is not None else 0
+            leased = replace(s, status=Status.LEASED, epoch=max(s.epoch, e.epoch), lease=lease, attempt=e.attempt,
+                             step_origin=start, step_mark=(start, e.at_ms))
             return progress.on_lease(leased, e.resume_progress_pct, e.resume_step)
         case ev.LeaseRenewed():
             return _with_expiry(s, e.lease_expires_at_ms)
         case ev.ProgressReported():
-            running = replace(_with_expiry(s, e.lease_expires_at_ms), status=Status.RUNNING)
+            running = _stepped(replace(_with_expiry(s, e.lease_expires_at_ms), status=Status.RUNNING), e.step,
+                               e.at_ms, e.phase)
             return progress.on_report(running, e.progress_pct, e.step, e.phase)
         case ev.CheckpointRecorded():
             cp = Checkpoint(e.checkpoint_key, e.step, e.progress_pct, e.epoch, e.checksum, e.size_bytes, e.at_ms)
             kept = tuple(c for c in s.checkpoints if c.key not in e.pruned_keys)
-            return progress.on_report(_confirmed(replace(s, checkpoints=(*kept, cp))), e.progress_pct, e.step,
-                                      s.phase)
+            return progress.on_report(_stepped(_confirmed(replace(s, checkpoints=(*kept, cp))), e.step, e.at_ms),
+                                      e.progress_pct, e.step, s.phase)
         case ev.LeaseReleased(reason=leases.UNCLAIMED):
             return progress.on_unclaimed(replace(s, lease=None, preemptions=e.preemptions))
         case ev.LeaseExpired() | ev.LeaseReleased():
@@ -168,6 +193,8 @@ def evolve(state: JobState | None, event: object) -> JobState | None:
     applied = _apply(state, event)
     if applied is state:
         return state
+    if state.lease is not None and applied.lease is None:
+        applied = _lease_over(state, applied, event)
     return replace(applied, version=event.version, updated_at_ms=event.at_ms)  # type: ignore[attr-defined]
 
 

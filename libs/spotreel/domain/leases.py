@@ -29,7 +29,7 @@ from typing import Any
 
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
-from spotreel.domain import retry
+from spotreel.domain import limits, retry
 from spotreel.domain.outcomes import Head, Reason, rejected
 from spotreel.domain.progress import valid_pct
 from spotreel.domain.state import JobState, Status
@@ -171,9 +171,42 @@ def expire(state: JobState, c: cmd.ExpireLease, h: Head, now_ms: int) -> Events:
     if reason is not None:
         return rejected(state, c, now_ms, reason)
     assert state.lease is not None
+    if c.rule != limits.Rule.TTL:
+        return enforce(state, c, h, now_ms)
     if now_ms < state.lease.expires_at_ms:
         return rejected(state, c, now_ms, Reason.LEASE_NOT_EXPIRED, f"expires at {state.lease.expires_at_ms}")
     return lease_ended(state, c, h, now_ms, released=False)
+
+
+def enforce(state: JobState, c: cmd.ExpireLease, h: Head, now_ms: int) -> Events:
+    """The timeout and stuck timers (limits.py), on the live lease (the caller fenced the epoch)."""
+    assert state.lease is not None
+    if c.rule == limits.Rule.TIMEOUT:
+        due = limits.timeout_at(state)
+    elif c.rule == limits.Rule.STUCK:
+        due = limits.stuck_at(state)
+    else:
+        return rejected(state, c, now_ms, Reason.INVALID_REQUEST, f"rule must be one of {sorted(limits.Rule.ALL)}")
+    if due is None or now_ms < due:
+        return rejected(state, c, now_ms, Reason.NOT_DUE, f"{c.rule} not reached" + (f": due at {due}" if due else ""))
+    holder = state.lease.worker_id
+    if c.rule == limits.Rule.STUCK:
+        mark = state.step_mark or (state.step_origin, state.lease.granted_at_ms)
+        why = (f"no step advance for {now_ms - mark[1]} ms after step {mark[0]} (limit {limits.stuck_after_ms(state)} ms, "
+               f"stuck_steps {state.stuck_steps} x {limits.expected_step_ms(state) or 0:.0f} ms per step, "
+               f"at least {state.stuck_min_ms} ms)")
+        # Exactly what the holder's own FailJob(stuck) would do: a retryable, visible failure.
+        return _fail(state, cmd.FailJob(c.command_id, state.job_id, c.epoch, holder, limits.Rule.STUCK, why), h, now_ms)
+    used = limits.render_ms_at(state, now_ms)
+    why = f"rendering took {used} ms across attempts; timeout_ms is {state.timeout_ms}"
+    if state.cancel_requested:
+        return _fail(state, cmd.FailJob(c.command_id, state.job_id, c.epoch, holder, limits.Rule.TIMEOUT, why, False),
+                     h, now_ms)
+    return (
+        h.event(ev.AttemptFailed, epoch=c.epoch, worker_id=holder, error_code=limits.Rule.TIMEOUT, error_message=why,
+                retryable=False, attempts_used=state.attempts_used + 1, invalid_checkpoint_key=None),
+        h.event(ev.JobFailed, reason=limits.Rule.TIMEOUT, error_code=limits.Rule.TIMEOUT),
+    )
 
 
 def lease_ended(state: JobState, c: Any, h: Head, now_ms: int, *, released: bool, preemption: bool = True) -> Events:

@@ -89,6 +89,10 @@ class JobState:
     poison_window_ms: int
     schedule_id: str | None
     occurrence_ms: int | None
+    # Time limits (limits.py): rendering time across attempts (None: none) and the stuck rule.
+    timeout_ms: int | None = None
+    stuck_steps: int = 10
+    stuck_min_ms: int = 120_000
 
     # Not runnable before this (the submitted run_at, later a retry backoff's end).
     run_at_ms: int | None = None
@@ -98,6 +102,13 @@ class JobState:
     epoch: int = 0
     lease: Lease | None = None
     attempt: int = 0
+
+    # Rendering time of the ended leases (limits.py; reset by a manual requeue), and the stuck rule's marks of
+    # the current lease: the step it started at, and (step, at_ms) of its latest step advance (the grant
+    # until a step advances; None in the finishing phases or without a lease).
+    render_ms: int = 0
+    step_origin: int = 0
+    step_mark: tuple[int, int] | None = None
 
     # Retry accounting (reset by a manual requeue).
     attempts_used: int = 0

@@ -15,12 +15,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from spotreel.domain import commands as cmd
+from spotreel.domain import limits
 from spotreel.domain.schedules import ScheduleState
 from spotreel.domain.state import JobState, Status
 
 
 class TimerKind:
     EXPIRE_LEASE = "expire_lease"
+    # The job's rendering time is used up / its step stopped advancing (limits.py): both are ExpireLease
+    # commands with that rule, judged like the lease expiry.
+    TIMEOUT = "timeout"
+    STUCK = "stuck"
     ACTIVATE = "activate"
     FIRE_OCCURRENCE = "fire_occurrence"
 
@@ -37,6 +42,8 @@ class Timer:
         command_id = f"timer:{self.kind}:{self.key}:{suffix}"
         if self.kind == TimerKind.EXPIRE_LEASE:
             return cmd.ExpireLease(command_id, self.key, self.epoch or 0)
+        if self.kind in (TimerKind.TIMEOUT, TimerKind.STUCK):
+            return cmd.ExpireLease(command_id, self.key, self.epoch or 0, rule=self.kind)
         if self.kind == TimerKind.ACTIVATE:
             return cmd.ActivateJob(command_id, self.key)
         return cmd.FireOccurrence(command_id, self.key)
@@ -46,7 +53,12 @@ def timers_for(state: JobState | None) -> tuple[Timer, ...]:
     if state is None:
         return ()
     if state.lease is not None and state.status in Status.HOLDING_LEASE:
-        return (Timer(TimerKind.EXPIRE_LEASE, state.job_id, state.lease.expires_at_ms, state.lease.epoch),)
+        epoch = state.lease.epoch
+        out = [Timer(TimerKind.EXPIRE_LEASE, state.job_id, state.lease.expires_at_ms, epoch)]
+        for kind, at in ((TimerKind.TIMEOUT, limits.timeout_at(state)), (TimerKind.STUCK, limits.stuck_at(state))):
+            if at is not None:
+                out.append(Timer(kind, state.job_id, at, epoch))
+        return tuple(out)
     if state.status == Status.SCHEDULED and state.run_at_ms is not None:
         return (Timer(TimerKind.ACTIVATE, state.job_id, state.run_at_ms),)
     return ()

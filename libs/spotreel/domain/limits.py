@@ -1,0 +1,123 @@
+"""A job's time limits: the rendering timeout and the stuck rule. Pure arithmetic on state, no clock.
+
+Both are deadlines of the current lease that `timers.timers_for` arms and the scheduler fires as an
+`ExpireLease` with `rule` TIMEOUT or STUCK; `decide` (leases.enforce) judges that command at the time it
+entered the commands log, like the lease expiry (leases.judged_at), so a report appended before the
+deadline is always applied before the timer that it makes moot.
+
+Timeout (`timeout_ms`, None = none): the job's rendering wall time, summed across attempts, may not exceed it.
+  Rendering time is the time a job holds a lease: from JobLeased to the event that ended the lease (success,
+  failure, expiry, release, cancel or pause confirmed), in the control plane's clock. A lease handed back as
+  unclaimed never reached a worker and counts nothing; a manual requeue (RequeueJob) starts the sum over.
+  The current lease's deadline is `granted_at + timeout_ms - render_ms`. Past it the lease is ended and the
+  job fails for good: AttemptFailed(error_code "timeout", not retryable) + JobFailed(reason "timeout").
+  Time spent queued, scheduled, in a retry backoff or paused does not count.
+
+Stuck (`stuck_steps` N, `stuck_min_ms` floor; N = 0 disables it): a lease whose denoising step has not
+  advanced for `max(stuck_min_ms, N x expected_step_ms)` is stuck. The expected step time is measured from the
+  job's own steps under the current lease: (time of its latest step advance - time the lease was granted) /
+  (steps advanced since the grant), i.e. the lease's mean time per step so far, startup included (so it
+  errs long). Until a step has advanced it is unknown and the floor alone applies. A step advance is an
+  accepted ProgressReported or CheckpointRecorded naming a higher step than the lease's latest. The rule
+  watches the lease from its grant through the denoising steps; in the finishing phases (decoding, encoding,
+  uploading: no steps there) it is off, and only the lease TTL and the timeout apply. A stuck lease is ended
+  as a visible, retryable failure, the same as a FailJob(error_code "stuck") from the worker: AttemptFailed
+  + JobScheduled(backoff), or dead-lettered by max_attempts / poison. The scheduler sees a step only when
+  the worker reports it (every few seconds), so its judgement lags the worker's own watchdog
+  (worker/stuck.py), which applies the same rule per step and reports first.
+"""
+
+from __future__ import annotations
+
+import math
+
+from spotreel.domain.state import JobState, Status
+
+
+class Rule:
+    """ExpireLease.rule: which deadline of the lease the timer enforces."""
+
+    TTL = "ttl"
+    TIMEOUT = "timeout"
+    STUCK = "stuck"
+
+    ALL = frozenset({TTL, TIMEOUT, STUCK})
+
+
+# Phases after the last denoising step: no step advances there, so the stuck rule does not apply.
+FINISHING_PHASES = frozenset({"decoding", "encoding", "uploading"})
+
+# Limits on the policy a submission may set (the gateway answers 422 naming the field and the limit; a
+# SubmitJob over Kafka beyond them is refused with invalid_request).
+MAX_ATTEMPTS = 20
+MAX_BACKOFF_MS = 86_400_000  # a day
+MIN_TIMEOUT_MS = 1_000
+MAX_TIMEOUT_MS = 7 * 86_400_000  # a week
+MAX_STUCK_STEPS = 1_000
+MIN_STUCK_MS = 1_000
+MAX_STUCK_MS = 86_400_000
+
+DEFAULT_STUCK_STEPS = 10
+DEFAULT_STUCK_MIN_MS = 120_000
+
+
+def policy_problem(*, max_attempts: int, backoff_base_ms: int, backoff_max_ms: int, timeout_ms: int | None,
+                   stuck_steps: int, stuck_min_ms: int) -> str | None:
+    """The first limit a submission's retry and time policy breaks, naming the field and the limit."""
+    checks = (
+        (1 <= max_attempts <= MAX_ATTEMPTS, f"max_attempts must be between 1 and {MAX_ATTEMPTS}"),
+        (0 <= backoff_base_ms <= MAX_BACKOFF_MS, f"backoff_base_ms must be between 0 and {MAX_BACKOFF_MS}"),
+        (backoff_base_ms <= backoff_max_ms <= MAX_BACKOFF_MS,
+         f"backoff_max_ms must be between backoff_base_ms and {MAX_BACKOFF_MS}"),
+        (timeout_ms is None or MIN_TIMEOUT_MS <= timeout_ms <= MAX_TIMEOUT_MS,
+         f"timeout_ms must be null or between {MIN_TIMEOUT_MS} and {MAX_TIMEOUT_MS}"),
+        (0 <= stuck_steps <= MAX_STUCK_STEPS, f"stuck_steps must be between 0 and {MAX_STUCK_STEPS}"),
+        (MIN_STUCK_MS <= stuck_min_ms <= MAX_STUCK_MS, f"stuck_min_ms must be between {MIN_STUCK_MS} and {MAX_STUCK_MS}"),
+    )
+    return next((why for ok, why in checks if not ok), None)
+
+
+def _held(state: JobState | None) -> bool:
+    return state is not None and state.lease is not None and state.status in Status.HOLDING_LEASE
+
+
+def render_ms_at(state: JobState, now_ms: int) -> int:
+    """Rendering wall time used by `now_ms`: the ended leases' plus the current lease's so far."""
+    current = max(0, now_ms - state.lease.granted_at_ms) if state.lease is not None else 0
+    return state.render_ms + current
+
+
+def timeout_at(state: JobState | None) -> int | None:
+    """When the current lease uses up the job's rendering time; None without a timeout or a lease."""
+    if not _held(state) or state.timeout_ms is None:  # type: ignore[union-attr]
+        return None
+    assert state is not None and state.lease is not None
+    return state.lease.granted_at_ms + max(0, state.timeout_ms - state.render_ms)
+
+
+def expected_step_ms(state: JobState) -> float | None:
+    """The current lease's mean time per step so far (see the module doc); None before a step advanced."""
+    if state.lease is None or state.step_mark is None:
+        return None
+    origin_step = state.step_origin
+    mark_step, mark_at = state.step_mark
+    if mark_step <= origin_step:
+        return None
+    return (mark_at - state.lease.granted_at_ms) / (mark_step - origin_step)
+
+
+def stuck_after_ms(state: JobState) -> int:
+    expected = expected_step_ms(state)
+    if expected is None:
+        return state.stuck_min_ms
+    return max(state.stuck_min_ms, math.ceil(state.stuck_steps * expected))
+
+
+def stuck_at(state: JobState | None) -> int | None:
+    """When the current lease counts as stuck if no step advances before; None when the rule is off."""
+    if not _held(state):
+        return None
+    assert state is not None
+    if state.stuck_steps <= 0 or state.step_mark is None:
+        return None
+    return state.step_mark[1] + stuck_after_ms(state)
