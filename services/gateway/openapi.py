@@ -9,8 +9,9 @@ from spotreel.services.gateway import guards
 from spotreel.services.gateway.config import GatewayConfig
 from spotreel.services.gateway.dags import MAX_NODES, NODE_KEY
 from spotreel.services.gateway.submission import JOB_ID as VIDEO_ID
-from spotreel.services.gateway.submission import (DAG_POLICIES, KEY, MAX_RUN_AT_MS, MAX_SEED, NAME, PRIORITY_RANGE,
-                                                  RESERVED_KEY_PREFIX, RESOLUTION, resolution_rule)
+from spotreel.services.gateway.submission import (DAG_POLICIES, KEY, MAX_RUN_AT_MS, MAX_SEED, NAME, POLICY_DEFAULTS,
+                                                  POLICY_LIMITS, PRIORITY_RANGE, RESERVED_KEY_PREFIX, RESOLUTION,
+                                                  resolution_rule)
 from spotreel.services.gateway.videos import STATUSES
 from spotreel.services.gateway import schedules as sched
 
@@ -101,7 +102,30 @@ def _video_fields(cfg: GatewayConfig) -> dict[str, Any]:
                                   "delay_seconds)"},
         "delay_seconds": {"type": "integer", "minimum": 0, "maximum": cfg.max_delay_s,
                           "description": "exclusive with run_at"},
+        **_policy_fields(),
     }
+
+
+def _policy_fields() -> dict[str, Any]:
+    """The job's retry and time policy: submission.POLICY_LIMITS and POLICY_DEFAULTS (domain/limits.py)."""
+    lo, hi = POLICY_LIMITS["timeout_seconds"]
+    out: dict[str, Any] = {"timeout_seconds": {
+        "type": ["integer", "null"], "minimum": lo, "maximum": hi, "default": None,
+        "description": "the most rendering wall time the job may use, summed over all its attempts (time "
+                       "holding a worker's lease; queued, backoff and paused time do not count). Past it the "
+                       "job fails for good: status failed, terminal_reason timeout. null: no limit"}}
+    about = {"max_attempts": "visible failures (a worker's error, or a step that stopped advancing: stuck) "
+                             "allowed before the job is dead-lettered; preemptions do not count, and a failure "
+                             "reported as not retryable (e.g. invalid_request) fails the job at once",
+             "backoff_base_seconds": "delay after the first failure, doubled per failure ('equal jitter': "
+                                     "between half and all of it)",
+             "backoff_max_seconds": "cap of the backoff delay; at least backoff_base_seconds (else 422, field "
+                                    "backoff_max_seconds)"}
+    for name, text in about.items():
+        lo, hi = POLICY_LIMITS[name]
+        out[name] = {"type": "integer", "minimum": lo, "maximum": hi, "default": POLICY_DEFAULTS[name],
+                     "description": text}
+    return out
 
 
 ONE_START = {"not": {"required": ["run_at", "delay_seconds"]}}
@@ -155,6 +179,16 @@ VIDEO_SCHEMA = {
                                     "resuming": {"type": "boolean"}, "resume_from_percent": {"type": "number"},
                                     "current_percent": {"type": "number"}, "message": {"type": "string"}}},
         "attempt": {"type": "object"},
+        "limits": {"type": "object", "description": "the job's retry and time policy as submitted (POST "
+                   "/v1/videos); stuck_steps and stuck_min_seconds are the deployment's stuck rule: a lease "
+                   "whose step has not advanced for max(stuck_min_seconds, stuck_steps x its mean step time) "
+                   "is ended as a failed attempt (error stuck) and retried",
+                   "properties": {"timeout_seconds": {"type": ["integer", "null"]},
+                                  "max_attempts": {"type": ["integer", "null"]},
+                                  "backoff_base_seconds": {"type": ["integer", "null"]},
+                                  "backoff_max_seconds": {"type": ["integer", "null"]},
+                                  "stuck_steps": {"type": ["integer", "null"]},
+                                  "stuck_min_seconds": {"type": ["integer", "null"]}}},
         "result": {"type": "object", "properties": {"content_url": {"type": "string"}, "sha256": {"type": "string"},
                                                     "size_bytes": {"type": "integer"}}},
     },
@@ -246,7 +280,8 @@ SCHEDULE_STATUSES = ["accepted", "active", "paused", "deleted"]
 def _schedule_body(cfg: GatewayConfig) -> dict[str, Any]:
     fields = _video_fields(cfg)
     job = {"type": "object", "required": ["prompt"], "additionalProperties": False,
-           "properties": {k: v for k, v in fields.items() if k not in sched.NOT_IN_TEMPLATE}}
+           "properties": {k: v for k, v in fields.items()
+                          if k not in sched.NOT_IN_TEMPLATE + sched.UNSUPPORTED_IN_TEMPLATE}}
     job["properties"]["seed"] = {**fields["seed"], "description": "default: derived from the schedule id; the "
                                  "same for every occurrence"}
     return {"type": "object", "required": ["cron", "job"], "additionalProperties": False, "properties": {

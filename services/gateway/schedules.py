@@ -27,7 +27,7 @@ from spotreel.services.gateway.context import Gateway, gateway
 from spotreel.services.gateway.deps import Claim
 from spotreel.services.gateway.errors import ApiError, invalid
 from spotreel.services.gateway.jsonbody import read_object
-from spotreel.services.gateway.submission import MAX_RUN_AT_MS, check_idempotency_key, normalize
+from spotreel.services.gateway.submission import MAX_RUN_AT_MS, check_idempotency_key, normalize, policy_fields
 from spotreel.services.gateway.views import ACCEPTED, iso
 from spotreel.services.projector.schedule_queries import OccurrenceView, ScheduleView
 
@@ -36,6 +36,8 @@ _DIGITS = re.compile(r"[0-9]{1,9}")
 KNOWN = frozenset({"cron", "timezone", "catch_up", "catch_up_grace_seconds", "catch_up_max_runs", "overlap",
                    "start_at", "job"})
 NOT_IN_TEMPLATE = ("run_at", "delay_seconds", "parents", "dag_policy")
+# Job fields a schedule cannot carry yet (CreateSchedule has no timeout): 422 rather than silently dropped.
+UNSUPPORTED_IN_TEMPLATE = ("timeout_seconds",)
 CATCH_UP = tuple(p.value for p in MissedPolicy)
 OVERLAP = OverlapPolicy.ALL
 MAX_GRACE_S = 86_400
@@ -98,6 +100,9 @@ def normalize_schedule(body: Any, gw: Gateway) -> dict[str, Any]:
     for name in NOT_IN_TEMPLATE:
         if name in job:
             raise invalid(f"job.{name}", f"{name} has no meaning in a schedule's job; each occurrence runs when due")
+    for name in UNSUPPORTED_IN_TEMPLATE:
+        if name in job:
+            raise invalid(f"job.{name}", f"{name} is not supported in a schedule's job")
     try:
         template = normalize(job, gw.cfg, allow_private_callbacks=bool(gw.settings.webhook_allow_private))
     except ApiError as exc:
@@ -131,6 +136,7 @@ def build_create(tenant: str, schedule_id: str, body: dict[str, Any], command_id
         num_steps=job["num_steps"], priority=job["priority"], callback_url=job["callback_url"],
         start_ms=body["start_at"], grace_ms=body["catch_up_grace_seconds"] * 1000,
         max_catchup=body["catch_up_max_runs"], overlap_policy=body["overlap"],
+        **{k: v for k, v in policy_fields(job).items() if k != "timeout_ms"},
     )
 
 

@@ -11,15 +11,23 @@ import math
 import re
 from typing import Any
 
-from spotreel.domain import ids
+from spotreel.domain import ids, limits
 from spotreel.domain.commands import SubmitJob
 from spotreel.domain.decide import submission_problem
 from spotreel.services.gateway.config import GatewayConfig
 from spotreel.services.gateway.errors import ApiError, invalid
 from spotreel.webhook_targets import url_refusal
 
+# The job's retry and time policy (domain/limits.py), with the domain's limits and SubmitJob's defaults.
+POLICY_DEFAULTS = {"timeout_seconds": None, "max_attempts": SubmitJob.max_attempts,
+                   "backoff_base_seconds": SubmitJob.backoff_base_ms // 1000,
+                   "backoff_max_seconds": SubmitJob.backoff_max_ms // 1000}
+POLICY_LIMITS = {"timeout_seconds": (limits.MIN_TIMEOUT_MS // 1000, limits.MAX_TIMEOUT_MS // 1000),
+                 "max_attempts": (1, limits.MAX_ATTEMPTS),
+                 "backoff_base_seconds": (0, limits.MAX_BACKOFF_MS // 1000),
+                 "backoff_max_seconds": (0, limits.MAX_BACKOFF_MS // 1000)}
 KNOWN = frozenset({"prompt", "model", "gpu_type", "duration", "resolution", "fps", "seed", "priority",
-                   "callback_url", "run_at", "delay_seconds", "parents", "dag_policy", "num_steps"})
+                   "callback_url", "run_at", "delay_seconds", "parents", "dag_policy", "num_steps", *POLICY_DEFAULTS})
 # Matched whole (fullmatch): `$` alone would let a trailing newline through. openapi.py anchors these.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
 RESOLUTION = re.compile(r"([1-9][0-9]{1,3})x([1-9][0-9]{1,3})")
@@ -102,6 +110,20 @@ def _str(body: dict[str, Any], name: str, pattern: re.Pattern[str] | None = None
     return v
 
 
+def _policy(body: dict[str, Any]) -> dict[str, Any]:
+    """The retry and time policy as given, each field within its limit (422 naming it). Only values other than
+    the default are kept, so a body that spells out a default hashes like one that leaves it out (and like
+    bodies sent before these fields existed)."""
+    got = {name: _int(body, name, *POLICY_LIMITS[name]) for name in POLICY_DEFAULTS}
+    base = got["backoff_base_seconds"] if got["backoff_base_seconds"] is not None \
+        else POLICY_DEFAULTS["backoff_base_seconds"]
+    most = got["backoff_max_seconds"] if got["backoff_max_seconds"] is not None else POLICY_DEFAULTS["backoff_max_seconds"]
+    if most < base:
+        raise invalid("backoff_max_seconds", f"backoff_max_seconds (default {POLICY_DEFAULTS['backoff_max_seconds']}) "
+                                             f"must be at least backoff_base_seconds ({base})")
+    return {k: v for k, v in got.items() if v is not None and v != POLICY_DEFAULTS[k]}
+
+
 def normalize(body: Any, cfg: GatewayConfig, *, allow_private_callbacks: bool = False) -> dict[str, Any]:
     """`allow_private_callbacks`: the deployment's webhook_allow_private, the setting the sender obeys."""
     if not isinstance(body, dict):
@@ -158,7 +180,18 @@ def normalize(body: Any, cfg: GatewayConfig, *, allow_private_callbacks: bool = 
         "delay_seconds": _int(body, "delay_seconds", 0, cfg.max_delay_s),
         "parents": parents,
         "dag_policy": dag_policy,
+        **_policy(body),
     }
+
+
+def policy_fields(body: dict[str, Any]) -> dict[str, Any]:
+    """SubmitJob's retry and time fields from a normalized body (the defaults where it has none)."""
+    def get(name: str) -> Any:
+        return body.get(name, POLICY_DEFAULTS[name])
+    timeout = get("timeout_seconds")
+    return {"max_attempts": get("max_attempts"), "backoff_base_ms": get("backoff_base_seconds") * 1000,
+            "backoff_max_ms": get("backoff_max_seconds") * 1000,
+            "timeout_ms": timeout * 1000 if timeout is not None else None}
 
 
 def build_submit(tenant: str, key: str, body: dict[str, Any], now_ms: int, command_id: str) -> SubmitJob:
@@ -173,7 +206,7 @@ def build_submit(tenant: str, key: str, body: dict[str, Any], now_ms: int, comma
         request_hash=ids.request_hash(body), model=body["model"], gpu_type=body["gpu_type"],
         prompt=body["prompt"], duration_s=body["duration"], resolution=body["resolution"], fps=body["fps"],
         seed=seed, num_steps=body["num_steps"], priority=body["priority"], callback_url=body["callback_url"],
-        run_at_ms=run_at, parents=tuple(body["parents"]), dag_policy=body["dag_policy"],
+        run_at_ms=run_at, parents=tuple(body["parents"]), dag_policy=body["dag_policy"], **policy_fields(body),
     )
     problem = submission_problem(submit)
     if problem is not None:

@@ -41,10 +41,22 @@ def job_json(job: JobView) -> dict[str, Any]:
         "cancel_requested": job.cancel_requested, "pause_requested": job.pause_requested,
         "error": job.error, "terminal_reason": job.terminal_reason, "version": job.version,
     }
+    body["limits"] = limits_json(job.params, job.max_attempts)
     if job.status == "succeeded" and job.result_key:
         body["result"] = {"content_url": f"/v1/videos/{job.job_id}/content", "sha256": job.result_sha256,
                           "size_bytes": job.result_size_bytes}
     return body
+
+
+def limits_json(params: dict[str, Any], max_attempts: int | None) -> dict[str, Any]:
+    """The job's retry and time policy (POST /v1/videos fields), from the read model's params; null where the
+    row predates a field."""
+    def seconds(name: str) -> int | None:
+        ms = params.get(name)
+        return ms // 1000 if isinstance(ms, int) else None
+    return {"timeout_seconds": seconds("timeout_ms"), "max_attempts": max_attempts or None,
+            "backoff_base_seconds": seconds("backoff_base_ms"), "backoff_max_seconds": seconds("backoff_max_ms"),
+            "stuck_steps": params.get("stuck_steps"), "stuck_min_seconds": seconds("stuck_min_ms")}
 
 
 def claim_json(c: Claim) -> dict[str, Any]:

@@ -86,7 +86,7 @@ class Envelope(NamedTuple):
 # holds the very same objects and the JSON of its predecessor's row can be reused.
 PARAM_FIELDS = ("duration_s", "resolution", "fps", "seed", "num_steps", "gpu_type", "callback_url", "parents",
                 "dag_policy", "keep_checkpoints", "backoff_base_ms", "backoff_max_ms", "poison_threshold",
-                "poison_window_ms", "occurrence_ms")
+                "poison_window_ms", "occurrence_ms", "timeout_ms", "stuck_steps", "stuck_min_ms")
 
 
 def params_json(s: JobState) -> str:
@@ -96,7 +96,8 @@ def params_json(s: JobState) -> str:
         "parents": list(s.parents), "dag_policy": s.dag_policy, "keep_checkpoints": s.keep_checkpoints,
         "backoff_base_ms": s.backoff_base_ms, "backoff_max_ms": s.backoff_max_ms,
         "poison_threshold": s.poison_threshold, "poison_window_ms": s.poison_window_ms,
-        "occurrence_ms": s.occurrence_ms,
+        "occurrence_ms": s.occurrence_ms, "timeout_ms": s.timeout_ms, "stuck_steps": s.stuck_steps,
+        "stuck_min_ms": s.stuck_min_ms,
     }
     return json.dumps(params, sort_keys=True, separators=(",", ":"))
 
