@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 
 from spotreel.settings import Settings
+from spotreel.worker.stuck import DEFAULT_MIN_S, DEFAULT_STEPS
 
 DEFAULT_POOL = "tiny-t2v@any"
 
@@ -44,6 +45,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint-max", type=float, default=600.0)
     p.add_argument("--heartbeat-seconds", type=float, help="default: the control plane's, at most TTL/3")
     p.add_argument("--progress-seconds", type=float, help="default: the control plane's, at most TTL/3")
+    p.add_argument("--stuck-steps", type=int, default=DEFAULT_STEPS,
+                   help="stuck when no step advanced for max(--stuck-min-seconds, N x the run's mean step time): "
+                        "report it, give the lease up, exit 75 if the step stays hung (0: off; default %(default)s)")
+    p.add_argument("--stuck-min-seconds", type=float, default=DEFAULT_MIN_S,
+                   help="floor of the stuck rule in seconds (default %(default)s)")
     p.add_argument("--grace", type=float, default=20.0,
                    help="seconds between SIGTERM and exit: emergency checkpoint + release must fit")
     p.set_defaults(func=_run)
@@ -80,6 +86,8 @@ def _check(args: argparse.Namespace) -> str | None:
             return f"--{name.replace('_', '-')} must be > 0"
     if args.checkpoint_min > args.checkpoint_max:
         return "--checkpoint-min must not exceed --checkpoint-max"
+    if args.stuck_steps < 0 or not args.stuck_min_seconds > 0:
+        return "--stuck-steps must be >= 0 and --stuck-min-seconds > 0"
     return None
 
 
@@ -152,7 +160,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         sampler=args.sampler, lease_wait_s=args.lease_wait, lease_ttl_ms=args.lease_ttl_ms,
         max_jobs=1 if args.once else args.max_jobs, checkpoint_every_s=args.checkpoint_every, mtbf_s=args.mtbf,
         checkpoint_min_s=args.checkpoint_min, checkpoint_max_s=args.checkpoint_max,
-        heartbeat_s=args.heartbeat_seconds, progress_s=args.progress_seconds)
+        heartbeat_s=args.heartbeat_seconds, progress_s=args.progress_seconds, stuck_steps=args.stuck_steps,
+        stuck_min_s=args.stuck_min_seconds)
     runtime = WorkerRuntime(transport, renderer, s3, CheckpointStore(s3, settings.s3_bucket_checkpoints),
                             ArtifactStore(s3, settings.s3_bucket_artifacts), notice, options)
     try:

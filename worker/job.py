@@ -10,12 +10,16 @@ Every way out is explicit and leaves the job's history telling what happened:
 - invalid_checkpoint: the resume checkpoint failed its checksum or fingerprint; FailJob names it
   (AttemptFailed.invalid_checkpoint_key) and the scheduler's next lease resumes from the one before it, or
   from step 0 when there is none;
+- stuck: no step advanced for too long (stuck.py); the pulse reported FailJob(stuck) and stopped renewing.
+  If the step never returns, `on_wedged` is called after STUCK_GRACE_S (the runtime ends the process);
 - failed: anything else, as a FailJob with the error.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -26,6 +30,7 @@ from spotreel.worker.interval import IntervalPolicy
 from spotreel.worker.pipeline import Renderer, RenderRequest, RenderState
 from spotreel.worker.pulse import Position, Pulse
 from spotreel.worker.signals import PreemptionNotice
+from spotreel.worker.stuck import DEFAULT_MIN_S, DEFAULT_STEPS, STUCK_EXIT, STUCK_GRACE_S, StepWatch
 from spotreel.worker.transport import Lease, LeaseLost, Transport, TransportError, Verdict
 from spotreel.worker.video import encode_mp4, frames_checksum
 
@@ -39,7 +44,7 @@ COMMAND_TRIES = 5
 
 @dataclass(frozen=True)
 class Outcome:
-    kind: str  # succeeded | stale | preempted | drained | cancelled | invalid_checkpoint | failed
+    kind: str  # succeeded | stale | stuck | preempted | drained | cancelled | invalid_checkpoint | failed
     detail: str = ""
     artifact_key: str | None = None
     steps_run: int = 0
@@ -53,7 +58,8 @@ class JobRun:
     def __init__(self, lease: Lease, transport: Transport, renderer: Renderer, s3: Any, checkpoints: CheckpointStore,
                  artifacts: ArtifactStore, policy: IntervalPolicy, notice: PreemptionNotice, sampler: str = "ddim",
                  heartbeat_s: float | None = None, progress_s: float | None = None,
-                 on_step: Callable[[int], None] | None = None) -> None:
+                 on_step: Callable[[int], None] | None = None, stuck_steps: int = DEFAULT_STEPS,
+                 stuck_min_s: float = DEFAULT_MIN_S, on_wedged: Callable[[str], None] | None = None) -> None:
         self.lease = lease
         self.transport = transport
         self.renderer = renderer
@@ -72,6 +78,10 @@ class JobRun:
         self.last_ckpt_at = time.monotonic()
         self.steps_run = 0
         self.pulse: Pulse | None = None
+        self.stuck_steps, self.stuck_min_s = stuck_steps, stuck_min_s
+        self.watch: StepWatch | None = None
+        self.on_wedged = on_wedged if on_wedged is not None else _exit_wedged
+        self._finished = threading.Event()
 
     # -- entry -------------------------------------------------------------------------------------------
 
@@ -86,16 +96,20 @@ class JobRun:
         start_step = lease.resume_step or 0
         start_pct = lease.resume_progress_pct if lease.resume_progress_pct is not None else 0.0
         phase = "loading_checkpoint" if lease.resume_checkpoint_key else "starting"
+        self.watch = StepWatch(self.stuck_steps, self.stuck_min_s, start_step) if self.stuck_steps > 0 else None
         self.pulse = Pulse(self.transport, lease, self.heartbeat_s, self.progress_s,
-                           Position(start_step, start_pct, phase)).start()
+                           Position(start_step, start_pct, phase), self.watch, self._stuck).start()
         try:
             return self._run(req)
         except LeaseLost as exc:
-            return Outcome("stale", exc.reason, steps_run=self.steps_run)
+            return self._lost(exc.reason)
         except Exception as exc:  # a bug or a broken model: a visible, retryable failure
+            if self.pulse.lost.is_set():
+                return self._lost(self.pulse.lost_reason)
             log.exception("job %s epoch %d failed", lease.job_id, lease.epoch)
             return self._fail("worker_error", f"{type(exc).__name__}: {exc}", retryable=True)
         finally:
+            self._finished.set()
             self.pulse.stop()
             forget = getattr(self.transport, "forget", None)
             if forget is not None:
@@ -109,7 +123,7 @@ class JobRun:
         assert pulse is not None
         while True:
             if pulse.lost.is_set():
-                return Outcome("stale", pulse.lost_reason, steps_run=self.steps_run)
+                return self._lost(pulse.lost_reason)
             if self.notice.requested:
                 return self._hand_back(state, "preempted", "preempted")
             if pulse.cancel.is_set():
@@ -122,6 +136,8 @@ class JobRun:
             state = self.renderer.step(state)
             self.steps_run += 1
             pulse.move(state.step, step_pct(state.step, state.num_steps), "denoising")
+            if self.watch is not None:
+                self.watch.advanced(state.step)
             if self.on_step is not None:
                 self.on_step(state.step)
             if not state.done and self.policy.due(time.monotonic(), self.last_ckpt_at):
@@ -202,6 +218,8 @@ class JobRun:
     def _finish(self, state: RenderState) -> Outcome:
         pulse = self.pulse
         assert pulse is not None
+        if self.watch is not None:
+            self.watch.finishing()
         pulse.move(state.step, DENOISE_SHARE + 1.0, "decoding")
         frames = self.renderer.finish(state)
         digest = frames_checksum(frames)
@@ -231,6 +249,17 @@ class JobRun:
         except Exception:
             log.warning("job %s: could not delete old checkpoints", self.lease.job_id, exc_info=True)
         return Outcome("succeeded", artifact_key=up.key, steps_run=self.steps_run)
+
+    def _lost(self, reason: str) -> Outcome:
+        if reason == "stuck" and self.pulse is not None:
+            return Outcome("stuck", self.pulse.stuck_detail, steps_run=self.steps_run)
+        return Outcome("stale", reason, steps_run=self.steps_run)
+
+    def _stuck(self, why: str) -> None:
+        """On the pulse thread, once the run was reported stuck: a step that returns ends the run (`_lost`);
+        one that does not within STUCK_GRACE_S leaves the process unusable (`on_wedged`)."""
+        if not self._finished.wait(STUCK_GRACE_S):
+            self.on_wedged(why)
 
     def _fail(self, code: str, message: str, retryable: bool) -> Outcome:
         try:
@@ -272,3 +301,10 @@ class JobRun:
             log.info("deleted unreferenced %s/%s", bucket, key)
         except Exception:
             log.warning("could not delete unreferenced object %s/%s", bucket, key, exc_info=True)
+
+
+def _exit_wedged(why: str) -> None:
+    log.critical("a step is still hung %.0f s after the job was reported stuck (%s): exiting with status %d",
+                 STUCK_GRACE_S, why, STUCK_EXIT)
+    logging.shutdown()
+    os._exit(STUCK_EXIT)

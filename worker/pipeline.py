@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import threading
 import warnings
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -99,6 +101,18 @@ class RenderState:
         return self.step / self.num_steps
 
 
+# TEST-ONLY hook, for the stuck-step tests (tests/integration/test_worker_stuck.py): "N" or "N:SECONDS" makes the
+# first step this process runs from step N hang for SECONDS (for ever without). Nothing sets it outside tests.
+TEST_HANG_ENV = "SPOTREEL_TEST_HANG_STEP"
+
+
+def _test_hang_spec(value: str | None) -> tuple[int, float | None] | None:
+    if not value:
+        return None
+    step, _, seconds = value.partition(":")
+    return int(step), (float(seconds) if seconds else None)
+
+
 class Renderer:
     """A loaded model. Build once per worker; every job runs through start/resume → step* → finish."""
 
@@ -124,6 +138,7 @@ class Renderer:
         # Each UNet down block but the last halves the latent size, so latents must divide by this.
         self._latent_multiple = 2 ** (len(self.unet.config.block_out_channels) - 1)
         self.model_id = _model_identity(self.model_dir)
+        self._hang = _test_hang_spec(os.environ.get(TEST_HANG_ENV))
         self.numerics = self._numerics()
 
     # -- identity ------------------------------------------------------------------------------------------
@@ -185,6 +200,8 @@ class Renderer:
         if self.device.type == "cpu" and torch.get_num_threads() != self.numerics["threads"]:
             raise RuntimeError(f"torch CPU threads changed from {self.numerics['threads']} to "
                                f"{torch.get_num_threads()} after the Renderer was built; set them before")
+        if self._hang is not None and self._hang[0] == state.step:
+            self._hang_once()
         sched, latents, req = state.scheduler, state.latents, state.request
         t = sched.timesteps[state.step]
         guided = req.guidance_scale > 1.0
@@ -201,6 +218,13 @@ class Renderer:
         flat = sched.step(noise, t, flat, generator=state.generator).prev_sample
         latents = flat[None, :].reshape(b, f, c, h, w).permute(0, 2, 1, 3, 4)
         return replace(state, step=state.step + 1, latents=latents)
+
+    def _hang_once(self) -> None:
+        """TEST-ONLY fault injection (see TEST_HANG_ENV): this process's first step from the given step hangs."""
+        assert self._hang is not None
+        seconds = self._hang[1]
+        self._hang = None
+        threading.Event().wait(seconds)  # None: for ever
 
     def snapshot(self, state: RenderState) -> Checkpoint:
         tensors = {

@@ -8,6 +8,10 @@ every 5 s and heartbeats every 10 s a running job sends reports only: a third fe
 the lease was lost (stop writing), a cancel was requested, or a drain (pause) was requested; and, when the
 control plane is behind, how long to stay quiet (`renew_in_s`): both kinds of report wait, so a slow control
 plane gets less traffic instead of more.
+
+Because it renews whatever the run does, it also watches that the run's steps advance (`watch`, stuck.py):
+once they stop for too long it reports the run stuck (FailJob, error_code "stuck", retryable), stops
+renewing, and calls `on_stuck`.
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ import random
 import threading
 import time
 from dataclasses import dataclass
+from typing import Callable
 
+from spotreel.worker.stuck import StepWatch
 from spotreel.worker.transport import Lease, LeaseLost, Transport, TransportError, Verdict
 
 log = logging.getLogger("spotreel.worker.pulse")
@@ -32,7 +38,8 @@ class Position:
 
 class Pulse:
     def __init__(self, transport: Transport, lease: Lease, heartbeat_s: float, progress_s: float,
-                 start: Position) -> None:
+                 start: Position, watch: StepWatch | None = None,
+                 on_stuck: Callable[[str], None] | None = None) -> None:
         self.transport = transport
         self.lease = lease
         self.heartbeat_s = heartbeat_s
@@ -47,6 +54,9 @@ class Pulse:
         self.last_contact = time.monotonic()
         # The control plane asked for no renewal before this (monotonic): it is behind (Verdict.renew_in_s).
         self.quiet_until = 0.0
+        self.watch = watch
+        self.on_stuck = on_stuck
+        self.stuck_detail = ""
         self._thread = threading.Thread(target=self._run, name=f"pulse-{lease.job_id[:10]}", daemon=True)
 
     def start(self) -> "Pulse":
@@ -87,10 +97,15 @@ class Pulse:
         now = time.monotonic()
         next_beat, next_report = now + self.heartbeat_s, now + min(self.progress_s, 1.0)
         while not self._stop.is_set() and not self.lost.is_set():
-            self._stop.wait(max(0.0, min(next_beat, next_report) - time.monotonic()))
+            wake = min(next_beat, next_report) if self.watch is None else min(next_beat, next_report, now + 1.0)
+            self._stop.wait(max(0.0, wake - time.monotonic()))
             if self._stop.is_set():
                 return
             now = time.monotonic()
+            why = self.watch.overdue() if self.watch is not None else None
+            if why is not None:
+                self._stuck(why)
+                return
             if now < self.quiet_until:  # asked to space renewals out: both kinds wait
                 next_beat, next_report = max(next_beat, self.quiet_until), max(next_report, self.quiet_until)
                 continue
@@ -112,3 +127,22 @@ class Pulse:
                 next_beat = min(next_beat, now + 1.0 + random.random())
             except Exception:  # never let the lease die because of a bug in one answer
                 log.exception("pulse of job %s", self.lease.job_id)
+
+    def _stuck(self, why: str) -> None:
+        """Report the run stuck (ends the lease as a retryable failure) and renew no more."""
+        log.error("job %s epoch %d stuck: %s; reporting it and giving the lease up", self.lease.job_id,
+                  self.lease.epoch, why)
+        self.stuck_detail = why
+        for attempt in range(5):
+            try:
+                self.transport.fail(self.lease, "stuck", why, True)
+                break
+            except LeaseLost as exc:
+                log.warning("job %s: lease already gone (%s)", self.lease.job_id, exc.reason)
+                break
+            except TransportError as exc:
+                log.warning("job %s: could not report stuck (%s); retrying", self.lease.job_id, exc)
+                self._stop.wait(0.5 * 2 ** attempt)
+        self.mark_lost("stuck")
+        if self.on_stuck is not None:
+            self.on_stuck(why)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from spotreel.worker.checkpoints import CheckpointStore
 from spotreel.worker.interval import IntervalPolicy
 from spotreel.worker.job import JobRun, Outcome
 from spotreel.worker.signals import PreemptionNotice
+from spotreel.worker.stuck import DEFAULT_MIN_S, DEFAULT_STEPS, STUCK_EXIT
 from spotreel.worker.transport import Transport, TransportError
 from spotreel.worker.transport_http import Refused
 
@@ -39,6 +41,9 @@ class RuntimeOptions:
     checkpoint_max_s: float = 600.0
     heartbeat_s: float | None = None
     progress_s: float | None = None
+    # The worker's own stuck rule (stuck.py); 0 steps turns it off (the scheduler's rule still applies).
+    stuck_steps: int = DEFAULT_STEPS
+    stuck_min_s: float = DEFAULT_MIN_S
 
     def policy(self) -> IntervalPolicy:
         if self.checkpoint_every_s is not None:
@@ -113,7 +118,18 @@ class WorkerRuntime:
         return JobRun(lease, self.transport, self.renderer, self.s3, self.checkpoints, self.artifacts, self.policy,
                       self.notice, sampler=o.sampler, heartbeat_s=o.heartbeat_s, progress_s=o.progress_s,
                       on_step=lambda step: self.report("step", job_id=lease.job_id, epoch=lease.epoch,
-                                                       step=step)).run()
+                                                       step=step),
+                      stuck_steps=o.stuck_steps, stuck_min_s=o.stuck_min_s,
+                      on_wedged=lambda why: self._wedged(lease, why)).run()
+
+    def _wedged(self, lease, why: str) -> None:
+        """A step hung past the stuck report (job.py): the thread cannot be stopped and the device may be
+        wedged, so the process ends; the job was already handed back as a stuck attempt."""
+        self.report("job", job_id=lease.job_id, epoch=lease.epoch, outcome="stuck", detail=why)
+        self.report("exit", jobs=len(self.outcomes) + 1, preempted=False, stuck=True)
+        log.critical("a step is still hung after the job was reported stuck: exiting with status %d", STUCK_EXIT)
+        logging.shutdown()
+        os._exit(STUCK_EXIT)
 
     def _wait_slice(self) -> float:
         # Short enough that a notice while idle ends the worker within seconds, not a whole long-poll.
