@@ -1,0 +1,83 @@
+"""A worker whose denoising step hangs, against the real scheduler, gateway, Kafka, Cassandra and S3.
+
+The hang is injected with the pipeline's test-only hook (SPOTREEL_TEST_HANG_STEP, worker/pipeline.py). Two
+ways out, both ending the lease as a retryable `stuck` attempt and the job finishing on a later lease:
+- the worker's own watchdog reports it (FailJob) and, its step still hung, exits with status 75;
+- with the watchdog off, the worker keeps heartbeating while the step hangs, and the scheduler's stuck timer
+  (domain/limits.py) fences the lease; the step returns later, the worker finds its lease gone, and it
+  renders the job again on its next lease.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from spotreel.domain import events as ev
+from spotreel.worker.pipeline import TEST_HANG_ENV
+from spotreel.worker.stuck import STUCK_EXIT
+from tests.integration.workerkit import events_of, start_plane, wait_done
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+FAST_RETRY = {"backoff_base_ms": 300, "backoff_max_ms": 600}
+
+
+@pytest.fixture(scope="module")
+def plane(settings, stack, tmp_path_factory):
+    yield from start_plane(settings, stack, tmp_path_factory.mktemp("stuck-plane"))
+
+
+def model_name() -> str:
+    return f"tiny-{uuid.uuid4().hex[:8]}"
+
+
+def hung_worker(plane, monkeypatch, name: str, model: str, hang: str, *extra: str):
+    with monkeypatch.context() as m:
+        m.setenv(TEST_HANG_ENV, hang)
+        return plane.worker(name, model, "http", "--lease-ttl-ms", "6000", *extra)
+
+
+def test_the_worker_reports_its_hung_step_and_exits_and_another_worker_finishes(plane, monkeypatch):
+    model = model_name()
+    a = hung_worker(plane, monkeypatch, "hung", model, "3", "--stuck-steps", "5", "--stuck-min-seconds", "2")
+    b = None
+    try:
+        a.wait_ready()
+        job = plane.submit(model, **FAST_RETRY)  # the job's own rule keeps its default 120 s floor
+        failed = plane.bus.wait_event(job.job_id, ev.AttemptFailed, timeout=120)
+        assert (failed.error_code, failed.retryable, failed.worker_id) == ("stuck", True, a.worker_id)
+        assert "after step 3" in failed.error_message
+        assert not failed.causation_id.startswith("timer:")  # the worker's own report
+        assert a.wait_exit(60) == STUCK_EXIT, a.logs()
+        assert [o["outcome"] for o in a.outcomes()] == ["stuck"]
+        b = plane.worker("healthy", model, "http", "--once", "--lease-ttl-ms", "6000")
+        wait_done(plane.bus, job.job_id)
+        assert b.wait_exit(60) == 0, b.logs()
+    finally:
+        a.stop()
+        if b is not None:
+            b.stop()
+    assert not events_of(plane.bus, job.job_id, ev.LeaseExpired)
+    assert [s.reason for s in events_of(plane.bus, job.job_id, ev.JobScheduled)] == ["backoff"]
+
+
+def test_the_scheduler_fences_a_lease_whose_step_stopped_while_its_worker_heartbeats(plane, monkeypatch):
+    model = model_name()
+    w = hung_worker(plane, monkeypatch, "deaf", model, "3:15", "--stuck-steps", "0", "--max-jobs", "2")
+    try:
+        w.wait_ready()
+        job = plane.submit(model, stuck_steps=5, stuck_min_ms=3_000, **FAST_RETRY)
+        failed = plane.bus.wait_event(job.job_id, ev.AttemptFailed, timeout=120)
+        assert (failed.error_code, failed.retryable, failed.epoch) == ("stuck", True, 1)
+        assert failed.causation_id.startswith(f"timer:stuck:{job.job_id}:e1@")
+        # The lease was alive (heartbeats), not expired: the stuck rule ended it.
+        assert not events_of(plane.bus, job.job_id, ev.LeaseExpired)
+        # The step returns, the worker finds its lease gone, asks again and renders the job on lease 2.
+        done = wait_done(plane.bus, job.job_id, timeout=150)
+        assert done.epoch == 2
+        assert w.wait_exit(60) == 0, w.logs()  # --max-jobs 2
+        assert [o["outcome"] for o in w.outcomes()] == ["stale", "succeeded"], w.logs()
+    finally:
+        w.stop()
