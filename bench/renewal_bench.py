@@ -30,6 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from confluent_kafka import OFFSET_END  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from bench.scheduler_bench import baseline, consumer  # noqa: E402
 from spotreel.adapters.kafka import produce_command  # noqa: E402
@@ -60,6 +61,9 @@ def _leases(bus: Bus, n: int, tag: str) -> list[tuple[str, int, str]]:
 def run_mode(mode: str, leases: int, rounds: int) -> dict:
     s = scheduler_settings(f"rb{uuid.uuid4().hex[:8]}")
     make_topics(s)
+    admin = AdminClient({"bootstrap.servers": s.kafka_bootstrap})
+    sink = f"{s.topic_prefix}.sink"  # the bare loop's output
+    admin.create_topics([NewTopic(sink, s.partitions, 1)])[sink].result(30)
     os.environ["SPOTREEL_SCHEDULER_PERSIST_RENEWALS"] = "1" if mode == "persist" else "0"
     tmp = Path(tempfile.mkdtemp(prefix="renewal-bench-"))
     proc = SchedulerProc(s, tmp, mode)
@@ -106,6 +110,7 @@ def run_mode(mode: str, leases: int, rounds: int) -> dict:
         bus.close()
         proc.stop()
         drop_topics(s)
+        admin.delete_topics([sink])
 
 
 def main() -> None:
