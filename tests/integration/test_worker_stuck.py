@@ -81,3 +81,24 @@ def test_the_scheduler_fences_a_lease_whose_step_stopped_while_its_worker_heartb
         assert [o["outcome"] for o in w.outcomes()] == ["stale", "succeeded"], w.logs()
     finally:
         w.stop()
+
+
+def test_a_job_past_its_timeout_fails_for_good_and_its_worker_is_fenced(plane, monkeypatch):
+    model = model_name()
+    w = hung_worker(plane, monkeypatch, "slow", model, "3", "--stuck-steps", "0")
+    try:
+        w.wait_ready()
+        job = plane.submit(model, timeout_ms=4_000, stuck_steps=0, **FAST_RETRY)
+        final = plane.bus.wait_event(job.job_id, ev.JobFailed, timeout=120)
+        assert (final.reason, final.error_code) == ("timeout", "timeout")
+        failed = events_of(plane.bus, job.job_id, ev.AttemptFailed)
+        assert [(f.error_code, f.retryable, f.epoch) for f in failed] == [("timeout", False, 1)]
+        assert failed[0].causation_id.startswith(f"timer:timeout:{job.job_id}:e1@")
+        leased = events_of(plane.bus, job.job_id, ev.JobLeased)[0]
+        assert failed[0].at_ms - leased.at_ms >= 4_000
+        # The worker's next renewal is refused: the job is over.
+        refused = plane.bus.wait_for(lambda: [r for r in events_of(plane.bus, job.job_id, ev.CommandRejected)
+                                              if r.reason == "terminal"] or None, 30, "a refused renewal")
+        assert refused[0].epoch_given == 1
+    finally:
+        w.stop()

@@ -100,3 +100,16 @@ def test_the_document_states_the_gateways_limits():
     video = doc["components"]["schemas"]["Video"]["properties"]
     assert set(video["limits"]["properties"]) == {"timeout_seconds", "max_attempts", "backoff_base_seconds",
                                                   "backoff_max_seconds", "stuck_steps", "stuck_min_seconds"}
+
+
+def test_the_projector_keeps_the_policy_in_params():
+    import json
+
+    from spotreel.services.projector.projection import params_json
+    from tests.unit.jobkit import Driver
+
+    d = Driver()
+    d.submit(timeout_ms=600_000, stuck_steps=4, stuck_min_ms=30_000, backoff_base_ms=1_000)
+    params = json.loads(params_json(d.s))
+    assert (params["timeout_ms"], params["stuck_steps"], params["stuck_min_ms"], params["backoff_base_ms"]) == (
+        600_000, 4, 30_000, 1_000)
