@@ -91,6 +91,8 @@ class JobRun:
             req = RenderRequest.from_job(prompt=lease.prompt, seed=lease.seed, num_steps=lease.num_steps,
                                          resolution=lease.resolution, duration_s=lease.duration_s, fps=lease.fps,
                                          sampler=self.sampler)
+            # What this model can do (sizes): a request it cannot render fails for good, not once per attempt.
+            self.renderer.check(req)
         except ValueError as exc:
             return self._fail("invalid_request", str(exc), retryable=False)
         start_step = lease.resume_step or 0

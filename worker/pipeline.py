@@ -248,6 +248,10 @@ class Renderer:
 
     # -- helpers -------------------------------------------------------------------------------------------
 
+    def check(self, req: RenderRequest) -> None:
+        """ValueError when this model cannot render `req` at all (a request error: retrying cannot help)."""
+        self._check_size(req)
+
     def _check_size(self, req: RenderRequest) -> None:
         multiple = self.vae_scale * self._latent_multiple
         if req.width % multiple or req.height % multiple:

@@ -6,6 +6,8 @@ ways out, both ending the lease as a retryable `stuck` attempt and the job finis
 - with the watchdog off, the worker keeps heartbeating while the step hangs, and the scheduler's stuck timer
   (domain/limits.py) fences the lease; the step returns later, the worker finds its lease gone, and it
   renders the job again on its next lease.
+Also here, sharing the plane: a job past its timeout fails for good, and a request the model cannot render
+(submitted over Kafka, past the gateway's checks) fails on its first attempt instead of being retried.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import pytest
 from spotreel.domain import events as ev
 from spotreel.worker.pipeline import TEST_HANG_ENV
 from spotreel.worker.stuck import STUCK_EXIT
-from tests.integration.workerkit import events_of, start_plane, wait_done
+from tests.integration.schedkit import submit as submit_command
+from tests.integration.workerkit import DURATION_S, FPS, GPU, STEPS, events_of, start_plane, wait_done
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -100,5 +103,24 @@ def test_a_job_past_its_timeout_fails_for_good_and_its_worker_is_fenced(plane, m
         refused = plane.bus.wait_for(lambda: [r for r in events_of(plane.bus, job.job_id, ev.CommandRejected)
                                               if r.reason == "terminal"] or None, 30, "a refused renewal")
         assert refused[0].epoch_given == 1
+    finally:
+        w.stop()
+
+
+def test_a_request_the_model_cannot_render_fails_at_once_not_once_per_attempt(plane):
+    model = model_name()
+    w = plane.worker("strict", model, "http", "--once", "--lease-ttl-ms", "6000")
+    try:
+        w.wait_ready()
+        # The tiny model renders multiples of 4 only; the gateway would refuse 30x30 (multiples of 8).
+        job = submit_command("acme", f"{model}-bad", model=model, gpu_type=GPU, resolution="30x30",
+                             duration_s=DURATION_S, fps=FPS, num_steps=STEPS, max_attempts=3, **FAST_RETRY)
+        plane.bus.send(job)
+        final = plane.bus.wait_event(job.job_id, ev.JobFailed, timeout=120)
+        assert final.reason == "non_retryable" and final.error_code == "invalid_request"
+        failed = events_of(plane.bus, job.job_id, ev.AttemptFailed)
+        assert [(f.error_code, f.retryable, f.attempts_used) for f in failed] == [("invalid_request", False, 1)]
+        assert "multiples of 4" in failed[0].error_message
+        assert w.wait_exit(60) == 0, w.logs()
     finally:
         w.stop()
