@@ -27,12 +27,13 @@ from spotreel.adapters.kafka import CMD_OFFSET_HEADER, assignments_topic
 from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
-from spotreel.domain.commands import RequestWork
+from spotreel.domain.commands import ReleaseLease, RequestWork
+from spotreel.domain.leases import UNCLAIMED
 from spotreel.domain.schedules import ScheduleState
 from spotreel.domain.state import JobState
 from spotreel.domain.renewals import after_handover
 from spotreel.infra.topics import (commands_topic, deadletter_topic, events_topic, pool_stats_topic,
-                                   replies_topic, scheduler_app_id)
+                                   replies_topic, scheduler_app_id, worker_leases_topic)
 from spotreel.settings import Settings
 
 from spotreel.services.scheduler import followups, redelivery, statecodec, taskdump
@@ -41,6 +42,7 @@ from spotreel.services.scheduler.handler import Handler
 from spotreel.services.scheduler.metrics import Metrics
 from spotreel.services.scheduler.partition import PartitionState
 from spotreel.services.scheduler.poolstats import pool_stats
+from spotreel.services.scheduler.workerleases import WorkerLeaseIndex, later_grant, record_key
 
 log = logging.getLogger("spotreel.scheduler")
 
@@ -91,8 +93,10 @@ class Scheduler:
         self.schedule_cache: dict[str, ScheduleState | None] = {}
         self.batch_max = batch_max
         self.batch_within = batch_within
+        self.worker_leases = WorkerLeaseIndex(settings, self.codec)
         self.handler = Handler(self.codec, settings.partitions, self.get, get_schedule=self.get_schedule,
-                               absorb_renewals=not settings.scheduler_persist_renewals)
+                               absorb_renewals=not settings.scheduler_persist_renewals,
+                               worker_busy=lambda w: bool(self.worker_leases.held_by(w)))
         self.commands = commands_topic(settings)
         self.events = events_topic(settings)
         self.app = self._build_app(data_dir, timer_interval, stats_interval)
@@ -179,6 +183,10 @@ class Scheduler:
     # -- assignment ----------------------------------------------------------------------------------------
 
     async def on_assigned(self) -> None:
+        if self.worker_leases._thread is None:  # noqa: SLF001 - started once, before the first rebuild
+            await asyncio.to_thread(self.worker_leases.start)
+        if not await asyncio.to_thread(self.worker_leases.caught_up.wait, 30.0):
+            log.warning("worker-leases index not caught up after 30 s; going on with what it read")
         assigned = {tp.partition for tp in self.app.consumer.assignment() if tp.topic == self.commands}
         for p in list(self.parts):
             if p not in assigned:
@@ -250,6 +258,14 @@ class Scheduler:
             grace = after_handover(state, taken_over)
             if state is not None and grace is not None:
                 part.absorb(state, grace)
+        # The worker-lease index: what this partition holds (again), and the end of what it no longer holds.
+        for rec in self.worker_leases.of_partition(p):
+            state = self.get(rec.job_id)
+            lease = state.lease if state is not None and state.job_id in part.holders else None
+            if lease is None or lease.epoch != rec.epoch or lease.worker_id != rec.worker_id:
+                part.lease_news.append(ev.WorkerLeaseHeld(rec.worker_id, rec.job_id, rec.epoch, p,
+                                                          rec.granted_at_ms, held=False))
+        await self._publish_leases(part)
         log.info("partition %d: marker %d, %d events read, %d jobs caught up, %d follow-ups re-sent, applied up to "
                  "offset %d, %d queued, redelivery window: %d grants, %d dead letters", p, marker, caught.read,
                  len(caught.states), len(caught.followups), part.applied_upto, len(part.index), len(part.grants),
@@ -375,10 +391,44 @@ class Scheduler:
                                                       self.codec.encode_message(answer), partition, None, None)))
         for fut in replies:
             await fut
+        for part in self.parts.values():
+            await self._publish_leases(part)
         for msg, fut in answered:
             await fut
             if msg.timestamp:
                 self.metrics.dispatch_latency.observe(max(0.0, time.time() - msg.timestamp))
+
+    async def _publish_leases(self, part: PartitionState) -> None:
+        """Grants and ends of leases to `<prefix>.worker-leases` (workerleases.py), into the local index at
+        once: the next RequestWork of that worker is judged by it without waiting to read it back."""
+        news, part.lease_news = part.lease_news, []
+        if not news:
+            return
+        topic = worker_leases_topic(self.settings)
+        for rec in news:
+            self.worker_leases.apply(rec)
+        await self._send_all([(topic, record_key(r.worker_id, r.job_id), self.codec.encode_message(r),
+                               partition_for(r.worker_id, self.settings.partitions)) for r in news])
+
+    async def _release_double_grants(self, p: int, part: PartitionState) -> None:
+        """Two partitions granted one worker in the same moment: the later grant's owner hands its lease back
+        (unclaimed; refused by the domain if the worker already acted on it)."""
+        for job_id, worker in list(part.workers_of.items()):
+            held = self.worker_leases.held_by(worker)
+            if len(held) < 2:
+                continue
+            mine = next((r for r in held if r.job_id == job_id and r.partition == p), None)
+            if mine is None or not any(later_grant(mine, o) for o in held if o.job_id != job_id):
+                continue
+            command_id = f"double-grant:{job_id}:e{mine.epoch}"
+            if command_id in part.double_released:
+                continue
+            part.double_released.add(command_id)
+            log.warning("worker %s holds two leases; handing back %s epoch %d (the later grant)", worker, job_id,
+                        mine.epoch)
+            command = ReleaseLease(command_id, job_id, mine.epoch, worker, UNCLAIMED)
+            await self.app.producer.send(self.commands, job_id.encode(), self.codec.encode_message(command), p,
+                                         None, None)
 
     async def _send_all(self, records: list[tuple]) -> None:
         """Send (topic, key, value, partition[, headers]) records, then await every ack."""
@@ -439,6 +489,7 @@ class Scheduler:
     async def publish_stats(self) -> None:
         now = now_ms()
         for p, part in list(self.parts.items()):
+            await self._release_double_grants(p, part)
             for stats in pool_stats(part, now):
                 self.metrics.queue_depth.labels(stats.pool, str(p)).set(stats.queued)
                 await self.app.producer.send(pool_stats_topic(self.settings), f"{stats.pool}/{p}".encode(),

@@ -45,12 +45,15 @@ class Handler:
     def __init__(self, codec: Codec, partitions: int, get: Callable[[str], JobState | None],
                  dispatch_config: DispatchConfig | None = None,
                  get_schedule: Callable[[str], ScheduleState | None] = lambda _: None,
-                 absorb_renewals: bool = True) -> None:
+                 absorb_renewals: bool = True,
+                 worker_busy: Callable[[str], bool] = lambda _: False) -> None:
         self.codec = codec
         self.partitions = partitions
         self.get = get
         self.get_schedule = get_schedule
         self.absorb_renewals = absorb_renewals
+        # Whether a worker holds a lease granted by any partition (workerleases.py): one job per worker.
+        self.worker_busy = worker_busy
         self.config = dispatch_config or DispatchConfig()
 
     def handle(self, part: PartitionState, topic: str, offset: int, key: bytes | None, value: bytes | None,
@@ -125,6 +128,8 @@ class Handler:
 
         if c.draining:
             return none("draining")
+        if c.worker_id in part.busy_workers or self.worker_busy(c.worker_id):
+            return none("worker_holds_lease")
         # The index is a hint; decide is the authority. A stale head is dropped and the next one tried.
         for _ in range(8):
             job_id = part.index.choose(offer, part.usage(), {}, now_ms, self.config)

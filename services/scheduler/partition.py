@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spotreel.domain.dispatch import DispatchIndex, QueuedJob
+from spotreel.domain.events import WorkerLeaseHeld
 from spotreel.domain.fairness import TenantUsage
 from spotreel.domain.renewals import Renewal, with_renewal
 from spotreel.domain.state import JobState, Status
@@ -68,6 +69,11 @@ class PartitionState:
     deadlettered: set[int] = field(default_factory=set)
     # Deadlines of renewals answered but not persisted (domain/renewals.py): job_id -> (epoch, deadline).
     renewals: dict[str, Renewal] = field(default_factory=dict)
+    # Workers holding a lease of this partition (count of leases), and the grants and ends of leases not yet
+    # published to `<prefix>.worker-leases` (workerleases.py); ReleaseLease ids sent for double grants.
+    busy_workers: Counter = field(default_factory=Counter)
+    lease_news: list[Any] = field(default_factory=list)
+    double_released: set[str] = field(default_factory=set)
 
     def view(self, state: JobState | None) -> JobState | None:
         """The state commands are judged and timers armed against: the stored one with the deadline of its
@@ -98,9 +104,20 @@ class PartitionState:
             self.in_flight[after.tenant] += 1
             self.leased_by_pool[after.pool] += 1
             self.leased_at[job_id] = after.lease.granted_at_ms  # type: ignore[union-attr]
+            self.busy_workers[after.lease.worker_id] += 1  # type: ignore[union-attr]
+            self.lease_news.append(WorkerLeaseHeld(after.lease.worker_id, job_id, after.lease.epoch,  # type: ignore[union-attr]
+                                                   self.partition, after.lease.granted_at_ms))  # type: ignore[union-attr]
         elif was_holding and not holding:
             pool = self.holders.pop(job_id)
-            self.workers_of.pop(job_id, None)
+            worker = self.workers_of.pop(job_id, None)
+            if worker is not None:
+                self.busy_workers[worker] -= 1
+                if self.busy_workers[worker] <= 0:
+                    del self.busy_workers[worker]
+                ended = before.lease if before is not None and before.lease is not None else None
+                self.lease_news.append(WorkerLeaseHeld(worker, job_id, ended.epoch if ended else after.epoch,
+                                                       self.partition, ended.granted_at_ms if ended else 0,
+                                                       held=False))
             self.in_flight[after.tenant] -= 1
             self.leased_by_pool[pool] -= 1
             started = self.leased_at.pop(job_id, None)

@@ -656,4 +656,18 @@ class PoolStats:
     lease_loss_rate_per_hour: float = 0.0
 
 
-SCHEDULER_RECORDS = (WorkAssigned, NoWorkAvailable, PoolStats)
+@dataclass(frozen=True)
+class WorkerLeaseHeld:
+    """The lease a worker holds, published by the partition that granted it (compacted
+    `<prefix>.worker-leases`, key worker id), so that no partition grants that worker a second one. `held`
+    false: that lease ended. Not part of any job's history."""
+
+    worker_id: str
+    job_id: str
+    epoch: int
+    partition: int
+    granted_at_ms: int
+    held: bool = True
+
+
+SCHEDULER_RECORDS = (WorkAssigned, NoWorkAvailable, PoolStats, WorkerLeaseHeld)

@@ -1,7 +1,7 @@
 """The Kafka topics spotreel relies on, declared idempotently (created if missing, configs enforced).
 
 Names: `<prefix>.commands`, `<prefix>.events`, `<prefix>.replies`, `<prefix>.commands.deadletter`,
-`<prefix>.pool-stats`, and
+`<prefix>.pool-stats`, `<prefix>.worker-leases`, and
 for each scheduler table `<prefix>.scheduler-<table>-changelog`. The changelog name is what Faust itself
 derives (`{app.id}-{table}-changelog`) when the scheduler's app id is `scheduler_app_id(settings)`, so
 the topic declared here and the one Faust expects are the same.
@@ -43,6 +43,10 @@ def replies_topic(settings: Settings) -> str:
     return f"{settings.topic_prefix}.replies"
 
 
+def worker_leases_topic(settings: Settings) -> str:
+    return f"{settings.topic_prefix}.worker-leases"
+
+
 def deadletter_topic(settings: Settings) -> str:
     return f"{settings.topic_prefix}.commands.deadletter"
 
@@ -81,6 +85,8 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         # Dead letters wait for a person; they must not expire before someone looks.
         TopicSpec(deadletter_topic(settings), p, {"cleanup.policy": "delete", "retention.ms": "-1"}),
         TopicSpec(pool_stats_topic(settings), p, dict(COMPACTED)),
+        # Which lease each worker holds, whichever partition granted it: one job per worker across partitions.
+        TopicSpec(worker_leases_topic(settings), p, dict(COMPACTED)),
     ]
     # Co-partitioned with commands: Faust requires a table's changelog to match its source topic.
     specs += [TopicSpec(changelog_topic(settings, t), p, dict(COMPACTED)) for t in scheduler_tables(settings)]

@@ -1,0 +1,121 @@
+"""One job per worker across partitions: which leases each worker holds, whichever partition granted them.
+
+Partitions share no job state, so without this a worker could hold a lease from partition 0 and be granted
+another by partition 1 (a replayed RequestWork, a transport that asked a second partition while the first
+was slow). Every owner publishes its grants and lease ends to the compacted `<prefix>.worker-leases`
+(key `worker/job`, so compaction keeps the latest word on each lease; partition `partition_for(worker)`, so
+one worker's records are in one order) and every scheduler instance reads the whole topic into
+`WorkerLeaseIndex`:
+
+- a RequestWork from a worker that holds a lease anywhere is answered NoWorkAvailable("worker_holds_lease");
+- two partitions that granted the same worker in the same moment (neither had read the other's record yet)
+  converge: the owner of the later grant (by grant time, then partition) hands its lease back as
+  unclaimed if the worker never acted on it (the domain refuses that once the lease is confirmed, and the
+  gateway's lease desk and the Kafka transport deliver a worker only one lease anyway);
+- on assignment the owner republishes the leases it holds and ends those the index still shows for its
+  partition but it no longer holds (an owner that died between ending a lease and publishing it).
+A worker restarted under the same id waits for its old lease to end (its TTL) before it gets work.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections import defaultdict
+from typing import Any
+
+from spotreel.codec import Codec
+from spotreel.domain import events as ev
+from spotreel.infra.topics import worker_leases_topic
+from spotreel.settings import Settings
+
+log = logging.getLogger("spotreel.scheduler.workerleases")
+
+
+def record_key(worker_id: str, job_id: str) -> bytes:
+    return f"{worker_id}/{job_id}".encode()
+
+
+class WorkerLeaseIndex:
+    """Held leases per worker, from the topic (a consumer thread); `caught_up` once the topic's contents at
+    start were read."""
+
+    def __init__(self, settings: Settings, codec: Codec | None = None) -> None:
+        self.settings = settings
+        self.codec = codec or Codec.default()
+        self.topic = worker_leases_topic(settings)
+        self._lock = threading.Lock()
+        self._held: dict[str, dict[str, ev.WorkerLeaseHeld]] = defaultdict(dict)
+        self._stop = threading.Event()
+        self.caught_up = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- what the scheduler asks -------------------------------------------------------------------------
+
+    def held_by(self, worker_id: str) -> list[ev.WorkerLeaseHeld]:
+        with self._lock:
+            return list(self._held.get(worker_id, {}).values())
+
+    def of_partition(self, partition: int) -> list[ev.WorkerLeaseHeld]:
+        with self._lock:
+            return [r for leases in self._held.values() for r in leases.values() if r.partition == partition]
+
+    def apply(self, record: ev.WorkerLeaseHeld) -> None:
+        """Also called for the owner's own records as it produces them, so it need not wait to read them."""
+        with self._lock:
+            leases = self._held[record.worker_id]
+            current = leases.get(record.job_id)
+            if current is not None and current.epoch > record.epoch:
+                return  # an older lease's word, read late
+            if record.held:
+                leases[record.job_id] = record
+            else:
+                leases.pop(record.job_id, None)
+                if not leases:
+                    del self._held[record.worker_id]
+
+    # -- the consumer thread -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+        c = Consumer({"bootstrap.servers": self.settings.kafka_bootstrap,
+                      "group.id": f"{self.settings.topic_prefix}.worker-leases.{uuid.uuid4().hex[:8]}",
+                      "enable.auto.commit": False, "fetch.wait.max.ms": 50})
+        parts = range(self.settings.partitions)
+        ends = {p: c.get_watermark_offsets(TopicPartition(self.topic, p), timeout=30)[1] for p in parts}
+        c.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in parts])
+        self._thread = threading.Thread(target=self._run, args=(c, ends), name="worker-leases", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def _run(self, c: Any, ends: dict[int, int]) -> None:
+        behind = {p for p, end in ends.items() if end > 0}
+        if not behind:
+            self.caught_up.set()
+        try:
+            while not self._stop.is_set():
+                for msg in c.consume(500, 0.1):
+                    if msg.error():
+                        continue
+                    if msg.value() is not None:
+                        try:
+                            self.apply(self.codec.decode_message(msg.value()))
+                        except Exception:
+                            log.exception("unreadable worker-lease record at %d/%d", msg.partition(), msg.offset())
+                    if msg.partition() in behind and msg.offset() + 1 >= ends[msg.partition()]:
+                        behind.discard(msg.partition())
+                        if not behind:
+                            self.caught_up.set()
+        finally:
+            c.close()
+
+
+def later_grant(mine: ev.WorkerLeaseHeld, other: ev.WorkerLeaseHeld) -> bool:
+    """Whether `mine` is the later of two grants to one worker (the one to hand back)."""
+    return (mine.granted_at_ms, mine.partition, mine.job_id) > (other.granted_at_ms, other.partition, other.job_id)
