@@ -262,7 +262,9 @@ class Scheduler:
         for rec in self.worker_leases.of_partition(p):
             state = self.get(rec.job_id)
             lease = state.lease if state is not None and state.job_id in part.holders else None
-            if lease is None or lease.epoch != rec.epoch or lease.worker_id != rec.worker_id:
+            if lease is None or lease.worker_id != rec.worker_id:
+                # Held no more by that worker (its end was never published): end it. A lease this partition
+                # holds is republished above by `observe`, whatever epoch the index shows.
                 part.lease_news.append(ev.WorkerLeaseHeld(rec.worker_id, rec.job_id, rec.epoch, p,
                                                           rec.granted_at_ms, held=False))
         await self._publish_leases(part)
