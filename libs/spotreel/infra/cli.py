@@ -7,6 +7,7 @@ never as a traceback: InfraError carries the line, anything unexpected is summar
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 import traceback
@@ -48,6 +49,27 @@ def _provision(args: argparse.Namespace, settings: Settings) -> int:
 
     provision(settings, timeout=args.timeout, say=_say)
     return 0
+
+
+def _monitoring(args: argparse.Namespace, settings: Settings) -> int:
+    from spotreel.infra.monitoring import Prometheus
+
+    prom = Prometheus(settings)
+    if args.monitoring_command == "up":
+        for message, holder in ([] if prom.running() else prom.port_conflicts()):
+            print(f"{message}{'; ' + holder if holder else ''}", flush=True)
+            return 1
+        prom.preflight()
+        prom.ensure_up(_say)
+        _say(f"prometheus: scrape targets go in {prom.targets_dir}/*.json (file_sd); rules from monitoring/alerts.yml")
+        return 0
+    if args.monitoring_command == "down":
+        prom.stop(_say)
+        return 0
+    entry = prom.health()
+    print(json.dumps(entry) if args.json else f"{entry['name']}: {entry['state']} at {entry['address']} "
+          f"({entry['detail']}); log {entry['log']}", flush=True)
+    return 0 if entry["healthy"] else 1
 
 
 def _status(args: argparse.Namespace, settings: Settings) -> int:
@@ -121,6 +143,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "elsewhere (Docker Compose, a shared cluster)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for each server to answer")
     p.set_defaults(func=_guarded("provision", _provision))
+    p = isub.add_parser("monitoring", help="Prometheus on loopback (Debian's prometheus package): up, down, status")
+    p.add_argument("monitoring_command", choices=["up", "down", "status"])
+    p.add_argument("--json", action="store_true", help="machine-readable status")
+    p.set_defaults(func=_guarded("monitoring", _monitoring))
     p = isub.add_parser("status", help="health, address, pid and log of each component; exit 0 when all healthy")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_guarded("status", _status))

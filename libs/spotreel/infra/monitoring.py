@@ -1,0 +1,108 @@
+"""Prometheus on loopback: Debian's `prometheus` package (apt-get install -y prometheus), run under
+SPOTREEL_HOME like Kafka and Cassandra, loading the repo's alert rules (monitoring/alerts.yml) and scraping
+the targets listed in file-based service discovery files (<conf>/targets/*.json), which the tooling or a
+person writes: one entry per process serving /metrics. Prometheus re-reads them without a restart."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from spotreel.infra.errors import InfraError, ProbeFailed
+from spotreel.infra.render import write_if_changed
+from spotreel.infra.server import Say, Server
+from spotreel.settings import Settings
+
+RULES = Path(__file__).resolve().parents[3] / "monitoring" / "alerts.yml"
+DEFAULT_PORT = 9590
+
+
+def prometheus_binary() -> str:
+    found = shutil.which("prometheus")
+    if found is None:
+        raise InfraError("prometheus: the `prometheus` binary was not found",
+                         ["apt-get install -y prometheus (Debian's package, 2.42, brings promtool too)"])
+    return found
+
+
+class Prometheus(Server):
+    name = "prometheus"
+
+    def __init__(self, settings: Settings, port: int | None = None, scrape_interval: str = "5s") -> None:
+        super().__init__(settings)
+        self.port = port if port is not None else int(os.environ.get("SPOTREEL_PROMETHEUS_PORT", DEFAULT_PORT))
+        self.scrape_interval = scrape_interval
+
+    def address(self) -> str:
+        return f"http://{self.settings.host}:{self.port}"
+
+    def ports(self) -> list[int]:
+        return [self.port]
+
+    def main_log(self) -> Path:
+        return self.stdout_log
+
+    @property
+    def targets_dir(self) -> Path:
+        return self.conf_dir / "targets"
+
+    def render_config(self) -> str:
+        # JSON is YAML; one file with no templating engine.
+        config = {
+            "global": {"scrape_interval": self.scrape_interval, "evaluation_interval": self.scrape_interval},
+            "rule_files": [str(self.conf_dir / "alerts.yml")],
+            "scrape_configs": [
+                {"job_name": "prometheus", "static_configs": [{"targets": [f"{self.settings.host}:{self.port}"]}]},
+                {"job_name": "spotreel",
+                 "file_sd_configs": [{"files": [str(self.targets_dir / "*.json")], "refresh_interval": "5s"}]},
+            ],
+        }
+        return json.dumps(config, indent=2) + "\n"
+
+    def write_targets(self, name: str, targets: list[str], labels: dict[str, str] | None = None) -> Path:
+        """One file_sd file: `targets` are host:port of processes serving /metrics."""
+        self.targets_dir.mkdir(parents=True, exist_ok=True)
+        path = self.targets_dir / f"{name}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps([{"targets": targets, "labels": labels or {}}]) + "\n")
+        tmp.replace(path)  # Prometheus must never read a half-written file
+        return path
+
+    def prepare(self, say: Say) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.targets_dir.mkdir(parents=True, exist_ok=True)
+        write_if_changed(self.conf_dir / "alerts.yml", RULES.read_text())
+        write_if_changed(self.conf_dir / "prometheus.yml", self.render_config())
+
+    def preflight(self) -> None:
+        prometheus_binary()
+
+    def command(self) -> list[str]:
+        return [
+            prometheus_binary(), f"--config.file={self.conf_dir / 'prometheus.yml'}",
+            f"--storage.tsdb.path={self.data_dir}", f"--web.listen-address={self.settings.host}:{self.port}",
+            "--storage.tsdb.retention.time=2d",
+        ]
+
+    def probe(self, timeout: float) -> str:
+        try:
+            with urllib.request.urlopen(f"{self.address()}/-/ready", timeout=timeout) as resp:
+                resp.read()
+        except (urllib.error.URLError, OSError) as exc:
+            raise ProbeFailed(f"{self.address()}/-/ready: {exc}") from None
+        return "ready"
+
+    def query(self, promql: str, timeout: float = 5.0) -> list[dict]:
+        """An instant query against the HTTP API; the result vector."""
+        from urllib.parse import urlencode
+
+        url = f"{self.address()}/api/v1/query?{urlencode({'query': promql})}"
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            body = json.load(resp)
+        if body.get("status") != "success":
+            raise InfraError(f"prometheus: query {promql!r} failed: {body}")
+        return body["data"]["result"]
