@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+
+# Counters' and histograms' `_created` timestamps would come out as separate gauge families.
+disable_created_metrics()
 
 
 @dataclass

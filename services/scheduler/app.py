@@ -355,6 +355,8 @@ class Scheduler:
             for e in out.events:
                 if isinstance(e, ev.CheckpointRecorded):
                     part.observe_checkpoint(out.states[e.job_id][1].pool, e.duration_ms)
+                elif isinstance(e, ev.JobLeased) and e.attempt == 1 and out.states[e.job_id][0] is not None:
+                    self.metrics.observe_pickup(out.states[e.job_id][0], e.at_ms)
             for before, after in out.states.values():
                 self.cache[after.job_id] = after
                 writes.append((p, after))

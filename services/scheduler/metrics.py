@@ -3,7 +3,12 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, start_http_server
+
+from spotreel.domain.state import JobState
+
+# Counters' and histograms' `_created` timestamps would come out as separate gauge families.
+disable_created_metrics()
 
 
 class Metrics:
@@ -21,7 +26,16 @@ class Metrics:
         self.renewals_absorbed = Counter("spotreel_scheduler_renewals_absorbed",
                                          "renewals answered on the replies topic without an event", registry=r)
         self.skipped = Counter("spotreel_scheduler_redelivered_skipped", "already-applied commands", registry=r)
+        self.queue_wait = Histogram(
+            "spotreel_scheduler_queue_wait_seconds", "first lease of a job: submitted (or run_at) -> granted",
+            ["pool", "tier"], registry=r,
+            buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1800))
         self.lag = Gauge("spotreel_scheduler_consumer_lag", "commands not yet read", ["partition"], registry=r)
+
+    def observe_pickup(self, job: JobState, leased_at_ms: int) -> None:
+        """Queue wait of a job's first lease: submitted (or its run_at, when later) -> the grant."""
+        since = max(job.submitted_at_ms, job.run_at_ms or 0)
+        self.queue_wait.labels(job.pool, str(job.priority)).observe(max(0, leased_at_ms - since) / 1000)
 
     def serve(self, port: int) -> None:
         start_http_server(port, addr="127.0.0.1", registry=self.registry)

@@ -238,3 +238,16 @@ def test_metrics_endpoint(metrics_env):
                  "spotreel_scheduler_lease_expirations", "spotreel_scheduler_rejections",
                  "spotreel_scheduler_consumer_lag"):
         assert name in body, (name, proc.log()[-2000:])
+    assert "_created" not in body
+    # A first lease is observed as queue wait, labelled by pool and tier (the job's priority).
+    proc.wait_owning({0})
+    bus = Bus(settings)
+    try:
+        sub = _job(bus, priority=3)
+        bus.wait_event(sub.job_id, ev.JobQueued)
+        _lease(bus, sub.job_id, "w-metrics")
+        pool = bus.state(sub.job_id).pool
+    finally:
+        bus.close()
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+    assert f'spotreel_scheduler_queue_wait_seconds_count{{pool="{pool}",tier="3"}} 1.0' in body, body[-3000:]
