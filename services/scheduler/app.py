@@ -346,7 +346,7 @@ class Scheduler:
                     if isinstance(e, (ev.CommandRejected, ev.ScheduleCommandRejected)):
                         self.metrics.rejections.labels(e.reason).inc()
                     elif isinstance(e, ev.LeaseExpired):
-                        self.metrics.lease_expirations.inc()
+                        self.metrics.observe_expiry(out.states[e.job_id][0], e)
                 marked.add(p)
             part.applied_upto = msg.offset
             worker = getattr(out.command, "worker_id", None)

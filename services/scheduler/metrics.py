@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, start_http_server
 
+from spotreel.domain.events import LeaseExpired
 from spotreel.domain.state import JobState
 
 # Counters' and histograms' `_created` timestamps would come out as separate gauge families.
@@ -19,7 +20,10 @@ class Metrics:
         self.dispatch_latency = Histogram(
             "spotreel_scheduler_dispatch_seconds", "RequestWork produced -> answer sent", registry=r,
             buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5))
-        self.lease_expirations = Counter("spotreel_scheduler_lease_expirations", "leases expired", registry=r)
+        self.lease_expirations = Counter(
+            "spotreel_scheduler_lease_expirations",
+            "leases expired, by cause: worker_lost (counted as a preemption) or confirm_timeout (a lease held only "
+            "to confirm a cancel or pause)", ["pool", "cause"], registry=r)
         self.rejections = Counter("spotreel_scheduler_rejections", "commands rejected", ["reason"], registry=r)
         self.deadletters = Counter("spotreel_scheduler_deadletters", "poison commands", ["reason"], registry=r)
         self.commands = Counter("spotreel_scheduler_commands", "commands processed", registry=r)
@@ -36,6 +40,11 @@ class Metrics:
         """Queue wait of a job's first lease: submitted (or its run_at, when later) -> the grant."""
         since = max(job.submitted_at_ms, job.run_at_ms or 0)
         self.queue_wait.labels(job.pool, str(job.priority)).observe(max(0, leased_at_ms - since) / 1000)
+
+    def observe_expiry(self, before: JobState | None, expired: LeaseExpired) -> None:
+        lost = before is None or expired.preemptions > before.preemptions
+        pool = before.pool if before is not None else ""
+        self.lease_expirations.labels(pool, "worker_lost" if lost else "confirm_timeout").inc()
 
     def serve(self, port: int) -> None:
         start_http_server(port, addr="127.0.0.1", registry=self.registry)
