@@ -34,7 +34,7 @@ def _up(args: argparse.Namespace, settings: Settings) -> int:
     from spotreel.infra.stack import up
 
     up(settings, fresh=args.fresh, say=_say)
-    return 0
+    return _monitoring_up(settings) if args.with_monitoring else 0
 
 
 def _down(args: argparse.Namespace, settings: Settings) -> int:
@@ -51,18 +51,34 @@ def _provision(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _monitoring(args: argparse.Namespace, settings: Settings) -> int:
+def _monitoring_up(settings: Settings) -> int:
     from spotreel.infra.monitoring import Prometheus
 
     prom = Prometheus(settings)
+    for message, holder in ([] if prom.running() else prom.port_conflicts()):
+        print(f"{message}{'; ' + holder if holder else ''}", flush=True)
+        return 1
+    prom.preflight()
+    # The stack's own services (infra/services.py) at their fixed loopback ports; workers and others: add files.
+    from spotreel.infra import services as svc
+
+    h = settings.host
+    for name, target in (("scheduler", f"{h}:{svc.scheduler_metrics_port(settings)}"),
+                         ("projector", f"{h}:{svc.projector_metrics_port(settings)}"),
+                         ("webhooks", f"{h}:{svc.webhooks_metrics_port(settings)}"),
+                         ("gateway", f"{h}:{settings.gateway_port}")):
+        prom.write_targets(name, [target], {"service": name})
+    prom.ensure_up(_say)
+    _say(f"prometheus: scrape targets go in {prom.targets_dir}/*.json (file_sd); rules from monitoring/alerts.yml")
+    return 0
+
+
+def _monitoring(args: argparse.Namespace, settings: Settings) -> int:
+    from spotreel.infra.monitoring import Prometheus
+
     if args.monitoring_command == "up":
-        for message, holder in ([] if prom.running() else prom.port_conflicts()):
-            print(f"{message}{'; ' + holder if holder else ''}", flush=True)
-            return 1
-        prom.preflight()
-        prom.ensure_up(_say)
-        _say(f"prometheus: scrape targets go in {prom.targets_dir}/*.json (file_sd); rules from monitoring/alerts.yml")
-        return 0
+        return _monitoring_up(settings)
+    prom = Prometheus(settings)
     if args.monitoring_command == "down":
         prom.stop(_say)
         return 0
@@ -136,6 +152,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_guarded("fetch", _fetch))
     p = isub.add_parser("up", help="start everything and wait until it answers (no-op when it runs)")
     p.add_argument("--fresh", action="store_true", help="stop the stack and wipe its data first")
+    p.add_argument("--with-monitoring", action="store_true",
+                   help="also start Prometheus on loopback (same as `infra monitoring up`)")
     p.set_defaults(func=_guarded("up", _up))
     p = isub.add_parser("down", help="stop what `up` started; no listener is left on our ports")
     p.set_defaults(func=_guarded("down", _down))
