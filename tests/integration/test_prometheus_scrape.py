@@ -51,3 +51,26 @@ def test_prometheus_scrapes_a_running_process(settings: Settings, tmp_path: Path
         server.shutdown()
         thread.join(5)
     assert prom.running() is None
+
+
+def test_cli_monitoring_up_writes_the_stack_services_targets_and_down_stops_it(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "SPOTREEL_HOME": str(tmp_path / "home"),
+           "SPOTREEL_PROMETHEUS_PORT": str(free_port("127.0.0.1"))}
+    cli = [sys.executable, "-m", "spotreel.cli", "infra", "monitoring"]
+    up = subprocess.run([*cli, "up"], env=env, capture_output=True, text=True, timeout=120)
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        targets = tmp_path / "home" / "run" / "prometheus" / "targets"
+        assert sorted(p.name for p in targets.glob("*.json")) == [
+            "gateway.json", "projector.json", "scheduler.json", "webhooks.json"]
+        status = subprocess.run([*cli, "status", "--json"], env=env, capture_output=True, text=True, timeout=60)
+        assert status.returncode == 0 and json.loads(status.stdout)["healthy"] is True, status.stdout
+    finally:
+        down = subprocess.run([*cli, "down"], env=env, capture_output=True, text=True, timeout=60)
+    assert down.returncode == 0, down.stdout + down.stderr
+    status = subprocess.run([*cli, "status"], env=env, capture_output=True, text=True, timeout=60)
+    assert status.returncode == 1, status.stdout
