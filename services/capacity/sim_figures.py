@@ -42,6 +42,7 @@ class Attempt:
     checkpoint_s: float   # time spent writing checkpoints (incl. the emergency one)
     checkpoints: int
     outcome: str
+    step_end_ms: tuple[int, ...] = ()  # wall time each computed step ended, in order (for goodput by stage)
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,37 @@ def gpu_accounting(attempts: list[Attempt], lives: list[WorkerLife], step_s: flo
     }
 
 
+def kept_step_times(a: Attempt) -> tuple[int, ...]:
+    """The end times of the steps of `a` that no later attempt computes again: all of them when the attempt
+    completed or handed its work back with a checkpoint (notice, drained), only those up to its last durable
+    checkpoint otherwise (vanished, fenced, stopped at the run's end)."""
+    if a.outcome in ("completed", "notice", "drained"):
+        return a.step_end_ms
+    return a.step_end_ms[:max(0, a.durable_step - a.start_step)]
+
+
+def goodput_by_stage(attempts: list[Attempt], stages: list[dict[str, Any]], step_s: float) -> list[float]:
+    """Goodput of each stage: GPU-seconds of kept steps (see `kept_step_times`) that ended within the stage's
+    [from_ms, to_ms), per second of the stage. Work redone after a lost lease does not count, so a control
+    plane that costs live workers their leases shows here as lost goodput, not as extra work."""
+    ends = sorted(t for a in attempts for t in kept_step_times(a))
+    out = []
+    for st in stages:
+        lo, hi = st["from_ms"], st["to_ms"]
+        n = sum(1 for t in ends if lo <= t < hi)
+        out.append(n * step_s / max(1e-9, (hi - lo) / 1000))
+    return out
+
+
+def goodput_hold(goodput: list[float]) -> float | None:
+    """The lowest goodput of the stages from the best one on, as a share of the best (1.0: adding load never
+    cost goodput; the issue's bar is >= 0.9). None without a stage that did any work."""
+    if not goodput or max(goodput) <= 0:
+        return None
+    best = goodput.index(max(goodput))
+    return min(goodput[best:]) / goodput[best]
+
+
 def saturated(stage: dict[str, Any], cores: int, lease_ttl_s: float) -> list[str]:
     """Why a ramp stage counts as saturated (empty list: it kept up). A stage is saturated when a service
     process uses ~a whole core (Python runs one thread of work), the stack's processes fill the cores,
@@ -194,4 +226,6 @@ def saturated(stage: dict[str, Any], cores: int, lease_ttl_s: float) -> list[str
         why.append(f"lease renewal (heartbeat/progress) p99 {hb:.0f} ms (lease {lease_ttl_s:.0f} s)")
     if stage.get("lease_expired", 0) > stage.get("vanished", 0):
         why.append("more leases expired than workers vanished")
+    if stage.get("lease_expired_under_live_workers", 0):
+        why.append(f"{stage['lease_expired_under_live_workers']} leases expired under workers that had not vanished")
     return why

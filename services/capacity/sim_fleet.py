@@ -118,6 +118,7 @@ class _Job:
         self.cancel = False
         self.checkpoint_s = 0.0
         self.checkpoints = 0
+        self.step_end_ms: list[int] = []
 
 
 async def _sleep_until(deadline: float, stopping: asyncio.Event, also: asyncio.Event | None = None) -> None:
@@ -227,6 +228,7 @@ class SimWorker:
                     break
                 await asyncio.sleep(cfg.step_s)
                 job.step += 1
+                job.step_end_ms.append(int(time.time() * 1000))
                 since_ckpt += cfg.step_s
                 if interval is not None and since_ckpt >= interval - 1e-9 and job.step < job.num_steps:
                     await self._checkpoint(job)
@@ -242,7 +244,8 @@ class SimWorker:
         finally:
             reporter.cancel()
             sh.attempts.append(Attempt(job.job_id, job.epoch, self.id, job.start, job.step - job.start,
-                                       job.durable, partial, job.checkpoint_s, job.checkpoints, outcome))
+                                       job.durable, partial, job.checkpoint_s, job.checkpoints, outcome,
+                                       tuple(job.step_end_ms)))
 
     async def _preempted(self, job: _Job) -> str:
         if not self.self_notice:

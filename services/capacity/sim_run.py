@@ -20,7 +20,8 @@ from typing import Any, Callable
 import aiohttp
 
 from spotreel.services.capacity.sim_config import SimConfig
-from spotreel.services.capacity.sim_figures import gpu_accounting, judge_events, saturated, summary_ms
+from spotreel.services.capacity.sim_figures import (gpu_accounting, goodput_by_stage, goodput_hold, judge_events,
+                                                    saturated, summary_ms)
 from spotreel.services.capacity.sim_fleet import Fleet, Meter, Shared, submit_loop
 from spotreel.services.capacity.sim_kafka import KafkaLink
 from spotreel.services.capacity.sim_stack import CpuWindow, PrivateStack, read_events
@@ -105,10 +106,10 @@ async def _stall(stack: PrivateStack, cfg: SimConfig, t_start: float, say: Calla
     say("scheduler running again")
 
 
-def expired_under_live_workers(attempts: list, events: list[Any]) -> int:
-    """LeaseExpired events whose holder did not vanish: live workers that lost their lease (should be 0)."""
+def expired_under_live_workers(attempts: list, events: list[Any]) -> list[Any]:
+    """LeaseExpired events whose holder did not vanish: live workers that lost their lease (should be none)."""
     vanished = {(a.job_id, a.epoch) for a in attempts if a.outcome == "vanished"}
-    return sum(1 for e in events if type(e).__name__ == "LeaseExpired" and (e.job_id, e.epoch) not in vanished)
+    return [e for e in events if type(e).__name__ == "LeaseExpired" and (e.job_id, e.epoch) not in vanished]
 
 
 def simulate(cfg: SimConfig, base: Settings, out: Path | None, *, partitions: int = 6, keep: bool = False,
@@ -126,8 +127,12 @@ def simulate(cfg: SimConfig, base: Settings, out: Path | None, *, partitions: in
     sh = result["sh"]
     judged = judge_events(sh.accepted, events)
     expired = [e for e in events if type(e).__name__ == "LeaseExpired"]
-    for st in result["stages"]:
+    under_live = expired_under_live_workers(sh.attempts, events)
+    goodput = goodput_by_stage(sh.attempts, result["stages"], cfg.step_s)
+    for st, gp in zip(result["stages"], goodput):
         st["lease_expired"] = sum(1 for e in expired if st["from_ms"] <= e.at_ms < st["to_ms"])
+        st["lease_expired_under_live_workers"] = sum(1 for e in under_live if st["from_ms"] <= e.at_ms < st["to_ms"])
+        st["goodput_gpu_s_per_s"] = round(gp, 2)
         st["saturated_because"] = saturated(st, os.cpu_count() or 1, lease_ttl_s=30.0)
     first_sat = next((st["workers"] for st in result["stages"] if st["saturated_because"]), None)
     report = {
@@ -135,7 +140,10 @@ def simulate(cfg: SimConfig, base: Settings, out: Path | None, *, partitions: in
         "checkpoint_interval_s": sh.interval_s(), "elapsed_s": round(result["elapsed_s"], 1),
         "workers_made": result["workers_made"], "submissions_refused": dict(sh.refused),
         **judged,
-        "lease_expired_under_live_workers": expired_under_live_workers(sh.attempts, events),
+        "lease_expired_under_live_workers": len(under_live),
+        # (job, epoch, holder) of each: which leases to look up in the run's events (--keep)
+        "lease_expired_under_live_workers_list": [(e.job_id, e.epoch, e.worker_id) for e in under_live[:20]],
+        "goodput_by_stage": [round(g, 2) for g in goodput], "goodput_hold": goodput_hold(goodput),
         "vanished": sum(1 for a in sh.attempts if a.outcome == "vanished"),
         "worker_transport": cfg.transport,
         # Kafka workers are their own lease desk: grants that reached no waiting lease call, handed back.
@@ -174,7 +182,11 @@ def render(r: dict[str, Any]) -> str:
     for st in r["stages"]:
         lines.append(f"  stage {st['stage']}: {st['workers']} workers  cpu {st['cpu_cores']}  total "
                      f"{st['cpu_cores_total']}  {st['worker_requests_per_s']} req/s  renewal p99 "
-                     f"{st['heartbeat_rtt'].get('p99_ms')} ms  -> {'; '.join(st['saturated_because']) or 'keeps up'}")
-    lines.append(f"saturates at: {r['saturates_at_workers'] or 'not within the ramp'} workers")
+                     f"{st['heartbeat_rtt'].get('p99_ms')} ms  goodput {st['goodput_gpu_s_per_s']} GPU-s/s  expired "
+                     f"under live workers {st['lease_expired_under_live_workers']}  -> "
+                     f"{'; '.join(st['saturated_because']) or 'keeps up'}")
+    hold = r["goodput_hold"]
+    lines.append(f"saturates at: {r['saturates_at_workers'] or 'not within the ramp'} workers;  goodput from the best "
+                 f"stage on holds {'n/a' if hold is None else f'{hold:.0%}'} of the best")
     return "\n".join(lines)
 

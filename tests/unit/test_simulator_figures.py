@@ -7,8 +7,9 @@ import pytest
 
 from spotreel.domain import events as ev
 from spotreel.services.capacity.sim_config import SimConfig, parse_policy, parse_ramp, parse_shares
-from spotreel.services.capacity.sim_figures import (Accepted, Attempt, WorkerLife, gpu_accounting, judge_events,
-                                                    percentile, saturated)
+from spotreel.services.capacity.sim_figures import (Accepted, Attempt, WorkerLife, goodput_by_stage, goodput_hold,
+                                                    gpu_accounting, judge_events, kept_step_times, percentile,
+                                                    saturated)
 
 
 def queued(job: str, v: int, at: int) -> ev.JobQueued:
@@ -103,6 +104,23 @@ def test_gpu_accounting_counts_lost_steps_only_for_attempts_that_did_not_hand_ov
     assert g["attempts_by_outcome"] == {"vanished": 1, "completed": 1, "notice": 1, "fenced": 1}
 
 
+def test_goodput_counts_only_steps_nobody_computes_again_in_the_stage_they_ended():
+    # steps end at 1 s, 2 s, ...; the vanished attempt kept steps 1-2 (durable 2), lost 3-4
+    vanished = Attempt("ja", 1, "w1", 0, 4, 2, 0.0, 0.0, 1, "vanished", (1000, 2000, 3000, 4000))
+    resumed = Attempt("ja", 2, "w2", 2, 3, 2, 0.0, 0.0, 0, "completed", (11_000, 12_000, 13_000))
+    fenced = Attempt("jb", 1, "w3", 5, 3, 6, 0.0, 0.0, 1, "fenced", (2500, 3500, 4500))  # kept step 6 only
+    notice = Attempt("jc", 1, "w4", 0, 2, 2, 0.0, 0.0, 1, "notice", (5000, 6000))
+    assert kept_step_times(vanished) == (1000, 2000)
+    assert kept_step_times(fenced) == (2500,)
+    assert kept_step_times(resumed) == resumed.step_end_ms and kept_step_times(notice) == (5000, 6000)
+    stages = [{"from_ms": 0, "to_ms": 5000}, {"from_ms": 5000, "to_ms": 10_000}, {"from_ms": 10_000, "to_ms": 15_000}]
+    gp = goodput_by_stage([vanished, resumed, fenced, notice], stages, step_s=10.0)
+    assert gp == pytest.approx([3 * 10 / 5, 2 * 10 / 5, 3 * 10 / 5])
+    assert goodput_hold(gp) == pytest.approx(2 / 3)   # the best stage is the first; the second fell to 2/3
+    assert goodput_hold([1.0, 2.0, 4.0]) == 1.0        # a ramp that only grows holds all of its best
+    assert goodput_hold([0.0, 0.0]) is None and goodput_hold([]) is None
+
+
 def test_saturation_reasons():
     calm = {"cpu_cores": {"gateway": 0.3, "scheduler": 0.5, "simulator": 0.95}, "requests": 1000,
             "request_errors": 2, "heartbeat_rtt": {"p99_ms": 300.0}, "lease_expired": 1, "vanished": 3}
@@ -113,6 +131,8 @@ def test_saturation_reasons():
     assert any("gateway" in w for w in why) and any("stack uses" in w for w in why)
     assert any("failed" in w for w in why) and any("heartbeat" in w for w in why)
     assert any("expired" in w for w in why)
+    assert saturated({**calm, "lease_expired_under_live_workers": 1}, cores=2, lease_ttl_s=30.0) == [
+        "1 leases expired under workers that had not vanished"]
 
 
 def test_option_parsing_and_clear_errors():
