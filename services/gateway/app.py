@@ -11,7 +11,7 @@ import logging
 import time
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from spotreel.services.gateway import guards, internal, openapi, schedules, videos
 from spotreel.services.gateway.admission import Admission
@@ -81,9 +81,29 @@ async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
 
-async def metrics_view(request: web.Request) -> web.Response:
-    body = generate_latest(request.app[GATEWAY].metrics.registry)
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+def metrics_app(registry: CollectorRegistry) -> web.Application:
+    """The internal metrics endpoint: GET /metrics of the gateway's registry, on a port of its own (never the
+    public one: the public API needs a key for everything but /healthz and /openapi.json)."""
+
+    async def view(request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application()
+    app.router.add_get("/metrics", view)
+    return app
+
+
+def serve_metrics(app: web.Application, host: str, port: int) -> None:
+    """Serve the gateway app's metrics on host:port for as long as `app` runs (a second site on its loop)."""
+
+    async def site(app: web.Application):
+        runner = web.AppRunner(metrics_app(app[GATEWAY].metrics.registry))
+        await runner.setup()
+        await web.TCPSite(runner, host, port).start()
+        yield
+        await runner.cleanup()
+
+    app.cleanup_ctx.append(site)
 
 
 async def openapi_view(request: web.Request) -> web.Response:
@@ -105,7 +125,6 @@ def create_app(settings: Settings, deps: Deps, cfg: GatewayConfig | None = None)
     )
     app[GATEWAY] = Gateway(settings, cfg, deps, metrics, admission, PageTokens(settings.gateway_token_key))
     app.router.add_get("/healthz", healthz)
-    app.router.add_get("/metrics", metrics_view)
     app.router.add_get("/openapi.json", openapi_view)
     videos.add_routes(app.router)
     schedules.add_routes(app.router)

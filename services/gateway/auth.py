@@ -12,7 +12,8 @@ from spotreel.services.gateway.deps import AuthStore, Tenant
 from spotreel.services.gateway.errors import ApiError
 
 TENANT = web.RequestKey("tenant", Tenant)
-PUBLIC_PATHS = frozenset({"/healthz", "/metrics", "/openapi.json"})
+# /metrics is not served here: the gateway serves it on its internal metrics port (app.serve_metrics).
+PUBLIC_PATHS = frozenset({"/healthz", "/openapi.json"})
 # Unknown keys are remembered for less time, so a key created a moment ago works almost at once.
 NEGATIVE_CACHE_SECONDS = 2.0
 

@@ -24,7 +24,7 @@ from spotreel.adapters.partitioning import partition_for
 from spotreel.domain import events as ev
 from spotreel.domain.leases import UNCLAIMED
 from spotreel.infra.migrate import migrate
-from spotreel.services.gateway.app import create_app
+from spotreel.services.gateway.app import create_app, serve_metrics
 from spotreel.services.gateway.config import GatewayConfig
 from spotreel.services.gateway.tenants import create_worker_key
 from spotreel.services.gateway.wiring import real_deps
@@ -34,6 +34,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 HOLD_S = 3.0
 TTL_MS = 120_000  # far beyond the test: a job back in the queue early was released, not expired
+METRICS_URL: dict[str, str] = {}  # gateway URL -> its internal metrics endpoint (the fixture serves both)
 
 
 @pytest.fixture
@@ -67,9 +68,13 @@ async def gateway(plane, cql):
     key = create_worker_key(cql, "fleet-u")
     cfg = GatewayConfig(unclaimed_lease_hold_seconds=HOLD_S, lease_ttl_ms=TTL_MS)
     with real_deps(s, session=cql) as deps:
-        runner = web.AppRunner(create_app(s, deps, cfg), handler_cancellation=False)  # as web.run_app
+        app = create_app(s, deps, cfg)
+        metrics_port = _free_port()
+        serve_metrics(app, "127.0.0.1", metrics_port)  # as `spotreel gateway --metrics-port`
+        runner = web.AppRunner(app, handler_cancellation=False)  # as web.run_app
         await runner.setup()
         port = _free_port()
+        METRICS_URL[f"http://127.0.0.1:{port}"] = f"http://127.0.0.1:{metrics_port}"
         await web.TCPSite(runner, "127.0.0.1", port).start()
         try:
             async with aiohttp.ClientSession() as session:
@@ -114,7 +119,7 @@ async def _abandoned_poll(plane, gateway, tag: str):
 
 
 async def _metric(session, url: str, outcome: str) -> float:
-    async with session.get(f"{url}/metrics") as r:
+    async with session.get(f"{METRICS_URL[url]}/metrics") as r:
         text = await r.text()
     for line in text.splitlines():
         if line.startswith("spotreel_gateway_lease_answers_total") and f'outcome="{outcome}"' in line:

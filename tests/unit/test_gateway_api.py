@@ -8,7 +8,10 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from spotreel.domain import commands as cmd
 from spotreel.domain import ids
-from spotreel.services.gateway.app import create_app
+from prometheus_client import generate_latest
+
+from spotreel.services.gateway.app import create_app, metrics_app
+from spotreel.services.gateway.context import GATEWAY
 from spotreel.services.gateway.config import GatewayConfig
 from spotreel.services.gateway.deps import PoolLoad, Tenant
 from spotreel.settings import Settings
@@ -167,8 +170,21 @@ async def test_rate_limit_429_with_retry_after(api):
     assert (await post(client, key="a")).status == 202  # a replay adds no work and is never rate limited
     deps.clock_ms.now += 1000
     assert (await post(client, key="c")).status == 202
-    metrics = await (await client.get("/metrics")).text()
+    metrics = generate_latest(client.server.app[GATEWAY].metrics.registry).decode()
     assert 'spotreel_gateway_admission_rejections_total{reason="rate_limited"} 1.0' in metrics
+
+
+async def test_metrics_only_on_the_internal_port(api):
+    client, _ = await api()
+    assert (await post(client)).status == 202
+    # The public port serves no /metrics: anonymous callers get 401 like any other path, tenants 404.
+    assert (await client.get("/metrics")).status == 401
+    assert (await client.get("/metrics", headers=A)).status == 404
+    server = TestServer(metrics_app(client.server.app[GATEWAY].metrics.registry))
+    async with TestClient(server) as internal:
+        r = await internal.get("/metrics")
+        assert r.status == 200
+        assert 'spotreel_gateway_commands_total{type="SubmitJob"} 1.0' in await r.text()
 
 
 async def test_in_flight_quota_429(api):

@@ -32,7 +32,8 @@ def test_service_commands_use_the_default_prefix_and_loopback_ports():
     s = Settings(home=Path("/tmp/h"))
     sched, proj, gw = SchedulerService(s), ProjectorService(s), GatewayService(s)
     assert sched.ports() == [scheduler_metrics_port(s)] and proj.ports() == [projector_metrics_port(s)]
-    assert gw.ports() == [s.gateway_port]
+    assert gw.ports() == [s.gateway_port, s.gateway_port + 4]  # public API, internal metrics
+    assert gw.command()[-3:] == ["gateway", "--metrics-port", str(s.gateway_port + 4)]
     assert sched.command()[-4:] == ["--metrics-port", str(s.gateway_port + 1), "--data-dir",
                                      "/tmp/h/data/scheduler/spotreel.scheduler"]
     env = gw.env()

@@ -10,8 +10,8 @@ process around it overrides for itself.
 Probes are real requests: the gateway's GET /healthz, and the Prometheus endpoints of the scheduler and the
 projector on 127.0.0.1 (they start serving only once the process is wired: the projector after its
 Cassandra session and migrations, the scheduler once its Faust app runs, the notifier once its keyspace is
-migrated). Their ports are derived from the gateway's (gateway + 1, + 2, + 3) so one setting moves the whole
-service block.
+migrated). Their ports are derived from the gateway's (gateway + 1, + 2, + 3; the gateway's own internal
+metrics port + 4) so one setting moves the whole service block.
 """
 
 from __future__ import annotations
@@ -39,6 +39,11 @@ def projector_metrics_port(settings: Settings) -> int:
 
 def webhooks_metrics_port(settings: Settings) -> int:
     return settings.gateway_port + 3
+
+
+def gateway_metrics_port(settings: Settings) -> int:
+    """The gateway's internal metrics endpoint; its public port serves no /metrics."""
+    return settings.gateway_port + 4
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
@@ -145,10 +150,10 @@ class GatewayService(Service):
         return self.settings.gateway_url
 
     def ports(self) -> list[int]:
-        return [self.settings.gateway_port]
+        return [self.settings.gateway_port, gateway_metrics_port(self.settings)]
 
     def argv(self) -> list[str]:
-        return ["gateway"]
+        return ["gateway", "--metrics-port", str(gateway_metrics_port(self.settings))]
 
     def probe(self, timeout: float) -> str:
         body = http_get(f"{self.settings.gateway_url}/healthz", timeout)
