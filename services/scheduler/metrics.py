@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, start_http_server
 
-from spotreel.domain.events import LeaseExpired
+from spotreel.domain.events import JobLeased, LeaseExpired, LeaseReleased
 from spotreel.domain.state import JobState
 
 # Counters' and histograms' `_created` timestamps would come out as separate gauge families.
 disable_created_metrics()
+
+# Jobs preempted and not yet leased again, remembered for the recovery histogram; beyond this many (a pool
+# with no workers at all) the oldest are forgotten rather than grow memory without bound.
+MAX_AWAITING_RECOVERY = 100_000
 
 
 class Metrics:
@@ -35,6 +39,27 @@ class Metrics:
             ["pool", "tier"], registry=r,
             buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1800))
         self.lag = Gauge("spotreel_scheduler_consumer_lag", "commands not yet read", ["partition"], registry=r)
+        # Preemptions are counted here, not by workers: a worker that vanishes cannot count its own loss.
+        self.preemptions = Counter(
+            "spotreel_scheduler_preemptions", "leases lost to preemption (the domain's count): lease_expired "
+            "(the worker went silent) or released (it handed the lease back after a notice or drain)",
+            ["pool", "cause"], registry=r)
+        self.lost_steps = Counter(
+            "spotreel_scheduler_preempted_steps_lost", "steps the job had reported beyond its newest checkpoint "
+            "when a lease was preempted (work to redo; a lower bound, progress is reported every few seconds)",
+            ["pool"], registry=r)
+        self.recovery = Histogram(
+            "spotreel_scheduler_preemption_recovery_seconds", "a preempted job: preemption -> its next lease granted "
+            "(seen by the owner that saw both; a change of owner in between loses the observation)",
+            ["pool"], registry=r, buckets=(0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1800))
+        self.completion = Histogram(
+            "spotreel_scheduler_completion_seconds", "a succeeded job: submitted (or run_at) -> JobSucceeded",
+            ["pool", "tier"], registry=r,
+            buckets=(1, 5, 10, 30, 60, 120, 180, 300, 600, 1200, 1800, 3600, 7200))
+        self.generation = Histogram(
+            "spotreel_scheduler_generation_seconds", "a succeeded job's rendering time, summed over its leases",
+            ["pool"], registry=r, buckets=(0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 3600))
+        self._preempted_at: dict[str, tuple[str, int]] = {}  # job id -> (pool, at_ms)
 
     def observe_pickup(self, job: JobState, leased_at_ms: int) -> None:
         """Queue wait of a job's first lease: submitted (or its run_at, when later) -> the grant."""
@@ -45,6 +70,36 @@ class Metrics:
         lost = before is None or expired.preemptions > before.preemptions
         pool = before.pool if before is not None else ""
         self.lease_expirations.labels(pool, "worker_lost" if lost else "confirm_timeout").inc()
+
+    def observe_lease_end(self, before: JobState | None, ended: LeaseExpired | LeaseReleased) -> None:
+        """A preemption is what the domain counted as one (not a confirmed cancel or pause, not unclaimed)."""
+        if before is None or ended.preemptions <= before.preemptions:
+            return
+        cause = "lease_expired" if isinstance(ended, LeaseExpired) else "released"
+        self.preemptions.labels(before.pool, cause).inc()
+        durable = max((c.step for c in before.checkpoints), default=0)
+        self.lost_steps.labels(before.pool).inc(max(0, before.step - durable))
+        if len(self._preempted_at) >= MAX_AWAITING_RECOVERY:
+            self._preempted_at.pop(next(iter(self._preempted_at)))
+        self._preempted_at[ended.job_id] = (before.pool, ended.at_ms)
+
+    def observe_lease(self, before: JobState | None, leased: JobLeased) -> None:
+        """Pickup on a job's first lease (epoch 0 before it: `attempt` stays 1 across preemptions, so it cannot
+        tell), recovery on the first lease after a preemption."""
+        if before is not None and before.epoch == 0:
+            self.observe_pickup(before, leased.at_ms)
+        since = self._preempted_at.pop(leased.job_id, None)
+        if since is not None:
+            self.recovery.labels(since[0]).observe(max(0, leased.at_ms - since[1]) / 1000)
+
+    def observe_success(self, job: JobState, at_ms: int) -> None:
+        since = max(job.submitted_at_ms, job.run_at_ms or 0)
+        self.completion.labels(job.pool, str(job.priority)).observe(max(0, at_ms - since) / 1000)
+        self.generation.labels(job.pool).observe(job.render_ms / 1000)
+
+    def forget(self, job_id: str) -> None:
+        """The job ended: it will not be leased again."""
+        self._preempted_at.pop(job_id, None)
 
     def serve(self, port: int) -> None:
         start_http_server(port, addr="127.0.0.1", registry=self.registry)

@@ -59,3 +59,67 @@ def test_a_lease_held_to_confirm_a_cancel_expires_as_confirm_timeout() -> None:
     m.observe_expiry(before, expired)
     text = generate_latest(m.registry).decode()
     assert f'spotreel_scheduler_lease_expirations_total{{cause="confirm_timeout",pool="{before.pool}"}} 1.0' in text
+
+
+def _observe(m: SchedulerMetrics, d: Driver, events: tuple) -> None:
+    """What the scheduler does per command: each event with the state before the command and after it."""
+    before, after = d.history_before, d.state
+    for e in events:
+        if isinstance(e, ev.JobLeased):
+            m.observe_lease(before, e)
+        elif isinstance(e, (ev.LeaseExpired, ev.LeaseReleased)):
+            m.observe_lease_end(before, e)
+        elif isinstance(e, ev.JobSucceeded):
+            m.observe_success(after, e.at_ms)
+
+
+class Recorded(Driver):
+    def send(self, command, **kw):  # type: ignore[override]
+        self.history_before = self.state
+        return super().send(command, **kw)
+
+
+def test_pickup_is_the_first_lease_only_and_recovery_is_preemption_to_the_next_lease() -> None:
+    m, d = SchedulerMetrics(), Recorded()
+    d.submit(priority=4)
+    _observe(m, d, d.grant())  # picked up at once
+    d.checkpoint(step=5, pct=25.0)
+    d.progress(40.0, step=8)
+    _observe(m, d, d.expire())  # the worker vanished at step 8, checkpoint at 5
+    d.now += 7_000
+    _observe(m, d, d.grant(worker="w2"))  # attempt is still 1: not a second pickup
+    d.release(reason="preempted")
+    pool = d.s.pool
+    text = generate_latest(m.registry).decode()
+    assert f'spotreel_scheduler_queue_wait_seconds_count{{pool="{pool}",tier="4"}} 1.0' in text
+    assert f'spotreel_scheduler_preemptions_total{{cause="lease_expired",pool="{pool}"}} 1.0' in text
+    assert f'spotreel_scheduler_preempted_steps_lost_total{{pool="{pool}"}} 3.0' in text
+    assert f'spotreel_scheduler_preemption_recovery_seconds_sum{{pool="{pool}"}} 7.0' in text
+
+
+def test_a_release_after_a_notice_is_a_preemption_an_unclaimed_one_is_not() -> None:
+    m, d = SchedulerMetrics(), Recorded()
+    d.submit()
+    d.grant()
+    _observe(m, d, d.release(reason="preempted"))
+    d.grant(worker="w2")
+    _observe(m, d, d.release(reason="unclaimed"))
+    text = generate_latest(m.registry).decode()
+    assert f'spotreel_scheduler_preemptions_total{{cause="released",pool="{d.s.pool}"}} 1.0' in text
+    assert 'cause="lease_expired"' not in text
+
+
+def test_completion_and_generation_of_a_succeeded_job() -> None:
+    m, d = SchedulerMetrics(), Recorded()
+    d.submit(priority=1)
+    d.grant()
+    d.now += 20_000
+    d.progress(50.0, step=10)
+    d.now += 25_000  # within the renewed lease
+    _observe(m, d, d.complete())
+    job = d.s
+    text = generate_latest(m.registry).decode()
+    labels = f'pool="{job.pool}",tier="1"'
+    assert f"spotreel_scheduler_completion_seconds_sum{{{labels}}} 45.0" in text
+    assert f'spotreel_scheduler_generation_seconds_sum{{pool="{job.pool}"}} {job.render_ms / 1000}' in text
+    assert job.render_ms > 0
