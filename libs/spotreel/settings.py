@@ -91,6 +91,9 @@ class Settings:
     # renewals that change only the deadline were answered on the replies topic (domain/renewals.py); for an
     # audit that wants every heartbeat, and the benchmark's baseline. 0 (default): absorb them.
     scheduler_persist_renewals: int = 0
+    # Half-life (seconds) of the GPU-seconds a tenant used, in the scheduler's fair share across partitions
+    # (domain/fairness.py); 0: no decay, the plain cumulative total.
+    fair_share_half_life_s: int = 3600
 
     @property
     def kafka_bootstrap(self) -> str:

@@ -1,10 +1,17 @@
-"""Creating tenants and their API keys. The key is shown once; only its SHA-256 is stored."""
+"""Creating tenants and their API keys (the key is shown once; only its SHA-256 is stored), and their plans.
+
+A tenant's plan (domain/plans.py) lives in its Cassandra row, which the gateway reads (rate, highest
+priority, unfinished jobs); the scheduler does not read Cassandra, so `publish_settings` also writes it to
+the compacted `<prefix>.tenants` topic, which every scheduler instance reads (weight, in-flight ceiling)."""
 
 from __future__ import annotations
 
 import re
 import secrets
+import time
 
+from spotreel.domain import plans
+from spotreel.domain.events import TenantSettings
 from spotreel.infra.seed import api_key_hash
 from spotreel.services.webhooks.signing import new_secret
 
@@ -16,14 +23,18 @@ def new_key() -> str:
 
 
 def create_tenant(session, name: str, rate_per_minute: int = 600, max_in_flight: int = 100,
-                  weight: float = 1.0) -> str:
-    """Create the tenant if missing (an existing one keeps its settings) and return a fresh key for it."""
+                  weight: float = 1.0, *, plan: str | None = None, max_priority: int = plans.MAX_TIER) -> str:
+    """Create the tenant if missing (an existing one keeps its settings) and return a fresh key for it.
+    `plan` None: a tenant without a plan ("custom"), the given settings as they are."""
     if not _NAME.match(name):
         raise ValueError(f"tenant name {name!r}: use lowercase letters, digits, '-' and '_' (max 63)")
+    problem = plans.plan_problem(weight, max_in_flight, rate_per_minute, max_priority)
+    if problem is not None:
+        raise ValueError(problem)
     session.execute(
-        "INSERT INTO tenants (tenant_id, name, weight, max_in_flight, rate_per_minute, disabled, created_at) "
-        "VALUES (%s, %s, %s, %s, %s, false, toTimestamp(now())) IF NOT EXISTS",
-        (name, name, weight, max_in_flight, rate_per_minute))
+        "INSERT INTO tenants (tenant_id, name, weight, max_in_flight, rate_per_minute, disabled, created_at, plan, "
+        "max_priority) VALUES (%s, %s, %s, %s, %s, false, toTimestamp(now()), %s, %s) IF NOT EXISTS",
+        (name, name, weight, max_in_flight, rate_per_minute, plan, max_priority))
     key = new_key()
     session.execute(
         "INSERT INTO api_keys (key_hash, key_prefix, tenant_id, kind, name, created_at) "
@@ -58,3 +69,51 @@ def create_webhook_secret(session, name: str, rotate: bool = False) -> str | Non
     if not applied and rotate:
         raise ValueError(f"no tenant named {name!r}")
     return secret if applied else None
+
+
+def tenant_plan(session, name: str) -> plans.Plan | None:
+    """The tenant's settings as its row holds them (a row from before plans: "custom", every tier allowed);
+    None when there is no such tenant."""
+    row = session.execute("SELECT plan, weight, max_in_flight, rate_per_minute, max_priority FROM tenants "
+                          "WHERE tenant_id = %s", (name,)).one()
+    if row is None:
+        return None
+    c = plans.CUSTOM
+    return plans.Plan(row.plan or c.name, row.weight if row.weight is not None else c.weight, row.max_in_flight,
+                      row.rate_per_minute or c.rate_per_minute,
+                      row.max_priority if row.max_priority is not None else c.max_priority)
+
+
+def set_tenant(session, name: str, plan: plans.Plan) -> None:
+    """Write the tenant's settings; ValueError when there is no such tenant."""
+    row = session.execute(
+        "UPDATE tenants SET plan = %s, weight = %s, max_in_flight = %s, rate_per_minute = %s, max_priority = %s "
+        "WHERE tenant_id = %s IF EXISTS",
+        (plan.name, plan.weight, plan.max_in_flight, plan.rate_per_minute, plan.max_priority, name)).one()
+    if row is None or not row[0]:
+        raise ValueError(f"no tenant named {name!r}")
+
+
+def settings_record(name: str, plan: plans.Plan, at_ms: int | None = None) -> TenantSettings:
+    return TenantSettings(tenant=name, plan=plan.name, weight=plan.weight, rate_per_minute=plan.rate_per_minute,
+                          max_priority=plan.max_priority, at_ms=int(time.time() * 1000) if at_ms is None else at_ms,
+                          max_in_flight=plan.max_in_flight)
+
+
+def publish_settings(settings, record: TenantSettings, timeout: float = 10.0) -> None:
+    """Produce the tenant's settings to `<prefix>.tenants` (key: tenant, compacted) and wait for the ack;
+    RuntimeError if Kafka did not take it (the Cassandra row is written already: publishing again is safe)."""
+    from spotreel.adapters.kafka import producer
+    from spotreel.adapters.partitioning import partition_for
+    from spotreel.codec import Codec
+    from spotreel.infra.topics import tenants_topic
+
+    prod = producer(settings, acks="all")
+    got: list = []
+    prod.produce(tenants_topic(settings), key=record.tenant.encode(), value=Codec.default().encode_message(record),
+                 partition=partition_for(record.tenant, settings.partitions),
+                 on_delivery=lambda err, msg: got.append(err))
+    prod.flush(timeout)
+    if not got or got[0] is not None:
+        raise RuntimeError(f"kafka did not take the settings of tenant {record.tenant}: "
+                           f"{got[0] if got else 'no answer within %.0f s' % timeout}")

@@ -33,15 +33,16 @@ from spotreel.domain.schedules import ScheduleState
 from spotreel.domain.state import JobState
 from spotreel.domain.renewals import after_handover
 from spotreel.infra.topics import (commands_topic, deadletter_topic, events_topic, pool_stats_topic,
-                                   replies_topic, scheduler_app_id, worker_leases_topic)
+                                   replies_topic, scheduler_app_id, tenant_usage_topic, worker_leases_topic)
 from spotreel.settings import Settings
 
 from spotreel.services.scheduler import followups, redelivery, statecodec, taskdump
 from spotreel.services.scheduler.catchup import catch_up
+from spotreel.services.scheduler.fairshare import FairShareView, GlobalUsage, half_life_ms, usage_key
 from spotreel.services.scheduler.handler import Handler
 from spotreel.services.scheduler.metrics import Metrics
 from spotreel.services.scheduler.partition import PartitionState
-from spotreel.services.scheduler.poolstats import pool_stats
+from spotreel.services.scheduler.poolstats import pool_stats, share_if_room
 from spotreel.services.scheduler.workerleases import WorkerLeaseIndex, later_grant, record_key
 
 log = logging.getLogger("spotreel.scheduler")
@@ -94,9 +95,13 @@ class Scheduler:
         self.batch_max = batch_max
         self.batch_within = batch_within
         self.worker_leases = WorkerLeaseIndex(settings, self.codec)
+        # Usage of every partition and every tenant's plan (fairshare.py): DRF across the whole pool.
+        self.fair = FairShareView(settings, self.codec)
+        self.half_life_ms = half_life_ms(settings)
         self.handler = Handler(self.codec, settings.partitions, self.get, get_schedule=self.get_schedule,
                                absorb_renewals=not settings.scheduler_persist_renewals,
-                               worker_busy=lambda w: bool(self.worker_leases.held_by(w)))
+                               worker_busy=lambda w: bool(self.worker_leases.held_by(w)),
+                               usage=self.global_usage, policies=self.fair.policies)
         self.commands = commands_topic(settings)
         self.events = events_topic(settings)
         self.app = self._build_app(data_dir, timer_interval, stats_interval)
@@ -127,6 +132,12 @@ class Scheduler:
 
     def put_marker(self, part: PartitionState) -> None:
         self._put(part.partition, _meta_key(part.partition), json.dumps({"events_offset": part.events_offset}).encode())
+
+    def global_usage(self, part: PartitionState | None, now: int) -> GlobalUsage:
+        """Each tenant's usage over all partitions: this instance's own partitions live, the others from
+        their latest reports on `<prefix>.tenant-usage`."""
+        local = {p: (lambda t, ps=ps, p=p: ps.ledger.report(t, p, now)) for p, ps in self.parts.items()}
+        return GlobalUsage(self.fair, local, now, self.half_life_ms)
 
     # -- Faust wiring --------------------------------------------------------------------------------------
 
@@ -187,6 +198,10 @@ class Scheduler:
             await asyncio.to_thread(self.worker_leases.start)
         if not await asyncio.to_thread(self.worker_leases.caught_up.wait, 30.0):
             log.warning("worker-leases index not caught up after 30 s; going on with what it read")
+        if self.fair._thread is None:  # noqa: SLF001 - started once, like the worker-leases index
+            await asyncio.to_thread(self.fair.start)
+        if not await asyncio.to_thread(self.fair.caught_up.wait, 30.0):
+            log.warning("tenant usage and settings not caught up after 30 s; going on with what was read")
         assigned = {tp.partition for tp in self.app.consumer.assignment() if tp.topic == self.commands}
         for p in list(self.parts):
             if p not in assigned:
@@ -221,6 +236,7 @@ class Scheduler:
 
     async def _rebuild(self, p: int) -> PartitionState:
         part = PartitionState(p)
+        part.ledger.half_life_ms = self.half_life_ms
         raw_meta = self.table.data.get(_meta_key(p))
         marker = json.loads(raw_meta)["events_offset"] if raw_meta else -1
         caught, part.deadlettered, committed = await asyncio.to_thread(self._read_back, p, marker)
@@ -268,6 +284,9 @@ class Scheduler:
                 part.lease_news.append(ev.WorkerLeaseHeld(rec.worker_id, rec.job_id, rec.epoch, p,
                                                           rec.granted_at_ms, held=False))
         await self._publish_leases(part)
+        # This partition's usage as the table says (the last owner's reports may be behind it).
+        part.ledger.dirty |= part.ledger.tenants()
+        await self._publish_usage(part)
         log.info("partition %d: marker %d, %d events read, %d jobs caught up, %d follow-ups re-sent, applied up to "
                  "offset %d, %d queued, redelivery window: %d grants, %d dead letters", p, marker, caught.read,
                  len(caught.states), len(caught.followups), part.applied_upto, len(part.index), len(part.grants),
@@ -355,15 +374,9 @@ class Scheduler:
             for e in out.events:
                 if isinstance(e, ev.CheckpointRecorded):
                     part.observe_checkpoint(out.states[e.job_id][1].pool, e.duration_ms)
-                elif isinstance(e, ev.JobLeased):
-                    self.metrics.observe_lease(out.states[e.job_id][0], e)
-                elif isinstance(e, (ev.LeaseExpired, ev.LeaseReleased)):
-                    self.metrics.observe_lease_end(out.states[e.job_id][0], e)
-                elif isinstance(e, ev.JobSucceeded):
-                    self.metrics.observe_success(out.states[e.job_id][1], e.at_ms)
+                elif isinstance(e, ev.JobLeased) and e.attempt == 1 and out.states[e.job_id][0] is not None:
+                    self.metrics.observe_pickup(out.states[e.job_id][0], e.at_ms)
             for before, after in out.states.values():
-                if after.is_terminal:
-                    self.metrics.forget(after.job_id)
                 self.cache[after.job_id] = after
                 writes.append((p, after))
                 part.observe(before, after)
@@ -403,6 +416,7 @@ class Scheduler:
             await fut
         for part in self.parts.values():
             await self._publish_leases(part)
+            await self._publish_usage(part)
         for msg, fut in answered:
             await fut
             if msg.timestamp:
@@ -419,6 +433,19 @@ class Scheduler:
             self.worker_leases.apply(rec)
         await self._send_all([(topic, record_key(r.worker_id, r.job_id), self.codec.encode_message(r),
                                partition_for(r.worker_id, self.settings.partitions)) for r in news])
+
+    async def _publish_usage(self, part: PartitionState) -> None:
+        """The partition's changed tenant usage to `<prefix>.tenant-usage` (fairshare.py), into the local view
+        at once. Not awaited: a lost report is replaced by the next one, or by a new owner's after a crash."""
+        reports = part.ledger.take_reports(part.partition, now_ms())
+        if not reports:
+            return
+        topic = tenant_usage_topic(self.settings)
+        for r in reports:
+            self.fair.apply(r)
+            # The send is queued here; its ack is not waited for.
+            await self.app.producer.send(topic, usage_key(r.tenant, r.partition), self.codec.encode_message(r),
+                                         partition_for(r.tenant, self.settings.partitions), None, None)
 
     async def _release_double_grants(self, p: int, part: PartitionState) -> None:
         """Two partitions granted one worker in the same moment: the later grant's owner hands its lease back
@@ -500,7 +527,8 @@ class Scheduler:
         now = now_ms()
         for p, part in list(self.parts.items()):
             await self._release_double_grants(p, part)
-            for stats in pool_stats(part, now):
+            usage, policies = self.global_usage(part, now), self.fair.policies()
+            for stats in pool_stats(part, now, lambda t: share_if_room(usage.get(t), policies.get(t))):
                 self.metrics.queue_depth.labels(stats.pool, str(p)).set(stats.queued)
                 await self.app.producer.send(pool_stats_topic(self.settings), f"{stats.pool}/{p}".encode(),
                                              self.codec.encode_message(stats), p, None, None)

@@ -3,7 +3,7 @@ in the order that makes the loop exactly-once (events, then table, see README.md
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -14,6 +14,7 @@ from spotreel.domain import events as ev
 from spotreel.domain.decide import decide
 from spotreel.domain.dispatch import DispatchConfig
 from spotreel.domain.evolve import fold
+from spotreel.domain.fairness import TenantPolicy, TenantUsage
 from spotreel.domain.ids import pool_key
 from spotreel.domain.leases import judged_at
 from spotreel.domain.pools import WorkerOffer
@@ -46,7 +47,9 @@ class Handler:
                  dispatch_config: DispatchConfig | None = None,
                  get_schedule: Callable[[str], ScheduleState | None] = lambda _: None,
                  absorb_renewals: bool = True,
-                 worker_busy: Callable[[str], bool] = lambda _: False) -> None:
+                 worker_busy: Callable[[str], bool] = lambda _: False,
+                 usage: Callable[[PartitionState, int], Mapping[str, TenantUsage]] | None = None,
+                 policies: Callable[[], Mapping[str, TenantPolicy]] = dict) -> None:
         self.codec = codec
         self.partitions = partitions
         self.get = get
@@ -55,6 +58,10 @@ class Handler:
         # Whether a worker holds a lease granted by any partition (workerleases.py): one job per worker.
         self.worker_busy = worker_busy
         self.config = dispatch_config or DispatchConfig()
+        # Each tenant's usage (all partitions, fairshare.GlobalUsage) and policy (weight, in-flight ceiling)
+        # for dispatch; without them, this partition's usage and equal weights.
+        self.usage = usage or (lambda part, now_ms: part.usage(now_ms))
+        self.policies = policies
 
     def handle(self, part: PartitionState, topic: str, offset: int, key: bytes | None, value: bytes | None,
                now_ms: int, appended_ms: int | None = None) -> Outcome:
@@ -131,8 +138,9 @@ class Handler:
         if c.worker_id in part.busy_workers or self.worker_busy(c.worker_id):
             return none("worker_holds_lease")
         # The index is a hint; decide is the authority. A stale head is dropped and the next one tried.
+        usage, policies = self.usage(part, now_ms), self.policies()
         for _ in range(8):
-            job_id = part.index.choose(offer, part.usage(), {}, now_ms, self.config)
+            job_id = part.index.choose(offer, usage, policies, now_ms, self.config)
             if job_id is None:
                 return none("no_queued_job")
             state = self.get(job_id)

@@ -18,6 +18,8 @@ from spotreel.domain.state import JobState, Status
 from spotreel.domain.schedules import ScheduleState
 from spotreel.domain.timers import Timer, TimerKind, schedule_timers, timers_for
 
+from spotreel.services.scheduler.fairshare import DEFAULT_EST_MS, TenantLedger
+
 
 @dataclass
 class WorkerSeen:
@@ -74,6 +76,16 @@ class PartitionState:
     busy_workers: Counter = field(default_factory=Counter)
     lease_news: list[Any] = field(default_factory=list)
     double_released: set[str] = field(default_factory=set)
+    # GPU-seconds per tenant on this partition, shared with the other partitions (fairshare.py).
+    ledger: TenantLedger = field(default_factory=TenantLedger)
+
+    def __post_init__(self) -> None:
+        self.ledger.est_ms = self.est_run_ms
+
+    def est_run_ms(self, pool: str) -> float:
+        """What a lease of `pool` is expected to run: the mean of the pool's recent successes here."""
+        runs = self.run_ms_by_pool.get(pool)
+        return sum(runs) / len(runs) if runs else DEFAULT_EST_MS
 
     def view(self, state: JobState | None) -> JobState | None:
         """The state commands are judged and timers armed against: the stored one with the deadline of its
@@ -90,6 +102,7 @@ class PartitionState:
         if after is None:
             return
         job_id = after.job_id
+        self.ledger.observe(before, after)
         if after.status == Status.QUEUED:
             self.index.add(QueuedJob(job_id, after.tenant, after.priority, after.model, after.gpu_type,
                                      after.updated_at_ms if before is not None else after.submitted_at_ms,
@@ -217,9 +230,10 @@ class PartitionState:
                 out.append(timer)
         return out
 
-    def usage(self) -> dict[str, TenantUsage]:
-        # Per-partition accounting: in-flight leases stand in for GPU-seconds (first version, see README).
-        return {t: TenantUsage(t, float(n), n) for t, n in self.in_flight.items() if n > 0}
+    def usage(self, now_ms: int) -> dict[str, TenantUsage]:
+        """This partition's usage alone (the scheduler passes the usage of all partitions, fairshare.py)."""
+        return {t: TenantUsage(t, r.consumed_gpu_seconds + r.in_flight_gpu_seconds, r.in_flight)
+                for t in self.ledger.tenants() for r in [self.ledger.report(t, self.partition, now_ms)]}
 
     def next_timer_ms(self) -> int | None:
         return min((h[0][0] for h in (self.heap, self.held) if h), default=None)

@@ -7,8 +7,11 @@ the partition (means and rates restart after a rebalance; the counts come from t
 from __future__ import annotations
 
 from collections import Counter
+from typing import Callable
 
 from spotreel.domain import events as ev
+from spotreel.domain.fairness import TenantPolicy, TenantUsage, share
+from spotreel.domain.quotas import has_in_flight_room
 from spotreel.domain.ids import pool_key
 
 from spotreel.services.scheduler.partition import PartitionState
@@ -39,7 +42,18 @@ def lease_losses(part: PartitionState, pool: str, now_ms: int) -> tuple[int, flo
     return lost, rate
 
 
-def pool_stats(part: PartitionState, now_ms: int) -> list[ev.PoolStats]:
+def share_if_room(usage: TenantUsage | None, policy: TenantPolicy | None) -> float | None:
+    """A tenant's fair share (usage / weight), or None when it is at its in-flight ceiling (dispatch would
+    pass over its jobs)."""
+    policy = policy or TenantPolicy()
+    if not has_in_flight_room(usage.in_flight if usage else 0, policy.max_in_flight):
+        return None
+    return share(usage, policy)
+
+
+def pool_stats(part: PartitionState, now_ms: int,
+               share_of: Callable[[str], float | None] = lambda tenant: None) -> list[ev.PoolStats]:
+    """`share_of(tenant)`: the tenant's fair share over all partitions, None if it may get no lease now."""
     by_pool: dict[str, list] = {}
     for job in list(part.index._jobs.values()):  # noqa: SLF001 - a read-only walk of the hint index
         by_pool.setdefault(pool_key(job.model, job.gpu_type), []).append(job)
@@ -52,6 +66,7 @@ def pool_stats(part: PartitionState, now_ms: int) -> list[ev.PoolStats]:
         jobs = by_pool.get(pool, [])
         tiers = Counter(j.priority for j in jobs)
         tenants = Counter(j.tenant for j in jobs)
+        shares = [x for x in map(share_of, tenants) if x is not None]
         oldest = min((j.enqueued_at_ms for j in jobs), default=now_ms)
         in_pool = [w for w in recent if pool in w.pools]
         holding = {part.workers_of.get(j) for j, p in part.holders.items() if p == pool} - {None}
@@ -67,5 +82,5 @@ def pool_stats(part: PartitionState, now_ms: int) -> list[ev.PoolStats]:
             mean_checkpoint_interval_ms=mean_cp,
             active_workers=len(holding),
             mean_checkpoint_ms=_mean(part.checkpoint_ms_by_pool.get(pool, ())),
-            lease_losses_1h=lost, lease_loss_rate_per_hour=rate))
+            lease_losses_1h=lost, lease_loss_rate_per_hour=rate, min_share=min(shares, default=None)))
     return out

@@ -38,6 +38,20 @@ def test_queues_rank_partitions_by_queued_work_of_the_workers_models_only() -> N
     assert q.partitions_with_work(("m1",)) == [0]
 
 
+def test_queues_rank_the_smallest_fair_share_first_then_the_most_queued() -> None:
+    """`min_share`: the tenant furthest below its share over all partitions (scheduler/fairshare.py) is
+    served first wherever its jobs are; a partition without one (older scheduler, tenants at their ceiling)
+    comes after those with one."""
+    q = PoolQueues()
+    for part, queued, min_share in [(0, 40, 12.0), (1, 1, 0.0), (2, 30, None), (3, 5, 12.0), (4, 0, 0.0)]:
+        q.record(SimpleNamespace(pool="m1@cpu", partition=part, queued=queued, min_share=min_share))
+    assert q.partitions_with_work(("m1",)) == [1, 0, 3, 2]
+    # Another pool of the worker's models with a smaller share on partition 3.
+    q.record(SimpleNamespace(pool="m2@cpu", partition=3, queued=2, min_share=4.0))
+    assert q.partitions_with_work(("m1", "m2")) == [1, 3, 0, 2]
+    assert q.partitions_with_work(("m1",)) == [1, 0, 3, 2]
+
+
 def _renewed(cancel: bool, drain: bool) -> ev.LeaseRenewed:
     return ev.LeaseRenewed("j1", 4, 1000, "c1", 2, 31_000, cancel_requested=cancel, drain_requested=drain)
 

@@ -654,6 +654,11 @@ class PoolStats:
     # leased time in that hour (MTBF in hours = 1 / rate; 0.0 when nothing was lost).
     lease_losses_1h: int = 0
     lease_loss_rate_per_hour: float = 0.0
+    # The smallest fair share (usage / weight, usage over all partitions) among the tenants with queued jobs
+    # of this pool here that are below their in-flight ceiling; None when there is none. Requesters ask the
+    # partition with the smallest first, so the pool's next free worker goes to the tenant furthest below
+    # its share wherever its jobs are (dispatch/order.py).
+    min_share: float | None = None
 
 
 @dataclass(frozen=True)
@@ -670,4 +675,37 @@ class WorkerLeaseHeld:
     held: bool = True
 
 
-SCHEDULER_RECORDS = (WorkAssigned, NoWorkAvailable, PoolStats, WorkerLeaseHeld)
+@dataclass(frozen=True)
+class TenantUsageReport:
+    """One partition's usage by one tenant (compacted `<prefix>.tenant-usage`, key `tenant/partition`),
+    published by the partition's owner whenever it changes (a lease granted or ended); every scheduler
+    instance sums the reports of a tenant for the fair share across partitions.
+    `consumed_gpu_seconds`: GPU-seconds of the ended leases, decayed to `at_ms` by the scheduler's half-life;
+    `in_flight_gpu_seconds`: the held leases' estimated GPU-seconds (each its pool's mean run time);
+    `used_gpu_seconds`: the ended leases' GPU-seconds without decay. Not part of any job's history."""
+
+    tenant: str
+    partition: int
+    at_ms: int
+    consumed_gpu_seconds: float
+    in_flight: int
+    in_flight_gpu_seconds: float
+    used_gpu_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class TenantSettings:
+    """A tenant's plan as dispatch needs it (compacted `<prefix>.tenants`, key tenant id), published by
+    `spotreel tenant create|set` after the Cassandra row is written; the scheduler reads the whole topic and
+    applies a change without a restart. `max_in_flight` None: no ceiling on concurrent leases."""
+
+    tenant: str
+    plan: str
+    weight: float
+    rate_per_minute: int
+    max_priority: int
+    at_ms: int
+    max_in_flight: int | None = None
+
+
+SCHEDULER_RECORDS = (WorkAssigned, NoWorkAvailable, PoolStats, WorkerLeaseHeld, TenantUsageReport, TenantSettings)

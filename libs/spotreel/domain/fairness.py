@@ -97,3 +97,38 @@ class TenantAccount:
     def usage(self, now_ms: int, half_life_ms: int | None) -> TenantUsage:
         consumed = self.consumed.at(now_ms, half_life_ms).value
         return TenantUsage(self.tenant, consumed + self.in_flight_est_gpu_seconds, self.in_flight)
+
+
+# -- Usage shared across scheduler partitions ---------------------------------------------------------------
+#
+# Each partition's owner keeps the usage of the jobs it owns and publishes, per tenant, what it adds up to
+# (`events.TenantUsageReport`: decayed GPU-seconds of ended leases as of `at_ms`, plus the estimated
+# GPU-seconds of the leases it holds, as ``TenantAccount`` charges them). A tenant's global usage is the sum over partitions, each report's decayed part brought
+# forward to the reader's clock. These functions are that arithmetic; which reports are current is the
+# caller's business.
+
+
+def decayed(amount: float, at_ms: int, now_ms: int, half_life_ms: int | None) -> float:
+    """`amount` credited at `at_ms`, as it counts at `now_ms` (never more than it was)."""
+    if half_life_ms is None or now_ms <= at_ms or amount == 0.0:
+        return amount
+    return amount * 0.5 ** ((now_ms - at_ms) / half_life_ms)
+
+
+def credit(total: DecayingTotal, amount: float, at_ms: int, half_life_ms: int | None) -> DecayingTotal:
+    """`total` plus `amount` used at `at_ms`, in whatever order the amounts arrive: an amount older than the
+    total is decayed to the total's time instead of counting in full (``DecayingTotal.add`` would)."""
+    if at_ms >= total.as_of_ms:
+        return total.add(amount, at_ms, half_life_ms)
+    return DecayingTotal(total.value + decayed(amount, at_ms, total.as_of_ms, half_life_ms), total.as_of_ms)
+
+
+def combined_usage(tenant: str, reports, now_ms: int, half_life_ms: int | None) -> TenantUsage:
+    """A tenant's usage over all partitions from one report per partition (objects with `at_ms`,
+    `consumed_gpu_seconds`, `in_flight`, `in_flight_gpu_seconds`). Sums, so the order of the reports does
+    not matter."""
+    gpu_s, n = 0.0, 0
+    for r in reports:
+        gpu_s += decayed(r.consumed_gpu_seconds, r.at_ms, now_ms, half_life_ms) + r.in_flight_gpu_seconds
+        n += r.in_flight
+    return TenantUsage(tenant, gpu_s, n)

@@ -1,7 +1,7 @@
 """The Kafka topics spotreel relies on, declared idempotently (created if missing, configs enforced).
 
 Names: `<prefix>.commands`, `<prefix>.events`, `<prefix>.replies`, `<prefix>.commands.deadletter`,
-`<prefix>.pool-stats`, `<prefix>.worker-leases`, and
+`<prefix>.pool-stats`, `<prefix>.worker-leases`, `<prefix>.tenant-usage`, `<prefix>.tenants`, and
 for each scheduler table `<prefix>.scheduler-<table>-changelog`. The changelog name is what Faust itself
 derives (`{app.id}-{table}-changelog`) when the scheduler's app id is `scheduler_app_id(settings)`, so
 the topic declared here and the one Faust expects are the same.
@@ -47,6 +47,14 @@ def worker_leases_topic(settings: Settings) -> str:
     return f"{settings.topic_prefix}.worker-leases"
 
 
+def tenant_usage_topic(settings: Settings) -> str:
+    return f"{settings.topic_prefix}.tenant-usage"
+
+
+def tenants_topic(settings: Settings) -> str:
+    return f"{settings.topic_prefix}.tenants"
+
+
 def deadletter_topic(settings: Settings) -> str:
     return f"{settings.topic_prefix}.commands.deadletter"
 
@@ -87,6 +95,10 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         TopicSpec(pool_stats_topic(settings), p, dict(COMPACTED)),
         # Which lease each worker holds, whichever partition granted it: one job per worker across partitions.
         TopicSpec(worker_leases_topic(settings), p, dict(COMPACTED)),
+        # Each partition's usage per tenant, summed by every scheduler instance: fair share across partitions.
+        TopicSpec(tenant_usage_topic(settings), p, dict(COMPACTED)),
+        # Each tenant's plan (weight, in-flight ceiling, rate, highest priority), read by every scheduler.
+        TopicSpec(tenants_topic(settings), p, dict(COMPACTED)),
     ]
     # Co-partitioned with commands: Faust requires a table's changelog to match its source topic.
     specs += [TopicSpec(changelog_topic(settings, t), p, dict(COMPACTED)) for t in scheduler_tables(settings)]
