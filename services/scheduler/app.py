@@ -374,9 +374,15 @@ class Scheduler:
             for e in out.events:
                 if isinstance(e, ev.CheckpointRecorded):
                     part.observe_checkpoint(out.states[e.job_id][1].pool, e.duration_ms)
-                elif isinstance(e, ev.JobLeased) and e.attempt == 1 and out.states[e.job_id][0] is not None:
-                    self.metrics.observe_pickup(out.states[e.job_id][0], e.at_ms)
+                elif isinstance(e, ev.JobLeased):
+                    self.metrics.observe_lease(out.states[e.job_id][0], e)
+                elif isinstance(e, (ev.LeaseExpired, ev.LeaseReleased)):
+                    self.metrics.observe_lease_end(out.states[e.job_id][0], e)
+                elif isinstance(e, ev.JobSucceeded):
+                    self.metrics.observe_success(out.states[e.job_id][1], e.at_ms)
             for before, after in out.states.values():
+                if after.is_terminal:
+                    self.metrics.forget(after.job_id)
                 self.cache[after.job_id] = after
                 writes.append((p, after))
                 part.observe(before, after)
