@@ -13,6 +13,7 @@ import socket
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 from spotreel.settings import Settings
 from spotreel.worker.stuck import DEFAULT_MIN_S, DEFAULT_STEPS
@@ -50,6 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "report it, give the lease up, exit 75 if the step stays hung (0: off; default %(default)s)")
     p.add_argument("--stuck-min-seconds", type=float, default=DEFAULT_MIN_S,
                    help="floor of the stuck rule in seconds (default %(default)s)")
+    p.add_argument("--metrics-port", type=int, default=0,
+                   help="serve Prometheus metrics on 127.0.0.1:PORT (0: off); a local `spotreel infra monitoring` "
+                        "Prometheus is told by a file in its targets directory, removed at exit")
     p.add_argument("--grace", type=float, default=20.0,
                    help="seconds between SIGTERM and exit: emergency checkpoint + release must fit")
     p.set_defaults(func=_run)
@@ -75,6 +79,8 @@ def _pools(raw: list[str] | None) -> tuple[str, tuple[str, ...]] | str:
 
 
 def _check(args: argparse.Namespace) -> str | None:
+    if not 0 <= args.metrics_port <= 65535:
+        return "--metrics-port must be a TCP port (0: off)"
     for name in ("max_jobs", "threads", "lease_ttl_ms"):
         value = getattr(args, name)
         if value is not None and value < 1:
@@ -126,6 +132,26 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     # `kill -USR1 <pid>` prints every thread's stack to stderr: what a stuck worker is waiting for.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
 
+    from spotreel.worker.metrics import WorkerMetrics, announce, withdraw
+
+    metrics = WorkerMetrics()
+    announced = None
+    if args.metrics_port:
+        from spotreel.infra.monitoring import Prometheus
+
+        try:
+            metrics.serve(args.metrics_port, settings.host)
+        except OSError as exc:
+            return _fail(f"cannot serve metrics on {settings.host}:{args.metrics_port}: {exc.strerror}")
+        announced = announce(Prometheus(settings).targets_dir, worker_id, settings.host, args.metrics_port)
+    try:
+        return _serve(args, settings, notice, worker_id, gpu_type, models, transport_kind, metrics)
+    finally:
+        withdraw(announced)
+
+
+def _serve(args: argparse.Namespace, settings: Settings, notice: Any, worker_id: str, gpu_type: str,
+           models: tuple[str, ...], transport_kind: str, metrics: Any) -> int:
     import torch
 
     from spotreel.infra.seaweed import s3_client
@@ -163,7 +189,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         heartbeat_s=args.heartbeat_seconds, progress_s=args.progress_seconds, stuck_steps=args.stuck_steps,
         stuck_min_s=args.stuck_min_seconds)
     runtime = WorkerRuntime(transport, renderer, s3, CheckpointStore(s3, settings.s3_bucket_checkpoints),
-                            ArtifactStore(s3, settings.s3_bucket_artifacts), notice, options)
+                            ArtifactStore(s3, settings.s3_bucket_artifacts), notice, options, metrics=metrics)
     try:
         return runtime.serve()
     finally:

@@ -27,6 +27,7 @@ from typing import Any, Callable
 from spotreel.worker.artifacts import ArtifactStore
 from spotreel.worker.checkpoints import CheckpointError, CheckpointStore
 from spotreel.worker.interval import IntervalPolicy
+from spotreel.worker.metrics import WorkerMetrics
 from spotreel.worker.pipeline import Renderer, RenderRequest, RenderState
 from spotreel.worker.pulse import Position, Pulse
 from spotreel.worker.signals import PreemptionNotice
@@ -59,8 +60,10 @@ class JobRun:
                  artifacts: ArtifactStore, policy: IntervalPolicy, notice: PreemptionNotice, sampler: str = "ddim",
                  heartbeat_s: float | None = None, progress_s: float | None = None,
                  on_step: Callable[[int], None] | None = None, stuck_steps: int = DEFAULT_STEPS,
-                 stuck_min_s: float = DEFAULT_MIN_S, on_wedged: Callable[[str], None] | None = None) -> None:
+                 stuck_min_s: float = DEFAULT_MIN_S, on_wedged: Callable[[str], None] | None = None,
+                 metrics: WorkerMetrics | None = None) -> None:
         self.lease = lease
+        self.metrics = metrics if metrics is not None else WorkerMetrics()
         self.transport = transport
         self.renderer = renderer
         self.s3 = s3
@@ -86,6 +89,11 @@ class JobRun:
     # -- entry -------------------------------------------------------------------------------------------
 
     def run(self) -> Outcome:
+        outcome = self._run_lease()
+        self.metrics.jobs.labels(self.lease.pool, outcome.kind).inc()
+        return outcome
+
+    def _run_lease(self) -> Outcome:
         lease = self.lease
         try:
             req = RenderRequest.from_job(prompt=lease.prompt, seed=lease.seed, num_steps=lease.num_steps,
@@ -99,8 +107,11 @@ class JobRun:
         start_pct = lease.resume_progress_pct if lease.resume_progress_pct is not None else 0.0
         phase = "loading_checkpoint" if lease.resume_checkpoint_key else "starting"
         self.watch = StepWatch(self.stuck_steps, self.stuck_min_s, start_step) if self.stuck_steps > 0 else None
+        pool = lease.pool
         self.pulse = Pulse(self.transport, lease, self.heartbeat_s, self.progress_s,
-                           Position(start_step, start_pct, phase), self.watch, self._stuck).start()
+                           Position(start_step, start_pct, phase), self.watch, self._stuck,
+                           on_renewal=lambda kind, outcome: self.metrics.renewal(pool, kind, outcome)).start()
+        self.metrics.busy.set(1)
         try:
             return self._run(req)
         except LeaseLost as exc:
@@ -113,14 +124,19 @@ class JobRun:
         finally:
             self._finished.set()
             self.pulse.stop()
+            self.metrics.busy.set(0)
             forget = getattr(self.transport, "forget", None)
             if forget is not None:
                 forget(lease)
 
     def _run(self, req: RenderRequest) -> Outcome:
+        began = time.monotonic()
         state = self._begin(req)
         if isinstance(state, Outcome):
             return state
+        pool = self.lease.pool
+        self.metrics.phase.labels(pool, "load").observe(time.monotonic() - began)
+        denoising = time.monotonic()
         pulse = self.pulse
         assert pulse is not None
         while True:
@@ -134,8 +150,11 @@ class JobRun:
             if pulse.drain.is_set():
                 return self._hand_back(state, "paused", "drained")
             if state.done:
+                self.metrics.phase.labels(pool, "denoise").observe(time.monotonic() - denoising)
                 return self._finish(state)
+            stepping = time.monotonic()
             state = self.renderer.step(state)
+            self.metrics.step.labels(pool).observe(time.monotonic() - stepping)
             self.steps_run += 1
             pulse.move(state.step, step_pct(state.step, state.num_steps), "denoising")
             if self.watch is not None:
@@ -174,9 +193,17 @@ class JobRun:
         if state.step <= self.durable_step:
             return True
         began = time.monotonic()
-        saved = self.checkpoints.save(self.lease.job_id, self.lease.epoch, state.step,
-                                      self.renderer.snapshot(state))
-        written_ms = int((time.monotonic() - began) * 1000)
+        pool = self.lease.pool
+        try:
+            saved = self.checkpoints.save(self.lease.job_id, self.lease.epoch, state.step,
+                                          self.renderer.snapshot(state))
+        except Exception:
+            self.metrics.checkpoint_failures.labels(pool).inc()
+            raise
+        written = time.monotonic() - began
+        written_ms = int(written * 1000)
+        self.metrics.checkpoint_seconds.labels(pool).observe(written)
+        self.metrics.checkpoint_bytes.labels(pool).observe(saved.size_bytes)
         pct = step_pct(state.step, state.num_steps)
         try:
             # Not re-sent when pending: the command is durable, and a copy could only be refused as not newer.
@@ -222,15 +249,20 @@ class JobRun:
         assert pulse is not None
         if self.watch is not None:
             self.watch.finishing()
+        phase = self.metrics.phase
+        pool = self.lease.pool
         pulse.move(state.step, DENOISE_SHARE + 1.0, "decoding")
-        frames = self.renderer.finish(state)
-        digest = frames_checksum(frames)
+        with phase.labels(pool, "decode").time():
+            frames = self.renderer.finish(state)
+            digest = frames_checksum(frames)
         pulse.move(state.step, DENOISE_SHARE + 3.0, "encoding")
-        mp4 = encode_mp4(frames, self.lease.fps)
+        with phase.labels(pool, "encode").time():
+            mp4 = encode_mp4(frames, self.lease.fps)
         if pulse.lost.is_set():
             return Outcome("stale", pulse.lost_reason, steps_run=self.steps_run)
         pulse.move(state.step, DENOISE_SHARE + 4.0, "uploading")
-        up = self.artifacts.upload(self.lease.job_id, self.lease.epoch, mp4, digest)
+        with phase.labels(pool, "upload").time():
+            up = self.artifacts.upload(self.lease.job_id, self.lease.epoch, mp4, digest)
         try:
             verdict = self._command(lambda: self.transport.complete(self.lease, up.key, up.checksum, up.size_bytes))
         except LeaseLost as exc:

@@ -39,7 +39,8 @@ class Position:
 class Pulse:
     def __init__(self, transport: Transport, lease: Lease, heartbeat_s: float, progress_s: float,
                  start: Position, watch: StepWatch | None = None,
-                 on_stuck: Callable[[str], None] | None = None) -> None:
+                 on_stuck: Callable[[str], None] | None = None,
+                 on_renewal: Callable[[str, str], None] | None = None) -> None:
         self.transport = transport
         self.lease = lease
         self.heartbeat_s = heartbeat_s
@@ -56,6 +57,8 @@ class Pulse:
         self.quiet_until = 0.0
         self.watch = watch
         self.on_stuck = on_stuck
+        # (kind, outcome) of every renewal sent: the worker's metrics (metrics.py) count them.
+        self.on_renewal = on_renewal or (lambda kind, outcome: None)
         self.stuck_detail = ""
         self._thread = threading.Thread(target=self._run, name=f"pulse-{lease.job_id[:10]}", daemon=True)
 
@@ -109,24 +112,33 @@ class Pulse:
             if now < self.quiet_until:  # asked to space renewals out: both kinds wait
                 next_beat, next_report = max(next_beat, self.quiet_until), max(next_report, self.quiet_until)
                 continue
+            kind = "progress"
             try:
                 if now >= next_report:
                     next_report = now + self.progress_s
                     pos = self.position
-                    self.heed(self.transport.progress(self.lease, pos.step, pos.progress_pct, pos.phase), now)
+                    self._renewed(kind, self.transport.progress(self.lease, pos.step, pos.progress_pct, pos.phase),
+                                  now)
                     next_beat = now + self.heartbeat_s  # the report renewed the lease
                 if now >= next_beat:
+                    kind = "heartbeat"
                     next_beat = now + self.heartbeat_s
-                    self.heed(self.transport.heartbeat(self.lease), now)
+                    self._renewed(kind, self.transport.heartbeat(self.lease), now)
             except LeaseLost as exc:
                 log.warning("job %s epoch %d: %s", self.lease.job_id, self.lease.epoch, exc)
+                self.on_renewal(kind, "lost")
                 self.mark_lost(exc.reason)
             except TransportError as exc:
+                self.on_renewal(kind, "unreachable")
                 # Retry soon, but not in lockstep with every other worker that saw the same outage.
                 log.warning("job %s: control plane unreachable (%s); retrying", self.lease.job_id, exc)
                 next_beat = min(next_beat, now + 1.0 + random.random())
             except Exception:  # never let the lease die because of a bug in one answer
                 log.exception("pulse of job %s", self.lease.job_id)
+
+    def _renewed(self, kind: str, verdict: Verdict, sent_at: float) -> None:
+        self.on_renewal(kind, "pending" if verdict.pending else "accepted" if verdict.accepted else "refused")
+        self.heed(verdict, sent_at)
 
     def _stuck(self, why: str) -> None:
         """Report the run stuck (ends the lease as a retryable failure) and renew no more."""

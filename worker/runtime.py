@@ -20,6 +20,7 @@ from spotreel.worker.artifacts import ArtifactStore
 from spotreel.worker.checkpoints import CheckpointStore
 from spotreel.worker.interval import IntervalPolicy
 from spotreel.worker.job import JobRun, Outcome
+from spotreel.worker.metrics import WorkerMetrics
 from spotreel.worker.signals import PreemptionNotice
 from spotreel.worker.stuck import DEFAULT_MIN_S, DEFAULT_STEPS, STUCK_EXIT
 from spotreel.worker.transport import Transport, TransportError
@@ -59,8 +60,9 @@ def say(kind: str, **fields: Any) -> None:
 class WorkerRuntime:
     def __init__(self, transport: Transport, renderer: Any, s3: Any, checkpoints: CheckpointStore,
                  artifacts: ArtifactStore, notice: PreemptionNotice, options: RuntimeOptions,
-                 report: Callable[..., None] = say) -> None:
+                 report: Callable[..., None] = say, metrics: WorkerMetrics | None = None) -> None:
         self.transport = transport
+        self.metrics = metrics if metrics is not None else WorkerMetrics()
         self.renderer = renderer
         self.s3 = s3
         self.checkpoints = checkpoints
@@ -120,7 +122,7 @@ class WorkerRuntime:
                       on_step=lambda step: self.report("step", job_id=lease.job_id, epoch=lease.epoch,
                                                        step=step),
                       stuck_steps=o.stuck_steps, stuck_min_s=o.stuck_min_s,
-                      on_wedged=lambda why: self._wedged(lease, why)).run()
+                      on_wedged=lambda why: self._wedged(lease, why), metrics=self.metrics).run()
 
     def _wedged(self, lease, why: str) -> None:
         """A step hung past the stuck report (job.py): the thread cannot be stopped and the device may be

@@ -112,3 +112,28 @@ def test_the_quiet_time_counts_from_the_send_not_from_the_answer() -> None:
     gaps = [b - a for a, b in zip(transport.times, transport.times[1:])]
     # Sent every 0.4 s, not every rtt + 0.4 = 0.7 s.
     assert gaps and all(0.38 <= g < 0.6 for g in gaps), gaps
+
+
+def test_every_renewal_is_counted_by_kind_and_outcome_in_the_worker_metrics() -> None:
+    from prometheus_client import generate_latest
+
+    from spotreel.worker.metrics import WorkerMetrics
+    from spotreel.worker.transport import LeaseLost
+
+    class LostAfterTwo(CountingTransport):
+        def progress(self, lease: Lease, step: int, progress_pct: float, phase: str) -> Verdict:
+            verdict = self._note("progress")
+            if len(self.calls) > 2:
+                raise LeaseLost("lease_expired")
+            return verdict
+
+    metrics = WorkerMetrics()
+    lease = _lease()
+    pulse = Pulse(LostAfterTwo(), lease, heartbeat_s=10.0, progress_s=0.05,  # type: ignore[arg-type]
+                  start=Position(0, 0.0, "denoising"),
+                  on_renewal=lambda kind, outcome: metrics.renewal(lease.pool, kind, outcome))
+    pulse._run()  # on this thread: reports until the third finds the lease gone
+    text = generate_latest(metrics.registry).decode()
+    labels = 'pool="tiny-t2v@any"'
+    assert f'spotreel_worker_lease_renewals_total{{kind="progress",outcome="accepted",{labels}}} 2.0' in text
+    assert f'spotreel_worker_lease_renewals_total{{kind="progress",outcome="lost",{labels}}} 1.0' in text
