@@ -43,13 +43,18 @@ def register(sub: argparse._SubParsersAction) -> None:
            "the preemption spares (busy workers expected to be lost in that time at the pool's measured "
            "lease-loss rate are replaced ahead; default 60)")
     a("--interval", type=float, default=2.0, help="seconds between decisions (default 2)")
+    a("--metrics-port", type=int, default=0, help="serve Prometheus metrics on 127.0.0.1:PORT (0: off)")
 
     local = p.add_argument_group("--provider local")
     local.add_argument("--worker-threads", type=int, default=1,
                        help="torch CPU threads per worker (default 1: the workers share this machine's cores)")
     local.add_argument("--worker-argv", nargs="+", default=None,
                        help="command that starts one worker instead of `spotreel worker --pool {pool} "
-                            "--worker-id {worker_id} --threads {threads}`; those three are filled in")
+                            "--worker-id {worker_id} --threads {threads}`; those three are filled in, and "
+                            "{metrics_port} (0 without --worker-metrics)")
+    local.add_argument("--worker-metrics", action="store_true",
+                       help="start each worker with --metrics-port on a free port: it serves Prometheus metrics "
+                            "and announces itself to the local Prometheus (monitoring/README.md)")
 
     sim = p.add_argument_group("--provider simulated")
     sim.add_argument("--gateway-url", default=None,
@@ -117,7 +122,7 @@ def _provider(args: argparse.Namespace, settings: Settings, pool: str) -> Any:
         raise ValueError("--worker-threads must be at least 1")
     safe = pool.replace("@", "_")
     return LocalProvider(pool, settings.run_dir / "capacity" / safe, settings.logs_dir / "workers",
-                         argv=args.worker_argv, threads=args.worker_threads)
+                         argv=args.worker_argv, threads=args.worker_threads, worker_metrics=args.worker_metrics)
 
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
@@ -148,11 +153,21 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         signal.signal(sig, lambda *_: stop.set())
     print(json.dumps({"at": time.time(), "action": "start", "pool": pool, "provider": args.provider, "floor": cfg.floor,
                       "ceiling": cfg.ceiling, "idle_buffer": cfg.idle_buffer}), flush=True)
+    from spotreel.services.capacity.metrics import CapacityMetrics
+
+    metrics = CapacityMetrics()
+    if args.metrics_port:
+        try:
+            metrics.serve(args.metrics_port, settings.host)
+        except OSError as exc:
+            provider.close()
+            return _fail(f"cannot serve metrics on {settings.host}:{args.metrics_port}: {exc.strerror}")
     stats = PoolStatsReader(settings)
     mgr = None
     try:
         with cql_session(settings, keyspace=settings.cassandra_keyspace) as session:
-            mgr = Manager(pool, cfg, stats, provider, status_lookup(session), cold_start_s=args.cold_start)
+            mgr = Manager(pool, cfg, stats, provider, status_lookup(session), cold_start_s=args.cold_start,
+                          metrics=metrics)
             mgr.run(args.interval, stop.is_set)
     finally:
         stats.close()

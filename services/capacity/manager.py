@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
+from spotreel.services.capacity.metrics import CapacityMetrics
 from spotreel.services.capacity.policy import CapacityConfig, Decision, FleetView, PoolView, decide
 from spotreel.services.capacity.providers import Provider, Worker
 
@@ -52,6 +53,7 @@ class Manager:
     added: int = 0
     drained: int = 0
     preempted: int = 0
+    metrics: CapacityMetrics = field(default_factory=CapacityMetrics)
 
     def tick(self) -> Decision:
         self.stats.poll(0.2)
@@ -59,6 +61,7 @@ class Manager:
             # A preemption notice: drain now, so the job is checkpointed and released while there is time.
             self.provider.drain(wid)
             self.preempted += 1
+            self.metrics.decisions.labels(self.pool, "preemption_notice").inc()
             self.emit({"at": self.clock(), "pool": self.pool, "action": "preemption_notice", "worker": wid})
         workers = self.provider.workers()
         live = [w.worker_id for w in workers if not w.draining]
@@ -69,10 +72,12 @@ class Manager:
         now = self.clock()
         fleet = classify(workers, statuses, now, self.cold_start_s)
         d = decide(view, fleet, self.cfg, now, self.last_up, self.last_down)
+        self.metrics.observe(self.pool, d, fleet)
         if d.add:
             started = self.provider.add(d.add)
             self.last_up = now
             self.added += len(started)
+            self.metrics.workers_changed.labels(self.pool, "added").inc(len(started))
             self.emit({"at": now, "pool": self.pool, "action": "add", "workers": started, "want": d.want,
                        "queued": view.queued, "busy": view.leased,
                        "loss_rate_per_hour": round(view.loss_rate_per_hour, 2), "reason": d.reason})
@@ -81,6 +86,7 @@ class Manager:
         if d.drain:
             self.last_down = now
             self.drained += len(d.drain)
+            self.metrics.workers_changed.labels(self.pool, "drained").inc(len(d.drain))
             self.emit({"at": now, "pool": self.pool, "action": "drain", "workers": list(d.drain),
                        "want": d.want, "reason": d.reason})
         return d

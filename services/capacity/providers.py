@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, Sequence
 
+from spotreel.infra.ports import free_port
 from spotreel.infra.processes import proc_stat, read_pidfile, spawn, stop_group
 
 
@@ -52,7 +53,8 @@ class LocalProvider:
     in `run_dir/notices/` (what a spot-instance metadata watcher would write)."""
 
     def __init__(self, pool: str, run_dir: Path, log_dir: Path, argv: Sequence[str] | None = None,
-                 env: dict[str, str] | None = None, name_prefix: str = "local", threads: int = 1) -> None:
+                 env: dict[str, str] | None = None, name_prefix: str = "local", threads: int = 1,
+                 worker_metrics: bool = False) -> None:
         if threads < 1:
             raise ValueError("a worker needs at least one thread")
         self.pool = pool
@@ -62,6 +64,8 @@ class LocalProvider:
         self.env = {**os.environ, **(env or {})}
         self.prefix = name_prefix
         self.threads = threads
+        # Each worker serves Prometheus metrics on a port of its own (and announces it, worker/metrics.py).
+        self.worker_metrics = worker_metrics
         self._draining: set[str] = set()
         # Our own children, so the ones that exited are reaped (no zombies in a long-lived manager) and
         # their exit status is known; workers found through pid files only (a restarted manager) are not.
@@ -75,9 +79,13 @@ class LocalProvider:
         return self.run_dir / f"{worker_id}.pid"
 
     def _argv(self, worker_id: str) -> list[str]:
+        # A port free now; one taken before the worker binds it ends that worker (exit 2) and it is replaced.
+        port = free_port() if self.worker_metrics else 0
         if self.argv_template is None:
-            return default_worker_argv(self.pool, worker_id, self.threads)
-        return [a.format(pool=self.pool, worker_id=worker_id, threads=self.threads) for a in self.argv_template]
+            argv = default_worker_argv(self.pool, worker_id, self.threads)
+            return [*argv, "--metrics-port", str(port)] if port else argv
+        return [a.format(pool=self.pool, worker_id=worker_id, threads=self.threads, metrics_port=port)
+                for a in self.argv_template]
 
     def _reap(self) -> None:
         for wid, proc in list(self._children.items()):

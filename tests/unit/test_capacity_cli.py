@@ -43,6 +43,16 @@ def test_a_worker_argv_template_gets_pool_id_and_threads(tmp_path):
         LocalProvider("m@g", tmp_path / "run", tmp_path / "logs", threads=0)
 
 
+def test_with_worker_metrics_each_worker_gets_a_metrics_port_of_its_own(tmp_path):
+    plain = LocalProvider(DEFAULT_POOL, tmp_path / "run", tmp_path / "logs")
+    assert "--metrics-port" not in plain._argv("w-0")
+    provider = LocalProvider(DEFAULT_POOL, tmp_path / "run", tmp_path / "logs", worker_metrics=True)
+    argv = provider._argv("w-1")
+    args = build_parser().parse_args(argv[3:])  # what `spotreel worker` reads
+    assert args.command == "worker" and args.metrics_port > 0
+    assert build_parser().parse_args(["capacity", "--worker-metrics"]).worker_metrics is True
+
+
 @pytest.mark.parametrize("argv, says", [
     (["--pool", "no-gpu-type"], "--pool must look like MODEL@GPU_TYPE"),
     (["--floor", "3", "--ceiling", "2"], "floor <= ceiling"),

@@ -1,0 +1,53 @@
+"""The capacity manager's Prometheus metrics: every decision it takes (including the ticks where it holds),
+the workers it added and drained, and what it saw (demand and the fleet by condition). One registry per
+manager, served on 127.0.0.1 only when `spotreel capacity --metrics-port` is given."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics, start_http_server
+
+from spotreel.services.capacity.policy import Decision, FleetView
+
+# Counters' `_created` timestamps would come out as separate gauge families.
+disable_created_metrics()
+
+
+def action_of(d: Decision) -> str:
+    """A bounded label for a decision (its `reason` carries numbers and is for the log line only)."""
+    if d.add:
+        return "add"
+    if d.drain:
+        return "drain"
+    for prefix, action in (("scale-up cooling", "up_cooldown"), ("scale-down cooling", "down_cooldown"),
+                           ("surplus is busy", "surplus_busy")):
+        if d.reason.startswith(prefix):
+            return action
+    return "steady"
+
+
+class CapacityMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.decisions = Counter(
+            "spotreel_capacity_decisions", "decisions, one per tick (add, drain, steady, up_cooldown, "
+            "down_cooldown, surplus_busy), and preemption_notice per worker drained on a notice",
+            ["pool", "action"], registry=r)
+        self.workers_changed = Counter("spotreel_capacity_workers_changed", "workers added or drained",
+                                       ["pool", "change"], registry=r)
+        self.desired = Gauge("spotreel_capacity_desired_workers", "the policy's demand for the pool", ["pool"],
+                             registry=r)
+        self.fleet = Gauge("spotreel_capacity_workers", "the provider's workers by condition", ["pool", "state"],
+                           registry=r)
+
+    def observe(self, pool: str, d: Decision, fleet: FleetView) -> None:
+        self.decisions.labels(pool, action_of(d)).inc()
+        self.desired.labels(pool).set(d.want)
+        for state in ("idle", "busy", "starting", "draining"):
+            self.fleet.labels(pool, state).set(len(getattr(fleet, state)))
+
+    def serve(self, port: int, host: str = "127.0.0.1") -> tuple[Any, Any]:
+        """(server, thread), for a caller that stops serving before its process ends (tests)."""
+        return start_http_server(port, addr=host, registry=self.registry)
