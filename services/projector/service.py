@@ -39,12 +39,20 @@ def ensure_deadletter_topic(settings: Settings, timeout: float = 30.0) -> None:
             raise
 
 
-def _metrics(port: int):
-    from prometheus_client import CollectorRegistry, Gauge, start_http_server
+def metrics_registry():
+    """The projector's registry and its one gauge (also read by the monitoring lint test)."""
+    from prometheus_client import CollectorRegistry, Gauge
 
     registry = CollectorRegistry()
     gauge = Gauge("spotreel_projection_lag", "events on the topic not yet projected into Cassandra",
                   registry=registry)
+    return registry, gauge
+
+
+def _metrics(port: int):
+    from prometheus_client import start_http_server
+
+    registry, gauge = metrics_registry()
     start_http_server(port, addr="127.0.0.1", registry=registry)
     return gauge.set
 

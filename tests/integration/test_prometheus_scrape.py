@@ -1,12 +1,13 @@
-"""The real Prometheus (Debian's package) started by the infra tooling on loopback, scraping a running
-metrics endpoint (the scheduler's registry, served as the scheduler serves it) found through file_sd; the
-HTTP API's `up` says the scrape succeeded. No prometheus binary here fails the test."""
+"""The real Prometheus (Debian's package) started by the infra tooling on loopback, scraping running metrics
+endpoints found through file_sd (the scheduler's registry; then one of every kind of process, the gateway as
+a real process); the HTTP API's `up` says the scrape succeeded. No prometheus binary here fails the test."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -74,3 +75,90 @@ def test_cli_monitoring_up_writes_the_stack_services_targets_and_down_stops_it(t
     assert down.returncode == 0, down.stdout + down.stderr
     status = subprocess.run([*cli, "status"], env=env, capture_output=True, text=True, timeout=60)
     assert status.returncode == 1, status.stdout
+
+
+def _http(url: str, timeout: float = 5.0) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, ""
+
+
+def test_prometheus_scrapes_every_kind_of_process(stack, settings: Settings, tmp_path: Path) -> None:
+    """The gateway as a real process (its metrics on the internal port, none on the public one), and each other
+    process's registry served the way that process serves it: scheduler, projector, webhooks, capacity
+    manager, and a worker that announces itself through a file_sd file of its own. All up=1, and the
+    operator view (console template) renders them."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from spotreel.services.capacity.metrics import CapacityMetrics
+    from spotreel.services.projector.service import metrics_registry as projector_registry
+    from spotreel.services.webhooks.metrics import WebhookMetrics
+    from spotreel.worker.metrics import WorkerMetrics, announce, withdraw
+
+    mine = dataclasses.replace(settings, home=tmp_path / "home")
+    host = mine.host
+    prom = Prometheus(mine, port=free_port(host), scrape_interval="1s")
+    gw_port, gw_metrics = free_port(host), free_port(host)
+    gateway = subprocess.Popen(
+        [sys.executable, "-m", "spotreel.cli", "gateway", "--port", str(gw_port), "--metrics-port", str(gw_metrics)],
+        stdout=subprocess.DEVNULL, stderr=(tmp_path / "gateway.log").open("w"), start_new_session=True)
+    worker, capacity = WorkerMetrics(), CapacityMetrics()
+    worker.step.labels("tiny-t2v@any").observe(0.2)
+    capacity.desired.labels("tiny-t2v@any").set(2)
+    served = {"scheduler": start_http_server(free_port(host), addr=host, registry=Metrics().registry),
+              "projector": start_http_server(free_port(host), addr=host, registry=projector_registry()[0]),
+              "webhooks": start_http_server(free_port(host), addr=host,
+                                            registry=WebhookMetrics.create().registry),
+              "capacity": capacity.serve(free_port(host), host)}
+    worker_port = free_port(host)
+    served["worker"] = worker.serve(worker_port, host)
+    lines: list[str] = []
+    announced = None
+    try:
+        prom.preflight()
+        for name, (server, _) in served.items():
+            if name != "worker":
+                prom.write_targets(name, [f"{host}:{server.server_port}"], {"service": name})
+        prom.write_targets("gateway", [f"{host}:{gw_metrics}"], {"service": "gateway"})
+        assert prom.ensure_up(lines.append) is True
+        announced = announce(prom.targets_dir, "w-scrape-1", host, worker_port)  # as `spotreel worker` does
+        assert announced is not None and announced.parent == prom.targets_dir
+        want = {"scheduler", "projector", "webhooks", "capacity", "worker", "gateway"}
+        deadline = time.monotonic() + 60
+        up: dict[str, str] = {}
+        while time.monotonic() < deadline:
+            up = {s["metric"].get("service", ""): s["value"][1] for s in prom.query('up{job="spotreel"}')}
+            if set(up) >= want and all(up[s] == "1" for s in want):
+                break
+            assert gateway.poll() is None, (tmp_path / "gateway.log").read_text()[-2000:]
+            time.sleep(0.5)
+        assert {s: up.get(s) for s in want} == {s: "1" for s in want}, up
+        # The gateway's public port serves no metrics; the internal one does.
+        assert _http(f"http://{host}:{gw_port}/metrics")[0] == 401
+        status, body = _http(f"http://{host}:{gw_metrics}/metrics")
+        assert status == 200 and "spotreel_gateway_request_seconds" in body
+        worker_ids = {s["metric"].get("worker_id") for s in prom.query('spotreel_worker_step_seconds_count')}
+        assert worker_ids == {"w-scrape-1"}
+        status, page = _http(prom.console_url())
+        assert status == 200, page
+        assert "spotreel - operator view" in page and f"{host}:{worker_port}" in page
+        # A worker that exits takes its target away.
+        withdraw(announced)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and prom.query('up{job="spotreel",service="worker"}'):
+            time.sleep(0.5)
+        assert prom.query('up{job="spotreel",service="worker"}') == []
+    finally:
+        withdraw(announced)
+        prom.stop(lines.append)
+        os.killpg(gateway.pid, signal.SIGTERM)
+        gateway.wait(30)
+        for server, thread in served.values():
+            server.shutdown()
+            thread.join(5)
+    assert prom.running() is None

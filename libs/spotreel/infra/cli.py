@@ -66,10 +66,11 @@ def _monitoring_up(settings: Settings) -> int:
     for name, target in (("scheduler", f"{h}:{svc.scheduler_metrics_port(settings)}"),
                          ("projector", f"{h}:{svc.projector_metrics_port(settings)}"),
                          ("webhooks", f"{h}:{svc.webhooks_metrics_port(settings)}"),
-                         ("gateway", f"{h}:{settings.gateway_port}")):
+                         ("gateway", f"{h}:{svc.gateway_metrics_port(settings)}")):
         prom.write_targets(name, [target], {"service": name})
     prom.ensure_up(_say)
     _say(f"prometheus: scrape targets go in {prom.targets_dir}/*.json (file_sd); rules from monitoring/alerts.yml")
+    _say(f"prometheus: operator view at {prom.console_url()}")
     return 0
 
 

@@ -1,7 +1,9 @@
 """Prometheus on loopback: Debian's `prometheus` package (apt-get install -y prometheus), run under
 SPOTREEL_HOME like Kafka and Cassandra, loading the repo's alert rules (monitoring/alerts.yml) and scraping
 the targets listed in file-based service discovery files (<conf>/targets/*.json), which the tooling or a
-person writes: one entry per process serving /metrics. Prometheus re-reads them without a restart."""
+person writes: one entry per process serving /metrics. Prometheus re-reads them without a restart. It also
+serves the repo's console templates (monitoring/consoles/*.html) at /consoles/<name>.html: the operator view
+a person can open on this machine without Grafana."""
 
 from __future__ import annotations
 
@@ -17,7 +19,9 @@ from spotreel.infra.render import write_if_changed
 from spotreel.infra.server import Say, Server
 from spotreel.settings import Settings
 
-RULES = Path(__file__).resolve().parents[3] / "monitoring" / "alerts.yml"
+MONITORING = Path(__file__).resolve().parents[3] / "monitoring"
+RULES = MONITORING / "alerts.yml"
+CONSOLES = MONITORING / "consoles"
 DEFAULT_PORT = 9590
 
 
@@ -50,6 +54,13 @@ class Prometheus(Server):
     def targets_dir(self) -> Path:
         return self.conf_dir / "targets"
 
+    @property
+    def consoles_dir(self) -> Path:
+        return self.conf_dir / "consoles"
+
+    def console_url(self, name: str = "spotreel") -> str:
+        return f"{self.address()}/consoles/{name}.html"
+
     def render_config(self) -> str:
         # JSON is YAML; one file with no templating engine.
         config = {
@@ -76,6 +87,9 @@ class Prometheus(Server):
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.targets_dir.mkdir(parents=True, exist_ok=True)
         write_if_changed(self.conf_dir / "alerts.yml", RULES.read_text())
+        self.consoles_dir.mkdir(parents=True, exist_ok=True)
+        for page in CONSOLES.glob("*.html"):
+            write_if_changed(self.consoles_dir / page.name, page.read_text())
         write_if_changed(self.conf_dir / "prometheus.yml", self.render_config())
 
     def preflight(self) -> None:
@@ -86,6 +100,8 @@ class Prometheus(Server):
             prometheus_binary(), f"--config.file={self.conf_dir / 'prometheus.yml'}",
             f"--storage.tsdb.path={self.data_dir}", f"--web.listen-address={self.settings.host}:{self.port}",
             "--storage.tsdb.retention.time=2d",
+            # The templates need no library of Prometheus' own: the same directory serves as the library path.
+            f"--web.console.templates={self.consoles_dir}", f"--web.console.libraries={self.consoles_dir}",
         ]
 
     def probe(self, timeout: float) -> str:
