@@ -1,5 +1,8 @@
 """Admission control: say no early and honestly (429/503 with Retry-After) rather than queue forever.
 
+- Plan: a priority above the highest one the tenant's plan allows is refused with 403 (domain/plans.py),
+  on submission and on PATCH. The tenant row (plan, rate, ceilings) is re-read with its API key's cache
+  entry, so `spotreel tenant set` takes effect here within the key cache's lifetime.
 - Rate: the domain's integer token bucket per tenant, kept in this process. With several gateway
   replicas each one enforces the tenant's rate on its own share of the traffic; a shared limiter
   (Redis, or a Kafka-side quota) is the step beyond that.
@@ -15,7 +18,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from spotreel.domain import eta, quotas
+from spotreel.domain import eta, plans, quotas
 from spotreel.services.gateway.config import GatewayConfig
 from spotreel.services.gateway.deps import PoolLoad, ReadStore, Tenant
 from spotreel.services.gateway.errors import ApiError
@@ -41,6 +44,14 @@ class Admission:
     def _limit(self, tenant: Tenant) -> quotas.RateLimit:
         per_minute = tenant.rate_per_minute or self.cfg.default_rate_per_minute
         return quotas.RateLimit(burst=max(1, self.cfg.default_burst), per_token_ms=max(1, 60_000 // per_minute))
+
+    def check_priority(self, tenant: Tenant, priority: int) -> None:
+        if not plans.priority_allowed(priority, tenant.max_priority):
+            self.on_reject("priority_not_allowed")
+            raise ApiError(403, "priority_not_allowed",
+                           f"priority {priority} is above {tenant.max_priority}, the highest the tenant's plan "
+                           f"({tenant.plan or plans.CUSTOM.name}) allows", field="priority",
+                           max_priority=tenant.max_priority)
 
     def check_rate(self, tenant: Tenant, now_ms: int) -> None:
         result = quotas.admit(self._buckets.get(tenant.tenant_id), self._limit(tenant), now_ms)

@@ -19,9 +19,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     tsub.required = True
     c = tsub.add_parser("create", help="create a tenant (if missing) and print a new API key once")
     c.add_argument("name")
-    c.add_argument("--rate-per-minute", type=int, default=600)
-    c.add_argument("--max-in-flight", type=int, default=100)
+    _plan_arguments(c)
     c.set_defaults(func=_create_tenant)
+    st = tsub.add_parser("set", help="change a tenant's plan or settings; the gateway and the scheduler apply it "
+                                     "without a restart")
+    st.add_argument("name")
+    _plan_arguments(st)
+    st.set_defaults(func=_set_tenant)
     ws = tsub.add_parser("webhook-secret", help="make (or --rotate) the tenant's webhook signing secret; shown once")
     ws.add_argument("name")
     ws.add_argument("--rotate", action="store_true", help="replace an existing secret")
@@ -40,21 +44,85 @@ def _serve(args: argparse.Namespace, settings: Settings) -> int:
     return serve(settings, port=args.port, metrics_port=args.metrics_port)
 
 
-def _create_tenant(args: argparse.Namespace, settings: Settings) -> int:
-    from spotreel.infra.cassandra import cql_session
-    from spotreel.services.gateway.tenants import create_tenant, create_webhook_secret
+def _plan_arguments(p: argparse.ArgumentParser) -> None:
+    from spotreel.domain.plans import PLANS
+
+    p.add_argument("--plan", choices=sorted(PLANS), default=None,
+                   help="set weight, in-flight ceiling, rate and highest priority from this plan "
+                        "(domain/plans.py); the options below override single values")
+    p.add_argument("--weight", type=float, default=None, help="fair-share weight (> 0)")
+    p.add_argument("--max-in-flight", type=int, default=None,
+                   help="ceiling on the tenant's concurrent leases (GPUs) across the pool")
+    p.add_argument("--rate-per-minute", type=int, default=None, help="submissions per minute")
+    p.add_argument("--max-priority", type=int, default=None, help="highest priority the tenant may ask for (0-9)")
+
+
+def _overrides(args: argparse.Namespace) -> dict:
+    return {"weight": args.weight, "max_in_flight": args.max_in_flight, "rate_per_minute": args.rate_per_minute,
+            "max_priority": args.max_priority}
+
+
+def _publish(settings: Settings, name: str, plan, command: str) -> int:
+    from spotreel.services.gateway.tenants import publish_settings, settings_record
 
     try:
+        publish_settings(settings, settings_record(name, plan))
+    except RuntimeError as exc:
+        print(f"spotreel tenant {command}: {exc}; the scheduler keeps the previous settings until "
+              f"`spotreel tenant set {name}` is run again", file=sys.stderr)
+        return 1
+    limit = "none" if plan.max_in_flight is None else plan.max_in_flight
+    print(f"tenant {name}: plan {plan.name}, weight {plan.weight:g}, max in flight {limit}, "
+          f"{plan.rate_per_minute}/min, priority up to {plan.max_priority}")
+    return 0
+
+
+def _create_tenant(args: argparse.Namespace, settings: Settings) -> int:
+    from spotreel.domain.plans import settings_for
+    from spotreel.infra.cassandra import cql_session
+    from spotreel.services.gateway.tenants import create_tenant, create_webhook_secret, tenant_plan
+
+    try:
+        plan = settings_for(args.plan, **_overrides(args))
         with cql_session(settings, keyspace=settings.cassandra_keyspace) as session:
-            key = create_tenant(session, args.name, args.rate_per_minute, args.max_in_flight)
+            key = create_tenant(session, args.name, plan.rate_per_minute, plan.max_in_flight, plan.weight,
+                                plan=args.plan and plan.name, max_priority=plan.max_priority)
             secret = create_webhook_secret(session, args.name)
+            stored = tenant_plan(session, args.name)  # an existing tenant keeps its settings
     except ValueError as exc:
         print(f"spotreel tenant create: {exc}", file=sys.stderr)
         return 2
     print(f"tenant {args.name}: API key (shown once, store it now):\n{key}")
     if secret is not None:
         print(f"webhook signing secret (shown once, store it now):\n{secret}")
-    return 0
+    return _publish(settings, args.name, stored or plan, "create")
+
+
+def _set_tenant(args: argparse.Namespace, settings: Settings) -> int:
+    """From the plan given, else from the tenant's current settings, with the options given on top."""
+    from dataclasses import replace
+
+    from spotreel.domain.plans import plan_problem, settings_for
+    from spotreel.infra.cassandra import cql_session
+    from spotreel.services.gateway.tenants import set_tenant, tenant_plan
+
+    try:
+        with cql_session(settings, keyspace=settings.cassandra_keyspace) as session:
+            current = tenant_plan(session, args.name)
+            if current is None:
+                raise ValueError(f"no tenant named {args.name!r}")
+            if args.plan is not None:
+                plan = settings_for(args.plan, **_overrides(args))
+            else:
+                plan = replace(current, **{k: v for k, v in _overrides(args).items() if v is not None})
+                problem = plan_problem(plan.weight, plan.max_in_flight, plan.rate_per_minute, plan.max_priority)
+                if problem is not None:
+                    raise ValueError(problem)
+            set_tenant(session, args.name, plan)
+    except ValueError as exc:
+        print(f"spotreel tenant set: {exc}", file=sys.stderr)
+        return 2
+    return _publish(settings, args.name, plan, "set")
 
 
 def _webhook_secret(args: argparse.Namespace, settings: Settings) -> int:

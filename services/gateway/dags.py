@@ -87,6 +87,8 @@ async def submit_dag(request: web.Request) -> web.Response:
     job_of = {k: ids.job_id_for(tenant.tenant_id, f"{key}/{k}") for k in keys}
     first_new = await gw.deps.reads.get_claim(job_of[shape.order[0]]) is None
     if first_new:
+        for k in keys:
+            gw.admission.check_priority(tenant, bodies[k]["priority"])
         now = gw.deps.clock_ms()
         gw.admission.check_rate(tenant, now)
         await gw.admission.check_in_flight(tenant)

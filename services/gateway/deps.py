@@ -26,6 +26,9 @@ class Tenant:
     rate_per_minute: int | None = None
     max_in_flight: int | None = None
     disabled: bool = False
+    # The highest priority its plan allows (domain/plans.py); None: every tier.
+    max_priority: int | None = None
+    plan: str | None = None
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,9 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 
 
 def _errors(*codes: int) -> dict[str, Any]:
-    text = {400: "malformed request", 401: "missing or unknown API key", 404: "no such video (or not yours)",
+    text = {400: "malformed request", 401: "missing or unknown API key",
+            403: "the tenant's plan does not allow this priority (error.max_priority), or the tenant is disabled",
+            404: "no such video (or not yours)",
             409: "conflict with the video's state, an earlier use of the Idempotency-Key, or a stale lease epoch",
             413: "body too large", 415: "the body is not application/json",
             422: "a field is invalid (error.field names it)",
@@ -376,7 +378,7 @@ def document(cfg: GatewayConfig | None = None) -> dict[str, Any]:
     cfg = cfg or GatewayConfig()
     ok202 = {"202": ("command acknowledged by Kafka", COMMAND)}
     cmd_errors = (401, 404, 409, 503)
-    submit_errors = (400, 401, 409, 413, 422, 429, 503)
+    submit_errors = (400, 401, 403, 409, 413, 422, 429, 503)
     paths = {
         "/healthz": {"get": _op("liveness", {"200": ("ok", {"type": "object"})}, (), path_id=False, public=True)},
         "/openapi.json": {"get": _op("this document", {"200": ("OpenAPI 3.1", {"type": "object"})}, (),
@@ -403,7 +405,7 @@ def document(cfg: GatewayConfig | None = None) -> dict[str, Any]:
             params=[IDEMPOTENCY])},
         "/v1/videos/{id}": {
             "get": _op("status, progress, attempt and result", {"200": ("the video", VIDEO)}, (401, 404, 503)),
-            "patch": _op("change the priority", ok202, (400, 401, 404, 409, 413, 422, 503), body=PRIORITY),
+            "patch": _op("change the priority", ok202, (400, 401, 403, 404, 409, 413, 422, 503), body=PRIORITY),
             "delete": _op("cancel", ok202, cmd_errors),
         },
         "/v1/videos/{id}/events": {"get": _op("history (events and rejected commands)", {"200": ("history", {

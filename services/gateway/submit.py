@@ -77,6 +77,7 @@ async def accept(gw: Gateway, tenant: Tenant, key: str, body: dict[str, Any], *,
     held = await deps.reads.get_claim(submit.job_id)
     replay = held is not None
     if held is None:
+        gw.admission.check_priority(tenant, submit.priority)
         if not admitted:
             gw.admission.check_rate(tenant, now)
             await gw.admission.check_in_flight(tenant)

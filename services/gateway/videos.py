@@ -112,6 +112,7 @@ async def patch_video(request: web.Request) -> web.Response:
     lo, hi = PRIORITY_RANGE
     if isinstance(priority, bool) or not isinstance(priority, int) or not lo <= priority <= hi:
         raise invalid("priority", f"priority must be an integer between {lo} and {hi}")
+    gateway(request).admission.check_priority(request[TENANT], priority)
     return await _command(request, "reprioritize", lambda c, j: cmd.Reprioritize(c, j, priority=priority))
 
 
