@@ -17,6 +17,7 @@ def _registrars() -> list[Registrar]:
     from spotreel.demo.cli import register as demo
     from spotreel.infra.cli import register as infra
     from spotreel.services.capacity.sim_cli import register as simulate
+    from spotreel.services.capacity.slo_cli import register as slo
     from spotreel.services.gateway.cli import register as gateway
     from spotreel.services.gateway.client_cli import register as client
     from spotreel.services.projector.cli import register as projector
@@ -26,7 +27,7 @@ def _registrars() -> list[Registrar]:
     from spotreel.worker.cli import register as worker
     from spotreel.services.webhooks.cli import register as webhooks
 
-    return [infra, schemas, projector, scheduler, gateway, client, capacity, webhooks, simulate, model, worker, demo]
+    return [infra, schemas, projector, scheduler, gateway, client, capacity, webhooks, simulate, slo, model, worker, demo]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
 from spotreel.adapters.kafka import read_partition
 from spotreel.adapters.partitioning import partition_for
@@ -21,6 +22,21 @@ from spotreel.services.scheduler.redelivery import header_offset
 _SKIP = {"job_id", "version", "at_ms", "causation_id"}
 
 
+def human_time(ms: int) -> str:
+    """Epoch milliseconds as UTC ISO 8601 to the millisecond: 2026-11-24T22:38:01.123Z."""
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def human_duration(ms: int) -> str:
+    """Milliseconds as a person reads them: 850ms, 12.5s, 3m05s, 2h01m."""
+    if ms < 1000:
+        return f"{ms}ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f}s"
+    s = ms // 1000
+    return f"{s // 60}m{s % 60:02d}s" if s < 3600 else f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
 def _describe(e: object) -> str:
     parts = []
     for f in dataclasses.fields(e):  # type: ignore[arg-type]
@@ -29,6 +45,10 @@ def _describe(e: object) -> str:
             continue
         if f.name == "prompt" and isinstance(v, str) and len(v) > 40:
             v = v[:37] + "..."
+        elif isinstance(v, int) and not isinstance(v, bool) and f.name.endswith("_ms"):
+            # Instants (…_at_ms, …occurrence_ms, through_ms) as times, the rest (ttl, backoff…) as durations.
+            instant = f.name.endswith(("at_ms", "occurrence_ms")) or f.name == "through_ms"
+            v = human_time(v) if instant else human_duration(v)
         parts.append(f"{f.name}={v}")
     return " ".join(parts)
 
@@ -38,13 +58,16 @@ def timeline(settings: Settings, job_id: str, codec: Codec | None = None) -> lis
     p = partition_for(job_id, settings.partitions)
     lines = []
     state: JobState | None = None
+    first_ms: int | None = None
     for msg in read_partition(settings.kafka_bootstrap, events_topic(settings), p):
         if msg.key() != job_id.encode():
             continue
         e = codec.decode_message(msg.value())
         state = evolve(state, e)
         tag = "REJECTED " if isinstance(e, ev.CommandRejected) else ""
-        lines.append(f"v{e.version:<3} {e.at_ms} {tag}{type(e).__name__:<18} cause={e.causation_id} "
+        first_ms = e.at_ms if first_ms is None else first_ms
+        since = f"+{human_duration(max(0, e.at_ms - first_ms))}"
+        lines.append(f"v{e.version:<3} {human_time(e.at_ms)} {since:>8} {tag}{type(e).__name__:<18} cause={e.causation_id} "
                      f"[{msg.topic()}:{p}@{msg.offset()} cmd@{header_offset(msg.headers())}] {_describe(e)}")
     if state is not None:
         lines.append(f"-- now {state.status}, version {state.version}, epoch {state.epoch}, attempt {state.attempt},"

@@ -1,0 +1,68 @@
+"""The SLO report (services/capacity/slo.py) on event histories made by the real decide/evolve."""
+
+from __future__ import annotations
+
+from spotreel.services.capacity.slo import measure, render_text, report
+from tests.unit.jobkit import Driver
+
+
+def _job(key: str, priority: int, lease_after_ms: int, *, preempt: str | None = None, recover_ms: int = 0,
+         complete_after_ms: int | None = 10_000, at: int = 0) -> list:
+    d = Driver()
+    d.now += at
+    d.submit(key=key, priority=priority)
+    d.now += lease_after_ms
+    d.grant()
+    if preempt == "vanish":
+        d.expire()  # TTL later: LeaseExpired + JobRequeued
+        d.now += recover_ms
+        d.grant(worker="w2")
+    elif preempt == "notice":
+        d.release(reason="preempted")
+        d.now += recover_ms
+        d.grant(worker="w2")
+    elif preempt == "unclaimed":
+        d.release(reason="unclaimed")
+        d.now += recover_ms
+        d.grant(worker="w2")
+    if complete_after_ms is not None:
+        d.now += complete_after_ms
+        d.complete()
+    return d.history
+
+
+def test_pickup_and_completion_per_tier_from_the_first_lease() -> None:
+    events = (_job("a", 9, 200) + _job("b", 9, 400) + _job("c", 0, 45_000, complete_after_ms=None)
+              + _job("d", 0, 1_000, preempt="vanish", recover_ms=5_000))
+    m = measure(events)
+    assert sorted(m["pickup"][9]) == [0.2, 0.4]
+    assert sorted(m["pickup"][0]) == [1.0, 45.0]  # d's lease after its preemption is not a second pickup
+    assert sorted(m["completion"][9]) == [10.2, 10.4]
+    assert m["completion"][0] == [1.0 + 30.0 + 5.0 + 10.0]  # c never finished
+    assert m["p0"] == m["pickup"][9]
+
+
+def test_recovery_counts_preemptions_only() -> None:
+    events = (_job("v", 5, 0, preempt="vanish", recover_ms=4_000)
+              + _job("n", 5, 0, preempt="notice", recover_ms=70_000)
+              + _job("u", 5, 0, preempt="unclaimed", recover_ms=1_000))
+    assert sorted(measure(events)["recovery"]) == [4.0, 70.0]
+
+
+def test_report_judges_each_target_and_says_no_data_rather_than_met() -> None:
+    events = (_job("a", 9, 200) + _job("b", 9, 300) + _job("c", 0, 45_000)
+              + _job("d", 0, 0, preempt="notice", recover_ms=70_000))
+    rep = report(events)
+    slos = rep["slos"]
+    assert slos["pickup"]["9"]["status"] == "met" and slos["pickup"]["0"]["status"] == "missed"
+    assert slos["pickup"]["0"]["value_s"] == 45.0
+    assert slos["p0_start_p50"]["status"] == "met" and slos["p0_start_p50"]["value_s"] == 0.2
+    assert slos["recovery"]["status"] == "missed" and slos["recovery"]["value_s"] == 70.0
+    assert slos["completion"]["9"]["status"] == "met"
+    assert slos["ack"]["status"] == "not measured"
+    assert report(events, {"p50": 0.01, "p99": 0.2})["slos"]["ack"]["status"] == "missed"
+    empty = report(_job("x", 3, 100))
+    assert empty["slos"]["recovery"]["status"] == "no data"
+    assert empty["slos"]["p0_start_p99"]["status"] == "no data"
+    text = render_text(rep)
+    assert "pickup" in text and "45.0 s" in text and "200 ms" in text and "not measured" in text
