@@ -106,8 +106,11 @@ def publish_settings(settings, record: TenantSettings, timeout: float = 10.0) ->
     from spotreel.adapters.kafka import producer
     from spotreel.adapters.partitioning import partition_for
     from spotreel.codec import Codec
-    from spotreel.infra.topics import tenants_topic
+    from spotreel.infra.topics import ensure_topics, tenants_topic
 
+    # The topic must exist with its partitions and compaction before anything is produced to it: Kafka would
+    # otherwise create it with the broker's defaults, which `infra up` and the scheduler then refuse.
+    ensure_topics(settings, say=lambda *a, **k: None)
     prod = producer(settings, acks="all")
     got: list = []
     prod.produce(tenants_topic(settings), key=record.tenant.encode(), value=Codec.default().encode_message(record),
