@@ -71,6 +71,7 @@ class Manager:
         # was decided on (read at the tick's start, a drain could look as if it hit a worker still busy then).
         now = self.clock()
         fleet = classify(workers, statuses, now, self.cold_start_s)
+        self.metrics.observe_drains(self.pool, fleet.draining, {w.worker_id for w in workers}, now)
         d = decide(view, fleet, self.cfg, now, self.last_up, self.last_down)
         self.metrics.observe(self.pool, d, fleet)
         if d.add:
@@ -83,6 +84,7 @@ class Manager:
                        "loss_rate_per_hour": round(view.loss_rate_per_hour, 2), "reason": d.reason})
         for wid in d.drain:
             self.provider.drain(wid)
+            self.metrics.drain_started(wid, now)
         if d.drain:
             self.last_down = now
             self.drained += len(d.drain)

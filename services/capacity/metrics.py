@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, start_http_server
 
 from spotreel.services.capacity.policy import Decision, FleetView
 
@@ -41,6 +41,22 @@ class CapacityMetrics:
                              registry=r)
         self.fleet = Gauge("spotreel_capacity_workers", "the provider's workers by condition", ["pool", "state"],
                            registry=r)
+        self.drain = Histogram(
+            "spotreel_capacity_drain_seconds", "a drained worker: first seen draining -> gone from the provider "
+            "(its emergency checkpoint and release, then its exit), to the manager's tick", ["pool"], registry=r,
+            buckets=(1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600))
+        self._draining_since: dict[str, float] = {}
+
+    def drain_started(self, worker_id: str, now: float) -> None:
+        self._draining_since.setdefault(worker_id, now)
+
+    def observe_drains(self, pool: str, draining: tuple[str, ...], live: set[str], now: float) -> None:
+        """Start the clock of each worker seen draining (a notice, a drain by someone else); stop it once the
+        worker is gone from the provider."""
+        for wid in draining:
+            self.drain_started(wid, now)
+        for wid in [w for w in self._draining_since if w not in live]:
+            self.drain.labels(pool).observe(max(0.0, now - self._draining_since.pop(wid)))
 
     def observe(self, pool: str, d: Decision, fleet: FleetView) -> None:
         self.decisions.labels(pool, action_of(d)).inc()

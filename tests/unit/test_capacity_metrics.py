@@ -25,7 +25,7 @@ class Queue:
 
 
 class Machines:
-    """An in-memory provider: workers appear when added and go when drained."""
+    """An in-memory provider: workers appear when added; a drained one is draining until `exit_drained`."""
 
     def __init__(self) -> None:
         self.live: dict[str, Worker] = {}
@@ -40,7 +40,11 @@ class Machines:
         return ids
 
     def drain(self, worker_id: str) -> None:
-        self.live.pop(worker_id, None)
+        if worker_id in self.live:
+            self.live[worker_id] = Worker(worker_id, draining=True)
+
+    def exit_drained(self) -> None:
+        self.live = {w: m for w, m in self.live.items() if not m.draining}
 
     def notices(self) -> list[str]:
         out, self.pending_notices = self.pending_notices, []
@@ -75,3 +79,9 @@ def test_each_tick_is_counted_with_demand_and_fleet() -> None:
     assert f'spotreel_capacity_workers_changed_total{{change="drained",{p}}} 2.0' in text
     assert f"spotreel_capacity_desired_workers{{{p}}} 0.0" in text
     assert f'spotreel_capacity_workers{{{p},state="idle"}} 2.0' in text  # as seen before the drain
+    machines.exit_drained()
+    mgr.tick()  # the three drained workers are gone
+    text = generate_latest(mgr.metrics.registry).decode()
+    assert f"spotreel_capacity_drain_seconds_count{{{p}}} 3.0" in text
+    # w0 drained on its notice at the second tick (1100), w1 and w2 by the policy then: all gone at 1200.
+    assert f"spotreel_capacity_drain_seconds_sum{{{p}}} 300.0" in text
