@@ -13,7 +13,7 @@ import time
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from spotreel.services.gateway import guards, internal, openapi, schedules, videos
+from spotreel.services.gateway import guards, internal, openapi, schedules, usage, videos
 from spotreel.services.gateway.admission import Admission
 from spotreel.services.gateway.auth import KeyCache, make_middleware
 from spotreel.services.gateway.config import GatewayConfig
@@ -128,5 +128,6 @@ def create_app(settings: Settings, deps: Deps, cfg: GatewayConfig | None = None)
     app.router.add_get("/openapi.json", openapi_view)
     videos.add_routes(app.router)
     schedules.add_routes(app.router)
+    usage.add_routes(app.router)
     internal.mount(app, settings, deps, cfg, metrics)
     return app

@@ -101,6 +101,8 @@ class Deps:
     # Pool load for the ETA (poolview.KafkaPoolStats: `async load(pool) -> PoolLoad | None`); None: the
     # read store's pool_load answers instead.
     pools: Any = None
+    # Tenants' GPU-seconds (usage.KafkaTenantUsage: `async usage(tenant) -> dict`); None: /v1/usage is 503.
+    usage: Any = None
 
 
 class StoreUnavailable(Exception):

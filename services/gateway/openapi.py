@@ -37,6 +37,13 @@ RULES = f"""Rules every operation follows:
 - Optional body fields given as null take their default."""
 
 
+USAGE = {"type": "object", "required": ["tenant", "used_gpu_seconds", "fair_share_gpu_seconds", "leases_held",
+                                        "half_life_seconds", "as_of"],
+         "properties": {"tenant": {"type": "string"}, "used_gpu_seconds": {"type": "number"},
+                        "fair_share_gpu_seconds": {"type": "number"}, "leases_held": {"type": "integer"},
+                        "half_life_seconds": {"type": ["integer", "null"]}, "as_of": {"type": ["integer", "null"]}}}
+
+
 def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
@@ -398,6 +405,10 @@ def document(cfg: GatewayConfig | None = None) -> dict[str, Any]:
                          "description": "next_page_token of the previous page of the same listing (same "
                                         "status filter); from before a gateway restart: 422"}]),
         },
+        "/v1/usage": {"get": _op(
+            "the tenant's own GPU-seconds: ended leases' (used_gpu_seconds, no decay) and what fair share weighs "
+            "it by (fair_share_gpu_seconds: decayed, plus the estimate of held leases), from the scheduler's "
+            "tenant-usage reports", {"200": ("usage", USAGE)}, (401, 503), path_id=False)},
         "/v1/dags": {"post": _op(
             "submit videos with dependencies among them; each node is accepted like POST /v1/videos, in "
             "topological order, under the Idempotency-Key '<key>/<node key>'",

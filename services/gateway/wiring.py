@@ -11,6 +11,7 @@ from spotreel.dispatch.sender import AsyncCommandSender
 from spotreel.services.gateway.cassandra_store import CassandraAuth, CassandraReads
 from spotreel.services.gateway.deps import Deps
 from spotreel.services.gateway.poolview import KafkaPoolStats
+from spotreel.services.gateway.usage import KafkaTenantUsage
 from spotreel.settings import Settings
 
 
@@ -37,15 +38,17 @@ def real_deps(settings: Settings, session=None, presign_seconds: int = 900) -> I
     sink = AsyncCommandSender(settings)
     work = AsyncDispatch(settings, name="gateway")
     pools = KafkaPoolStats(settings)
+    usage = KafkaTenantUsage(settings)
     try:
         if session is not None:
             yield Deps(sink, CassandraReads(session), CassandraAuth(session), lambda: int(time.time() * 1000),
-                       presign=presigner(settings, presign_seconds), work=work, pools=pools)
+                       presign=presigner(settings, presign_seconds), work=work, pools=pools, usage=usage)
             return
         with cql_session(settings, keyspace=settings.cassandra_keyspace) as own:
             yield Deps(sink, CassandraReads(own), CassandraAuth(own), lambda: int(time.time() * 1000),
-                       presign=presigner(settings, presign_seconds), work=work, pools=pools)
+                       presign=presigner(settings, presign_seconds), work=work, pools=pools, usage=usage)
     finally:
+        usage.close()
         pools.close()
         work.close()
         sink.close()

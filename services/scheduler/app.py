@@ -205,6 +205,8 @@ class Scheduler:
         assigned = {tp.partition for tp in self.app.consumer.assignment() if tp.topic == self.commands}
         for p in list(self.parts):
             if p not in assigned:
+                for tenant in self.parts[p].ledger.used_s:  # its new owner exports them now
+                    self.metrics.tenant_gpu_seconds.remove(tenant, str(p))
                 del self.parts[p]
         self.cache.clear()
         self.schedule_cache.clear()
@@ -533,6 +535,8 @@ class Scheduler:
         now = now_ms()
         for p, part in list(self.parts.items()):
             await self._release_double_grants(p, part)
+            for tenant, used in part.ledger.used_s.items():
+                self.metrics.tenant_gpu_seconds.labels(tenant, str(p)).set(used)
             usage, policies = self.global_usage(part, now), self.fair.policies()
             for stats in pool_stats(part, now, lambda t: share_if_room(usage.get(t), policies.get(t))):
                 self.metrics.queue_depth.labels(stats.pool, str(p)).set(stats.queued)

@@ -39,6 +39,10 @@ class Metrics:
             ["pool", "tier"], registry=r,
             buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1800))
         self.lag = Gauge("spotreel_scheduler_consumer_lag", "commands not yet read", ["partition"], registry=r)
+        self.tenant_gpu_seconds = Gauge(
+            "spotreel_scheduler_tenant_gpu_seconds", "GPU-seconds of a tenant's ended leases on a partition this "
+            "process owns, without decay (from the job table; sum over partitions for the tenant's total)",
+            ["tenant", "partition"], registry=r)
         # Preemptions are counted here, not by workers: a worker that vanishes cannot count its own loss.
         self.preemptions = Counter(
             "spotreel_scheduler_preemptions", "leases lost to preemption (the domain's count): lease_expired "

@@ -12,6 +12,8 @@ between than there are workers)."""
 from __future__ import annotations
 
 import asyncio
+import time
+import urllib.request
 import uuid
 
 import pytest
@@ -21,7 +23,9 @@ from spotreel.adapters.partitioning import partition_for
 from spotreel.domain import events as ev
 from spotreel.domain.plans import settings_for
 from spotreel.services.capacity.sim_kafka import KafkaLink
+from spotreel.infra.ports import free_port
 from spotreel.services.gateway.tenants import publish_settings, settings_record
+from spotreel.services.gateway.usage import KafkaTenantUsage
 from tests.integration.schedkit import GPU, MODEL, Bus, SchedulerProc, drop_topics, make_topics, scheduler_settings, submit
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -74,7 +78,8 @@ def test_weights_three_to_one_hold_across_partitions_and_a_newcomer_is_served_at
     make_topics(settings)
     for tenant, weight in (("a", 3.0), ("b", 1.0)):
         publish_settings(settings, settings_record(tenant, settings_for(None, weight=weight)))
-    proc = SchedulerProc(settings, tmp_path)
+    metrics_port = free_port()
+    proc = SchedulerProc(settings, tmp_path, args=("--metrics-port", str(metrics_port)))
     bus = Bus(settings)
     run = uuid.uuid4().hex[:6]
     try:
@@ -116,6 +121,24 @@ def test_weights_three_to_one_hold_across_partitions_and_a_newcomer_is_served_at
         between = [e for e in granted.values() if queued_at < e.at_ms < leased.at_ms]
         print(f"newcomer leased {leased.at_ms - queued_at} ms after it was queued, {len(between)} grants between")
         assert len(between) < WORKERS
+
+        # Per-tenant usage as the scheduler publishes it (GET /v1/usage's source) and exports it (Prometheus)
+        # equals the GPU-seconds the events show: every lease of a and b ended in a success.
+        view = KafkaTenantUsage(settings)
+        try:
+            deadline = time.monotonic() + 30
+            while asyncio.run(view.usage("a"))["used_gpu_seconds"] < used["a"] - 0.01 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            for tenant in used:
+                got = asyncio.run(view.usage(tenant))
+                assert got["used_gpu_seconds"] == pytest.approx(used[tenant], abs=0.01), (tenant, got)
+        finally:
+            view.close()
+        text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+        for tenant in used:
+            exported = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                           if line.startswith("spotreel_scheduler_tenant_gpu_seconds{") and f'tenant="{tenant}"' in line)
+            assert exported == pytest.approx(used[tenant], abs=0.01), (tenant, exported)
     except BaseException:
         print(f"----- tail of {proc.log_path.name} -----\n{proc.log()[-4000:]}")
         raise

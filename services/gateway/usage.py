@@ -1,0 +1,110 @@
+"""GET /v1/usage: the calling tenant's own GPU-seconds, from the scheduler's compacted `<prefix>.tenant-usage`
+(one `TenantUsageReport` per tenant and partition, published by the partition's owner whenever the tenant's
+usage there changes; services/scheduler/fairshare.py).
+
+Answered from memory: `KafkaTenantUsage` follows the topic from its start in one daemon thread. The figures:
+- `used_gpu_seconds`: GPU-seconds of the tenant's ended leases (success, failure and preemption alike: the
+  GPU was busy), summed over partitions, without decay; a lease that was never picked up counts nothing;
+- `fair_share_gpu_seconds`: what dispatch weighs the tenant by: the decayed total plus the estimate of the
+  leases it holds (domain `fairness.combined_usage`, the scheduler's half-life);
+- `leases_held`, and `as_of` (the newest report's time, epoch ms; null with no report yet).
+Time a lease is held counts only once it ends. Work redone after a lost lease is not told apart.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from typing import Any, Iterable
+
+from aiohttp import web
+
+from spotreel.domain.fairness import combined_usage
+from spotreel.services.gateway.auth import TENANT
+from spotreel.services.gateway.context import gateway
+from spotreel.services.gateway.errors import ApiError
+
+log = logging.getLogger("spotreel.gateway.usage")
+
+
+def summarize(tenant: str, reports: Iterable[Any], now_ms: int, half_life_ms: int | None) -> dict[str, Any]:
+    reports = list(reports)
+    share = combined_usage(tenant, reports, now_ms, half_life_ms)
+    return {"tenant": tenant, "used_gpu_seconds": round(sum(r.used_gpu_seconds for r in reports), 3),
+            "fair_share_gpu_seconds": round(share.gpu_seconds, 3), "leases_held": share.in_flight,
+            "half_life_seconds": None if half_life_ms is None else half_life_ms // 1000,
+            "as_of": max((r.at_ms for r in reports), default=None)}
+
+
+class KafkaTenantUsage:
+    """The latest report of every (tenant, partition); `usage(tenant)` is a dict read."""
+
+    def __init__(self, settings, codec=None, clock_ms=None) -> None:
+        from spotreel.codec import Codec
+        from spotreel.infra.topics import tenant_usage_topic
+
+        self.settings = settings
+        self.topic = tenant_usage_topic(settings)
+        self.codec = codec or Codec.default()
+        self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        hl = settings.fair_share_half_life_s
+        self.half_life_ms = hl * 1000 if hl > 0 else None
+        self._latest: dict[str, dict[int, Any]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gateway-tenant-usage", daemon=True)
+        self._thread.start()
+
+    def apply(self, rec: Any) -> None:
+        with self._lock:
+            current = self._latest.setdefault(rec.tenant, {}).get(rec.partition)
+            if current is None or current.at_ms <= rec.at_ms:
+                self._latest[rec.tenant][rec.partition] = rec
+
+    def _run(self) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+
+        consumer = None
+        while not self._stop.is_set() and consumer is None:
+            try:
+                c = Consumer({"bootstrap.servers": self.settings.kafka_bootstrap,
+                              "group.id": f"{self.settings.topic_prefix}.gateway-usage.{uuid.uuid4().hex[:8]}",
+                              "enable.auto.commit": False, "log_level": 3})
+                c.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in range(self.settings.partitions)])
+                consumer = c
+            except KafkaException as exc:
+                log.warning("tenant usage: %s; retrying", exc)
+                self._stop.wait(5)
+        while not self._stop.is_set():
+            for msg in consumer.consume(500, 0.5):
+                if msg.error() is not None or msg.value() is None:
+                    continue
+                try:
+                    self.apply(self.codec.decode_message(msg.value()))
+                except Exception:  # noqa: BLE001 - one bad record must not stop the rest
+                    log.exception("tenant usage: undecodable record")
+        if consumer is not None:
+            consumer.close()
+
+    async def usage(self, tenant: str) -> dict[str, Any]:
+        with self._lock:
+            reports = list(self._latest.get(tenant, {}).values())
+        return summarize(tenant, reports, self.clock_ms(), self.half_life_ms)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+async def get_usage(request: web.Request) -> web.Response:
+    source = gateway(request).deps.usage
+    if source is None:
+        raise ApiError(503, "usage_unavailable", "this gateway does not follow the tenant usage topic",
+                       retry_after=30)
+    return web.json_response(await source.usage(request[TENANT].tenant_id))
+
+
+def add_routes(router: web.UrlDispatcher) -> None:
+    router.add_get("/v1/usage", get_usage)
