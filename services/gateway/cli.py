@@ -1,4 +1,5 @@
-"""`spotreel gateway` (serve the public API on 127.0.0.1) and `spotreel tenant create NAME`."""
+"""`spotreel gateway` (serve the public API on 127.0.0.1), `spotreel tenant create|set|webhook-secret`,
+`spotreel usage` and `spotreel worker-key create`."""
 
 from __future__ import annotations
 
@@ -30,6 +31,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     ws.add_argument("name")
     ws.add_argument("--rotate", action="store_true", help="replace an existing secret")
     ws.set_defaults(func=_webhook_secret)
+    u = sub.add_parser("usage", help="GPU-seconds per tenant (operators): the scheduler's tenant-usage reports")
+    u.add_argument("--tenant", default=None, help="only this tenant")
+    u.add_argument("--json", action="store_true", help="one JSON object per tenant and line")
+    u.set_defaults(func=_usage)
     w = sub.add_parser("worker-key", help="manage worker keys (credentials for the /internal worker API)")
     wsub = w.add_subparsers(dest="worker_key_command", metavar="ACTION")
     wsub.required = True
@@ -140,6 +145,33 @@ def _webhook_secret(args: argparse.Namespace, settings: Settings) -> int:
               file=sys.stderr)
         return 1
     print(f"tenant {args.name}: webhook signing secret (shown once, store it now):\n{secret}")
+    return 0
+
+
+def _usage(args: argparse.Namespace, settings: Settings) -> int:
+    import json
+    import time
+
+    from spotreel.services.gateway.usage import read_reports, usage_table
+
+    hl = settings.fair_share_half_life_s * 1000 if settings.fair_share_half_life_s > 0 else None
+    try:
+        reports = read_reports(settings)
+    except Exception as exc:  # noqa: BLE001 - Kafka unreachable or slow: say so, one line
+        print(f"spotreel usage: cannot read the tenant usage topic: {exc}", file=sys.stderr)
+        return 1
+    rows = [r for r in usage_table(reports, int(time.time() * 1000), hl)
+            if args.tenant is None or r["tenant"] == args.tenant]
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, sort_keys=True))
+        return 0
+    print(f"{'tenant':<24} {'used GPU-s':>12} {'fair-share GPU-s':>17} {'leases held':>12}")
+    for row in rows:
+        print(f"{row['tenant']:<24} {row['used_gpu_seconds']:>12.1f} {row['fair_share_gpu_seconds']:>17.1f} "
+              f"{row['leases_held']:>12}")
+    if not rows:
+        print("(no usage reported yet)")
     return 0
 
 

@@ -98,6 +98,53 @@ class KafkaTenantUsage:
         self._thread.join(10)
 
 
+def read_reports(settings, codec=None, timeout: float = 30.0) -> list[Any]:
+    """Everything the tenant-usage topic holds now, the latest report per (tenant, partition): for
+    `spotreel usage`, which reads once and exits."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from spotreel.codec import Codec
+    from spotreel.infra.topics import tenant_usage_topic
+
+    codec = codec or Codec.default()
+    topic = tenant_usage_topic(settings)
+    c = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "enable.auto.commit": False, "log_level": 3,
+                  "group.id": f"{settings.topic_prefix}.usage-cli.{uuid.uuid4().hex[:8]}"})
+    latest: dict[tuple[str, int], Any] = {}
+    try:
+        for p in range(settings.partitions):
+            low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
+            if low >= high:
+                continue
+            c.assign([TopicPartition(topic, p, low)])
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                msg = c.poll(1.0)
+                if msg is None or msg.error():
+                    continue
+                if msg.value() is not None:
+                    rec = codec.decode_message(msg.value())
+                    held = latest.get((rec.tenant, rec.partition))
+                    if held is None or held.at_ms <= rec.at_ms:
+                        latest[(rec.tenant, rec.partition)] = rec
+                if msg.offset() + 1 >= high:
+                    break
+            else:
+                raise TimeoutError(f"{topic}[{p}]: not read to offset {high} within {timeout:.0f} s")
+    finally:
+        c.close()
+    return list(latest.values())
+
+
+def usage_table(reports: Iterable[Any], now_ms: int, half_life_ms: int | None) -> list[dict[str, Any]]:
+    """One summary per tenant, the largest user first."""
+    by_tenant: dict[str, list[Any]] = {}
+    for r in reports:
+        by_tenant.setdefault(r.tenant, []).append(r)
+    rows = [summarize(t, rs, now_ms, half_life_ms) for t, rs in by_tenant.items()]
+    return sorted(rows, key=lambda row: (-row["used_gpu_seconds"], row["tenant"]))
+
+
 async def get_usage(request: web.Request) -> web.Response:
     source = gateway(request).deps.usage
     if source is None:

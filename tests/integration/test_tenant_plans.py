@@ -6,6 +6,7 @@ ceiling takes effect without a restart."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -36,10 +37,10 @@ def plan_settings(settings, unique, cql):
     drop_topics(s)
 
 
-def cli(s, *args: str) -> str:
+def cli(s, *args: str, command: str = "tenant") -> str:
     env = dict(os.environ, SPOTREEL_TOPIC_PREFIX=s.topic_prefix, SPOTREEL_CASSANDRA_KEYSPACE=s.cassandra_keyspace,
                SPOTREEL_PARTITIONS=str(s.partitions))
-    done = subprocess.run([sys.executable, "-m", "spotreel.cli", "tenant", *args], cwd=ROOT, env=env,
+    done = subprocess.run([sys.executable, "-m", "spotreel.cli", command, *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
@@ -91,6 +92,10 @@ def test_the_in_flight_ceiling_holds_across_partitions_and_a_change_applies_with
         more = [bus.request_work(f"x{i}", timeout=10.0) for i in range(2)]
         assert all(isinstance(a, ev.WorkAssigned) for a in more), more
         assert isinstance(bus.request_work("x2", timeout=3.0), ev.NoWorkAvailable)  # 4 held: the new ceiling
+        # The operators' view of the same reports the scheduler sums.
+        [row] = [json.loads(line) for line in cli(s, "--json", "--tenant", "acme", command="usage").splitlines()]
+        assert (row["tenant"], row["leases_held"], row["used_gpu_seconds"]) == ("acme", 4, 0.0)
+        assert row["fair_share_gpu_seconds"] == 4 * 60.0  # no run measured yet: each lease counts 60 s
     except BaseException:
         print(f"----- tail of {proc.log_path.name} -----\n{proc.log()[-4000:]}")
         raise
