@@ -89,6 +89,9 @@ class JobRun:
     # -- entry -------------------------------------------------------------------------------------------
 
     def run(self) -> Outcome:
+        # At 0 from the pool's first lease on: a failure counter whose series appeared at 1 would hide its
+        # first increase from increase()/rate() (SpotreelCheckpointFailures).
+        self.metrics.checkpoint_failures.labels(self.lease.pool)
         outcome = self._run_lease()
         self.metrics.jobs.labels(self.lease.pool, outcome.kind).inc()
         return outcome

@@ -60,7 +60,8 @@ def test_cli_monitoring_up_writes_the_stack_services_targets_and_down_stops_it(t
     import sys
 
     env = {**os.environ, "SPOTREEL_HOME": str(tmp_path / "home"),
-           "SPOTREEL_PROMETHEUS_PORT": str(free_port("127.0.0.1"))}
+           "SPOTREEL_PROMETHEUS_PORT": str(free_port("127.0.0.1")),
+           "SPOTREEL_ALERTMANAGER_PORT": str(free_port("127.0.0.1"))}
     cli = [sys.executable, "-m", "spotreel.cli", "infra", "monitoring"]
     up = subprocess.run([*cli, "up"], env=env, capture_output=True, text=True, timeout=120)
     try:
@@ -70,6 +71,7 @@ def test_cli_monitoring_up_writes_the_stack_services_targets_and_down_stops_it(t
             "gateway.json", "projector.json", "scheduler.json", "webhooks.json"]
         status = subprocess.run([*cli, "status", "--json"], env=env, capture_output=True, text=True, timeout=60)
         assert status.returncode == 0 and json.loads(status.stdout)["healthy"] is True, status.stdout
+        assert [c["name"] for c in json.loads(status.stdout)["components"]] == ["prometheus", "alertmanager"]
     finally:
         down = subprocess.run([*cli, "down"], env=env, capture_output=True, text=True, timeout=60)
     assert down.returncode == 0, down.stdout + down.stderr
@@ -162,3 +164,43 @@ def test_prometheus_scrapes_every_kind_of_process(stack, settings: Settings, tmp
             server.shutdown()
             thread.join(5)
     assert prom.running() is None
+
+
+def test_a_firing_alert_reaches_alertmanager(settings: Settings, tmp_path: Path) -> None:
+    """A dead letter counted by a scheduler's registry makes SpotreelDLQGrowth fire (no `for:`); Prometheus
+    sends it to the real Alertmanager, which holds it routed to the `ticket` receiver (its severity)."""
+    from spotreel.infra.monitoring import Alertmanager
+
+    mine = dataclasses.replace(settings, home=tmp_path / "home")
+    am = Alertmanager(mine, port=free_port(mine.host))
+    prom = Prometheus(mine, port=free_port(mine.host), scrape_interval="1s", alertmanager=am.port)
+    metrics = Metrics()
+    server, thread = start_http_server(free_port(mine.host), addr=mine.host, registry=metrics.registry)
+    lines: list[str] = []
+    try:
+        for s in (am, prom):
+            s.preflight()
+        prom.write_targets("scheduler", [f"{mine.host}:{server.server_port}"], {"service": "scheduler"})
+        assert am.ensure_up(lines.append) is True and prom.ensure_up(lines.append) is True
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not prom.query("spotreel_scheduler_commands_total"):
+            time.sleep(0.5)
+        metrics.deadletters.labels("undecodable").inc()  # after the first scrape: an increase
+        deadline = time.monotonic() + 60
+        held: list[dict] = []
+        while time.monotonic() < deadline:
+            held = [a for a in am.alerts() if a["labels"].get("alertname") == "SpotreelDLQGrowth"]
+            if held:
+                break
+            time.sleep(0.5)
+        assert held, prom.query("ALERTS")
+        alert = held[0]
+        assert alert["labels"]["reason"] == "undecodable" and alert["labels"]["severity"] == "ticket"
+        assert [r["name"] for r in alert["receivers"]] == ["ticket"]
+        assert alert["status"]["state"] == "active"
+    finally:
+        prom.stop(lines.append)
+        am.stop(lines.append)
+        server.shutdown()
+        thread.join(5)
+    assert prom.running() is None and am.running() is None

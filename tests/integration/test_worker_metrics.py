@@ -82,6 +82,7 @@ def test_a_run_fills_step_checkpoint_phase_and_outcome_metrics(tiny_model_dir, s
         assert _value(text, f'spotreel_worker_phase_seconds_count{{phase="{phase}",{p}}}') == 1, phase
     assert _value(text, f'spotreel_worker_jobs_total{{outcome="succeeded",{p}}}') == 1
     assert _value(text, "spotreel_worker_busy ") == 0
+    assert _value(text, f"spotreel_worker_checkpoint_failures_total{{{p}}}") == 0  # there from the first lease
 
     # Checkpoints to an S3 endpoint nothing listens on: the write fails, the run is a visible failure.
     unreachable = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{free_port()}", aws_access_key_id="x",

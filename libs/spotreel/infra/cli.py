@@ -52,13 +52,15 @@ def _provision(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _monitoring_up(settings: Settings) -> int:
-    from spotreel.infra.monitoring import Prometheus
+    from spotreel.infra.monitoring import Alertmanager, Prometheus
 
-    prom = Prometheus(settings)
-    for message, holder in ([] if prom.running() else prom.port_conflicts()):
-        print(f"{message}{'; ' + holder if holder else ''}", flush=True)
-        return 1
-    prom.preflight()
+    prom, am = Prometheus(settings), Alertmanager(settings)
+    for server in (am, prom):
+        for message, holder in ([] if server.running() else server.port_conflicts()):
+            print(f"{message}{'; ' + holder if holder else ''}", flush=True)
+            return 1
+        server.preflight()
+    am.ensure_up(_say)  # first: Prometheus sends its alerts there from its first evaluation
     # The stack's own services (infra/services.py) at their fixed loopback ports; workers and others: add files.
     from spotreel.infra import services as svc
 
@@ -70,23 +72,27 @@ def _monitoring_up(settings: Settings) -> int:
         prom.write_targets(name, [target], {"service": name})
     prom.ensure_up(_say)
     _say(f"prometheus: scrape targets go in {prom.targets_dir}/*.json (file_sd); rules from monitoring/alerts.yml")
-    _say(f"prometheus: operator view at {prom.console_url()}")
+    _say(f"prometheus: operator view at {prom.console_url()}; alerts in {am.address()} (monitoring/alertmanager.yml)")
     return 0
 
 
 def _monitoring(args: argparse.Namespace, settings: Settings) -> int:
-    from spotreel.infra.monitoring import Prometheus
+    from spotreel.infra.monitoring import Alertmanager, Prometheus
 
     if args.monitoring_command == "up":
         return _monitoring_up(settings)
-    prom = Prometheus(settings)
+    servers = [Prometheus(settings), Alertmanager(settings)]
     if args.monitoring_command == "down":
-        prom.stop(_say)
+        for server in servers:
+            server.stop(_say)
         return 0
-    entry = prom.health()
-    print(json.dumps(entry) if args.json else f"{entry['name']}: {entry['state']} at {entry['address']} "
-          f"({entry['detail']}); log {entry['log']}", flush=True)
-    return 0 if entry["healthy"] else 1
+    entries = [server.health() for server in servers]
+    healthy = all(e["healthy"] for e in entries)
+    if args.json:
+        print(json.dumps({"healthy": healthy, "components": entries}), flush=True)
+    for e in [] if args.json else entries:
+        print(f"{e['name']}: {e['state']} at {e['address']} ({e['detail']}); log {e['log']}", flush=True)
+    return 0 if healthy else 1
 
 
 def _status(args: argparse.Namespace, settings: Settings) -> int:
@@ -154,7 +160,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = isub.add_parser("up", help="start everything and wait until it answers (no-op when it runs)")
     p.add_argument("--fresh", action="store_true", help="stop the stack and wipe its data first")
     p.add_argument("--with-monitoring", action="store_true",
-                   help="also start Prometheus on loopback (same as `infra monitoring up`)")
+                   help="also start Prometheus and Alertmanager on loopback (same as `infra monitoring up`)")
     p.set_defaults(func=_guarded("up", _up))
     p = isub.add_parser("down", help="stop what `up` started; no listener is left on our ports")
     p.set_defaults(func=_guarded("down", _down))
@@ -162,7 +168,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "elsewhere (Docker Compose, a shared cluster)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for each server to answer")
     p.set_defaults(func=_guarded("provision", _provision))
-    p = isub.add_parser("monitoring", help="Prometheus on loopback (Debian's prometheus package): up, down, status")
+    p = isub.add_parser("monitoring", help="Prometheus and Alertmanager on loopback (Debian's prometheus and "
+                        "prometheus-alertmanager packages): up, down, status")
     p.add_argument("monitoring_command", choices=["up", "down", "status"])
     p.add_argument("--json", action="store_true", help="machine-readable status")
     p.set_defaults(func=_guarded("monitoring", _monitoring))

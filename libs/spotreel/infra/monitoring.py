@@ -3,7 +3,8 @@ SPOTREEL_HOME like Kafka and Cassandra, loading the repo's alert rules (monitori
 the targets listed in file-based service discovery files (<conf>/targets/*.json), which the tooling or a
 person writes: one entry per process serving /metrics. Prometheus re-reads them without a restart. It also
 serves the repo's console templates (monitoring/consoles/*.html) at /consoles/<name>.html: the operator view
-a person can open on this machine without Grafana."""
+a person can open on this machine without Grafana. Its alerts go to a local Alertmanager (Debian's
+`prometheus-alertmanager`, also on loopback, clustering off) with the routes of monitoring/alertmanager.yml."""
 
 from __future__ import annotations
 
@@ -22,7 +23,13 @@ from spotreel.settings import Settings
 MONITORING = Path(__file__).resolve().parents[3] / "monitoring"
 RULES = MONITORING / "alerts.yml"
 CONSOLES = MONITORING / "consoles"
+ROUTES = MONITORING / "alertmanager.yml"
 DEFAULT_PORT = 9590
+DEFAULT_ALERTMANAGER_PORT = 9593
+
+
+def alertmanager_port() -> int:
+    return int(os.environ.get("SPOTREEL_ALERTMANAGER_PORT", DEFAULT_ALERTMANAGER_PORT))
 
 
 def prometheus_binary() -> str:
@@ -36,10 +43,13 @@ def prometheus_binary() -> str:
 class Prometheus(Server):
     name = "prometheus"
 
-    def __init__(self, settings: Settings, port: int | None = None, scrape_interval: str = "5s") -> None:
+    def __init__(self, settings: Settings, port: int | None = None, scrape_interval: str = "5s",
+                 alertmanager: int | None = None) -> None:
         super().__init__(settings)
         self.port = port if port is not None else int(os.environ.get("SPOTREEL_PROMETHEUS_PORT", DEFAULT_PORT))
         self.scrape_interval = scrape_interval
+        # Where alerts are sent (an Alertmanager that is not running only costs Prometheus a logged error).
+        self.alertmanager_port = alertmanager if alertmanager is not None else alertmanager_port()
 
     def address(self) -> str:
         return f"http://{self.settings.host}:{self.port}"
@@ -66,6 +76,8 @@ class Prometheus(Server):
         config = {
             "global": {"scrape_interval": self.scrape_interval, "evaluation_interval": self.scrape_interval},
             "rule_files": [str(self.conf_dir / "alerts.yml")],
+            "alerting": {"alertmanagers": [
+                {"static_configs": [{"targets": [f"{self.settings.host}:{self.alertmanager_port}"]}]}]},
             "scrape_configs": [
                 {"job_name": "prometheus", "static_configs": [{"targets": [f"{self.settings.host}:{self.port}"]}]},
                 {"job_name": "spotreel",
@@ -122,3 +134,53 @@ class Prometheus(Server):
         if body.get("status") != "success":
             raise InfraError(f"prometheus: query {promql!r} failed: {body}")
         return body["data"]["result"]
+
+
+class Alertmanager(Server):
+    """Debian's prometheus-alertmanager on loopback, one instance (no cluster), routing by severity as
+    monitoring/alertmanager.yml says. Its receivers send nothing anywhere: alerts wait in its API and UI
+    (`amtool --alertmanager.url=... alert`) until someone adds a webhook, e-mail or pager integration."""
+
+    name = "alertmanager"
+
+    def __init__(self, settings: Settings, port: int | None = None) -> None:
+        super().__init__(settings)
+        self.port = port if port is not None else alertmanager_port()
+
+    def address(self) -> str:
+        return f"http://{self.settings.host}:{self.port}"
+
+    def ports(self) -> list[int]:
+        return [self.port]
+
+    def main_log(self) -> Path:
+        return self.stdout_log
+
+    def preflight(self) -> None:
+        if shutil.which("prometheus-alertmanager") is None:
+            raise InfraError("alertmanager: the `prometheus-alertmanager` binary was not found",
+                             ["apt-get install -y prometheus-alertmanager (Debian's package, 0.25)"])
+
+    def prepare(self, say: Say) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        write_if_changed(self.conf_dir / "alertmanager.yml", ROUTES.read_text())
+
+    def command(self) -> list[str]:
+        return [
+            str(shutil.which("prometheus-alertmanager")), f"--config.file={self.conf_dir / 'alertmanager.yml'}",
+            f"--storage.path={self.data_dir}", f"--web.listen-address={self.settings.host}:{self.port}",
+            "--cluster.listen-address=",  # one instance: no gossip port on 0.0.0.0:9094
+        ]
+
+    def probe(self, timeout: float) -> str:
+        try:
+            with urllib.request.urlopen(f"{self.address()}/-/ready", timeout=timeout) as resp:
+                resp.read()
+        except (urllib.error.URLError, OSError) as exc:
+            raise ProbeFailed(f"{self.address()}/-/ready: {exc}") from None
+        return "ready"
+
+    def alerts(self, timeout: float = 5.0) -> list[dict]:
+        """The alerts it holds (API v2)."""
+        with urllib.request.urlopen(f"{self.address()}/api/v2/alerts", timeout=timeout) as resp:
+            return json.load(resp)
