@@ -1,13 +1,14 @@
 """Fair share across partitions against the real scheduler and Kafka (services/scheduler/fairshare.py).
 
-Tenant a (weight 3) and tenant b (weight 1), their weights published the way `spotreel tenant set` publishes
-them (`<prefix>.tenants`). Every job of a hashes to partitions 0-1 and every job of b to partitions 2-3, so no
+Two scheduler processes share four partitions. Tenant a (weight 3) and tenant b (weight 1), their weights
+published the way `spotreel tenant set` publishes them (`<prefix>.tenants`). Every job of a hashes to partitions 0-1 and every job of b to partitions 2-3, so no
 partition ever sees both tenants: whatever split they get comes from the usage shared on
 `<prefix>.tenant-usage` and the requesters' routing by `PoolStats.min_share`. Eight simulated workers (the
 Kafka transport's simulator, which asks partitions through the shared dispatch library) keep the pool
 saturated with jobs of about 2 seconds. Their GPU-seconds, measured from the events (lease granted -> succeeded), split
 within 10% of 75/25; a newcomer's single job is leased before the pool has turned over once (fewer grants in
-between than there are workers)."""
+between than there are workers); the per-tenant usage the schedulers publish (GET /v1/usage's source) and
+export (Prometheus) equals what the events show."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ from spotreel.services.capacity.sim_kafka import KafkaLink
 from spotreel.infra.ports import free_port
 from spotreel.services.gateway.tenants import publish_settings, settings_record
 from spotreel.services.gateway.usage import KafkaTenantUsage
-from tests.integration.schedkit import GPU, MODEL, Bus, SchedulerProc, drop_topics, make_topics, scheduler_settings, submit
+from tests.integration.schedkit import (GPU, MODEL, Bus, SchedulerProc, drop_topics, make_topics, scheduler_settings,
+                                        submit)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -73,17 +75,32 @@ async def _fleet(settings, during) -> None:
         link.close()
 
 
+def _wait_split(procs: list[SchedulerProc], timeout: float = 90.0) -> None:
+    """Until both processes' latest assignments are non-empty and together cover every partition once."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        owned = [p.wait_owning(timeout=timeout) for p in procs]
+        if all(owned) and sorted(x for o in owned for x in o) == list(range(PARTS)):
+            print(f"partitions: {owned}")
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"the two schedulers did not split the partitions: {owned}")
+
+
 def test_weights_three_to_one_hold_across_partitions_and_a_newcomer_is_served_at_once(stack, tmp_path):
     settings = scheduler_settings("fs" + uuid.uuid4().hex[:10], partitions=PARTS)
     make_topics(settings)
     for tenant, weight in (("a", 3.0), ("b", 1.0)):
         publish_settings(settings, settings_record(tenant, settings_for(None, weight=weight)))
-    metrics_port = free_port()
-    proc = SchedulerProc(settings, tmp_path, args=("--metrics-port", str(metrics_port)))
+    # Two scheduler processes, two partitions each: a partition's owner learns the other process's usage
+    # only from the tenant-usage topic.
+    ports = [free_port(), free_port()]
+    procs = [SchedulerProc(settings, tmp_path, name, args=("--metrics-port", str(port)))
+             for name, port in zip("ab", ports)]
     bus = Bus(settings)
     run = uuid.uuid4().hex[:6]
     try:
-        proc.wait_owning(set(range(PARTS)))
+        _wait_split(procs)
         # More than either tenant can run in the time, so both stay backlogged throughout.
         backlog = _jobs("a", {0, 1}, 140, run) + _jobs("b", {2, 3}, 140, run)
         for job in backlog:
@@ -134,15 +151,18 @@ def test_weights_three_to_one_hold_across_partitions_and_a_newcomer_is_served_at
                 assert got["used_gpu_seconds"] == pytest.approx(used[tenant], abs=0.01), (tenant, got)
         finally:
             view.close()
-        text = urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+        text = "".join(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+                       for port in ports)
         for tenant in used:
             exported = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                            if line.startswith("spotreel_scheduler_tenant_gpu_seconds{") and f'tenant="{tenant}"' in line)
             assert exported == pytest.approx(used[tenant], abs=0.01), (tenant, exported)
     except BaseException:
-        print(f"----- tail of {proc.log_path.name} -----\n{proc.log()[-4000:]}")
+        for proc in procs:
+            print(f"----- tail of {proc.log_path.name} -----\n{proc.log()[-4000:]}")
         raise
     finally:
         bus.close()
-        proc.stop()
+        for proc in procs:
+            proc.stop()
         drop_topics(settings)
