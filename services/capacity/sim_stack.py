@@ -23,11 +23,12 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _free_block(host: str, start: int = 21000, stop: int = 29000) -> int:
-    """A port p with p, p+1 and p+2 free (gateway, scheduler metrics, projector metrics)."""
-    for p in range(start + os.getpid() % 997 * 7, stop, 3):
-        if all(bindable(host, p + i) for i in range(3)):
+    """A port p with p .. p+4 free: the gateway, the scheduler's, projector's and webhooks' metrics, and the
+    gateway's own internal metrics port (infra/services.py)."""
+    for p in range(start + os.getpid() % 997 * 7, stop, 5):
+        if all(bindable(host, p + i) for i in range(5)):
             return p
-    raise RuntimeError("no three consecutive free ports found for the private services")
+    raise RuntimeError("no five consecutive free ports found for the private services")
 
 
 class PrivateStack:
