@@ -264,3 +264,20 @@ def test_an_in_flight_ceiling_holds_across_partitions():
     cluster.view.apply(replace(ev.TenantSettings("a", "pro", 3.0, 600, 7, 2), max_in_flight=4))
     more = [cluster.request(f"x{i}", T0 + 100 + i) for i in range(6)]
     assert sum(j is not None for j in more) == 2
+
+
+def test_the_view_keeps_the_newest_record_of_each_kind():
+    view = FairShareView(Settings(partitions=PARTS), Codec.default())
+    view.apply(ev.TenantUsageReport("a", 0, 200, 5.0, 1, 60.0))
+    view.apply(ev.TenantUsageReport("a", 0, 100, 1.0, 0, 0.0))  # an older report read late
+    assert view.reports("a")[0].at_ms == 200
+    view.apply(ev.TenantSettings("a", "pro", 3.0, 600, 7, 10, max_in_flight=20))
+    view.apply(ev.TenantSettings("a", "free", 1.0, 30, 4, 5, max_in_flight=2))  # older: ignored
+    assert (view.policies()["a"].weight, view.policies()["a"].max_in_flight) == (3.0, 20)
+    view.apply(ev.TenantSettings("a", "custom", 0.0, 600, 9, 20))  # unusable weight: the previous one stays
+    assert view.policies()["a"].weight == 3.0
+    # GlobalUsage: the owned partition's live report replaces the topic's, the others are summed.
+    view.apply(ev.TenantUsageReport("a", 1, 200, 2.0, 1, 60.0))
+    live = {0: lambda t: ev.TenantUsageReport(t, 0, 200, 10.0, 2, 120.0)}
+    got = GlobalUsage(view, live, 200, None)["a"]
+    assert (got.gpu_seconds, got.in_flight) == (10.0 + 120.0 + 2.0 + 60.0, 3)
