@@ -7,7 +7,7 @@ Here the usage of all partitions is shared the way `workerleases.py` shares work
 
 - `TenantLedger` (one per owned partition, in `PartitionState`): GPU-seconds of the partition's ended
   leases per tenant, decayed (`render_ms` of the job states, i.e. from the events, so a new owner rebuilds
-  it from the table), and the leases held now. Its `reports` are `events.TenantUsageReport`s.
+  it from the table), and the leases held now. Its reports are `events.TenantUsageReport`s.
 - Each owner publishes its reports to the compacted `<prefix>.tenant-usage` (key `tenant/partition`) when
   they change (a lease granted or ended; at the end of the batch), and all of them after taking a partition.
 - `FairShareView` reads that topic and the compacted `<prefix>.tenants` (`events.TenantSettings`, written
@@ -16,7 +16,9 @@ Here the usage of all partitions is shared the way `workerleases.py` shares work
   ledgers of the partitions this instance owns and the latest reports of the others
   (`fairness.combined_usage`). `FairShareView.policies()` gives each tenant's weight and in-flight ceiling.
 The view of other partitions is as old as their last report (a Kafka round trip after the batch that changed
-it), so the in-flight ceiling can be overshot by grants made on two partitions within that time.
+it), so the in-flight ceiling can be overshot by grants made on two partitions within that time. Requesters
+find the partition of the most under-served tenant through `PoolStats.min_share` (poolstats.py,
+dispatch/order.py).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from spotreel.settings import Settings
 
 log = logging.getLogger("spotreel.scheduler.fairshare")
 
-# A held lease is charged at least this much before its pool's mean run time is measured on the partition.
+# What a held lease is charged until its pool's mean run time has been measured on the partition.
 DEFAULT_EST_MS = 60_000.0
 
 
