@@ -1,4 +1,4 @@
-"""`spotreel model tiny DIR`: build the tiny random-weight text-to-video model for tests and the demo."""
+"""`spotreel model tiny DIR [--family F]`: build a tiny random-weight text-to-video model for tests and the demo."""
 
 from __future__ import annotations
 
@@ -15,7 +15,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     tiny.add_argument("dir", type=Path, metavar="DIR", help="target directory (created; must be empty or "
                       "hold the same build)")
     tiny.add_argument("--config", default="tiny", help="tiny (default, seconds per video on a CPU) or "
-                      "large (a wider, deeper UNet for benchmarks)")
+                      "large (a wider, deeper UNet for benchmarks); unet3d only")
+    tiny.add_argument("--family", default="unet3d", choices=("unet3d", "wan", "ltx", "cogvideox"),
+                      help="pipeline family: unet3d (TextToVideoSD, default), wan (WanPipeline), ltx "
+                      "(LTXPipeline) or cogvideox (CogVideoXPipeline)")
     tiny.set_defaults(func=_tiny)
 
 
@@ -27,7 +30,7 @@ def _tiny(args: argparse.Namespace, settings: object) -> int:
               file=sys.stderr)
         return 2
     try:
-        built = build_tiny_model(args.dir, args.config)
+        built = build_tiny_model(args.dir, args.config, args.family)
     except (FileExistsError, NotADirectoryError, PermissionError) as exc:
         print(f"model tiny: {exc}", file=sys.stderr)
         return 1

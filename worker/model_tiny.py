@@ -1,4 +1,5 @@
-"""Build a tiny random-weight text-to-video model on disk, in the layout of a TextToVideoSDPipeline.
+"""Build a tiny random-weight text-to-video model on disk: a TextToVideoSDPipeline (family unet3d) or,
+with `family`, a Wan / LTX-Video / CogVideoX pipeline (built by `model_tiny_dit.py`).
 
 The tests and the demo load it through the same `from_pretrained` path as a full public model, so the
 worker never has a "test mode". Nothing is downloaded: the tokenizer's vocabulary and merges are made
@@ -51,9 +52,16 @@ class TinyConfig:
     vae_channels: tuple[int, ...] = (32, 64)
     seed: int = 1234
 
+    family: str = "unet3d"
+
     def recipe(self) -> dict:
         d = asdict(self)
         d["version"] = RECIPE_VERSION
+        if self.family == "unet3d":
+            d.pop("family")  # the recipe hash of the UNet3D builds stays what it was
+        else:
+            # The DiT families have one fixed tiny build each (model_tiny_dit.py); only the seed is shared.
+            d = {"family": self.family, "seed": self.seed, "version": RECIPE_VERSION}
         return d
 
 
@@ -75,13 +83,16 @@ def recipe_fingerprint(cfg: TinyConfig) -> str:
     return hashlib.sha256(blob).hexdigest()
 
 
-def build_tiny_model(out_dir: str | Path, config: str | TinyConfig = "tiny") -> bool:
+FAMILIES = ("unet3d", "wan", "ltx", "cogvideox")
+
+
+def build_tiny_model(out_dir: str | Path, config: str | TinyConfig = "tiny", family: str = "unet3d") -> bool:
     """Write the model to `out_dir`. Returns False when an identical build is already there.
 
     A directory that holds something else (another recipe, or unrelated files) is refused rather than
     overwritten, so a typo cannot wipe a real model.
     """
-    cfg = _resolve(config)
+    cfg = _resolve(config, family)
     out = Path(out_dir)
     fp = recipe_fingerprint(cfg)
     marker = out / MARKER
@@ -115,16 +126,17 @@ def build_tiny_model(out_dir: str | Path, config: str | TinyConfig = "tiny") -> 
     return True
 
 
-def cached_model_dir(cache_dir: str | Path, config: str = "tiny") -> Path:
+def cached_model_dir(cache_dir: str | Path, config: str = "tiny", family: str = "unet3d") -> Path:
     """Where the tiny model of `config` lives under a cache directory; the name carries the recipe hash,
     so a changed recipe builds next to the old one instead of refusing."""
-    return Path(cache_dir) / "models" / f"{config}-{recipe_fingerprint(_resolve(config))[:12]}"
+    name = config if family == "unet3d" else family
+    return Path(cache_dir) / "models" / f"{name}-{recipe_fingerprint(_resolve(config, family))[:12]}"
 
 
-def ensure_tiny_model(cache_dir: str | Path, config: str = "tiny") -> Path:
+def ensure_tiny_model(cache_dir: str | Path, config: str = "tiny", family: str = "unet3d") -> Path:
     """Build the model into the cache once; later calls only check the marker."""
-    out = cached_model_dir(cache_dir, config)
-    build_tiny_model(out, config)
+    out = cached_model_dir(cache_dir, config, family)
+    build_tiny_model(out, config, family)
     return out
 
 
@@ -135,17 +147,27 @@ def _marker_fingerprint(marker: Path) -> str | None:
         return None
 
 
-def _resolve(config: str | TinyConfig) -> TinyConfig:
+def _resolve(config: str | TinyConfig, family: str = "unet3d") -> TinyConfig:
+    from dataclasses import replace
+
+    if family not in FAMILIES:
+        raise ValueError(f"unknown model family {family!r}; choose one of {', '.join(FAMILIES)}")
     if isinstance(config, TinyConfig):
-        return config
+        return replace(config, family=family)
     try:
-        return CONFIGS[config]
+        return replace(CONFIGS[config], family=family)
     except KeyError:
         raise ValueError(f"unknown tiny model config {config!r}; choose one of {sorted(CONFIGS)}") from None
 
 
 def _build(cfg: TinyConfig):
     import torch
+
+    if cfg.family != "unet3d":
+        from spotreel.worker.model_tiny_dit import BUILDERS
+
+        torch.manual_seed(cfg.seed)
+        return BUILDERS[cfg.family]()
     from diffusers import AutoencoderKL, DDIMScheduler, UNet3DConditionModel
     from diffusers.pipelines import TextToVideoSDPipeline
     from transformers import CLIPTextConfig, CLIPTextModel

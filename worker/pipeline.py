@@ -1,11 +1,12 @@
 """The render loop: a diffusers text-to-video model driven one denoising step at a time.
 
 Stock pipelines run all steps in one call and cannot start mid-way, so the worker owns the loop
-(encode prompt → seeded latents → per step: scale_model_input, UNet, guidance, scheduler.step → VAE
-decode). Everything that decides the next latents — latents, the scheduler's step index and timesteps,
-the RNG state of our own CPU `torch.Generator` — is in the state and goes into a checkpoint, so a resume
-on a fresh process continues bit for bit. The loop mirrors diffusers' TextToVideoSDPipeline, and the
-same code runs a full ModelScope/zeroscope directory in fp16 on cuda.
+(encode prompt → seeded latents → per step: model, guidance, scheduler.step → VAE decode). Each kind of
+pipeline is a family (`families/`: UNet3D, Wan, LTX-Video, CogVideoX) that mirrors its stock pipeline.
+Everything that decides the next latents — latents, the scheduler's whole internal state (step index,
+sigmas, a multistep sampler's previous outputs), loop state a family keeps outside the scheduler, the RNG
+state of our own CPU `torch.Generator` — is in the state and goes into a checkpoint, so a resume on a
+fresh process continues bit for bit.
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ import json
 import os
 import re
 import threading
-import warnings
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +24,15 @@ import numpy as np
 import torch
 
 from spotreel.worker.checkpoints import Checkpoint, CheckpointMismatch
+from spotreel.worker.families import family_for
+from spotreel.worker.families import scheduler_state as sched_state
 from spotreel.worker.hf_logging import quietly
 
 # Bump when the loop changes in a way that makes old checkpoints resume differently.
-LOOP_VERSION = 1
-SAMPLERS = ("ddim", "euler_a")
+# 2: families; the checkpoint carries the scheduler's whole state.
+LOOP_VERSION = 2
+# Every sampler some family offers; each family accepts its own subset (Renderer.check says which).
+SAMPLERS = ("ddim", "euler_a", "unipc", "dpmpp", "flow_euler")
 _RESOLUTION = re.compile(r"^([1-9][0-9]{0,4})x([1-9][0-9]{0,4})$")
 
 
@@ -45,10 +49,11 @@ class RenderRequest:
     fps: int
     sampler: str = "ddim"
     guidance_scale: float = 1.0
+    negative_prompt: str = ""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.prompt, str):
-            raise ValueError("prompt must be a string")
+        if not isinstance(self.prompt, str) or not isinstance(self.negative_prompt, str):
+            raise ValueError("prompt and negative_prompt must be strings")
         for name in ("num_steps", "width", "height", "num_frames", "fps"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -88,9 +93,10 @@ class RenderState:
     num_steps: int
     fingerprint: str
     latents: torch.Tensor
-    embeds: torch.Tensor
+    cond: dict[str, Any]
     scheduler: Any
     generator: torch.Generator
+    extra: dict[str, torch.Tensor | None] = field(default_factory=dict)
 
     @property
     def done(self) -> bool:
@@ -128,15 +134,12 @@ class Renderer:
         self.dtype = dtype or (torch.float16 if self.device.type == "cuda" else torch.float32)
         pipe = quietly(lambda: DiffusionPipeline.from_pretrained(self.model_dir, torch_dtype=self.dtype))
         pipe.to(self.device)
-        self.unet, self.vae = pipe.unet, pipe.vae
-        self.text_encoder, self.tokenizer = pipe.text_encoder, pipe.tokenizer
-        self._scheduler_config = dict(pipe.scheduler.config)
-        for module in (self.unet, self.vae, self.text_encoder):
+        pipe.set_progress_bar_config(disable=True)
+        self.family = family_for(pipe, self.device, self.dtype)
+        for module in self.family.modules():
             module.eval()
             module.requires_grad_(False)
-        self.vae_scale = 2 ** (len(self.vae.config.block_out_channels) - 1)
-        # Each UNet down block but the last halves the latent size, so latents must divide by this.
-        self._latent_multiple = 2 ** (len(self.unet.config.block_out_channels) - 1)
+        self.default_sampler = self.family.default_sampler
         self.model_id = _model_identity(self.model_dir)
         self._hang = _test_hang_spec(os.environ.get(TEST_HANG_ENV))
         self.numerics = self._numerics()
@@ -144,8 +147,11 @@ class Renderer:
     # -- identity ------------------------------------------------------------------------------------------
 
     def fingerprint(self, req: RenderRequest) -> str:
-        doc = {"loop": LOOP_VERSION, "model": self.model_id, "dtype": str(self.dtype),
-               "numerics": self.numerics, "request": req.frame_settings()}
+        settings = req.frame_settings()
+        if self.family.fps_changes_frames:
+            settings["fps"] = req.fps
+        doc = {"loop": LOOP_VERSION, "family": self.family.name, "model": self.model_id, "dtype": str(self.dtype),
+               "numerics": self.numerics, "request": settings}
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
     def _numerics(self) -> dict[str, Any]:
@@ -162,36 +168,42 @@ class Renderer:
     # -- the loop ------------------------------------------------------------------------------------------
 
     def start(self, req: RenderRequest) -> RenderState:
-        self._check_size(req)
-        scheduler = self._scheduler(req)
+        self.family.check(req)
+        scheduler = self.family.scheduler(req)
         generator = torch.Generator("cpu").manual_seed(req.seed)
-        shape = (1, self.unet.config.in_channels, req.num_frames,
-                 req.height // self.vae_scale, req.width // self.vae_scale)
-        # Drawn on the CPU generator and moved, as diffusers' randn_tensor does: the same seed gives the
-        # same starting noise on every device.
-        latents = torch.randn(shape, generator=generator, dtype=self.dtype).to(self.device)
-        latents = latents * scheduler.init_noise_sigma
-        return RenderState(req, 0, req.num_steps, self.fingerprint(req), latents, self._embed(req),
-                           scheduler, generator)
+        # Latents first, as every stock pipeline draws them before anything else uses the generator.
+        latents = self.family.latents(req, generator, scheduler)
+        return RenderState(req, 0, req.num_steps, self.fingerprint(req), latents, self.family.encode(req),
+                           scheduler, generator, self.family.initial_extra())
 
     def resume(self, req: RenderRequest, ckpt: Checkpoint) -> RenderState:
-        self._check_size(req)
+        self.family.check(req)
         fp = self.fingerprint(req)
         if ckpt.fingerprint != fp:
             raise CheckpointMismatch(f"checkpoint fingerprint {ckpt.fingerprint[:16]}… does not match this "
                                      f"render's {fp[:16]}… (other model, settings or loop version)")
         if not 0 <= ckpt.step <= req.num_steps:
             raise CheckpointMismatch(f"checkpoint step {ckpt.step} is outside 0..{req.num_steps}")
-        scheduler = self._scheduler(req)
+        scheduler = self.family.scheduler(req)
         saved = ckpt.tensors.get("scheduler.timesteps")
         if saved is None or not torch.equal(saved, scheduler.timesteps.cpu()):
             raise CheckpointMismatch("the scheduler's timesteps differ from the checkpoint's")
+        doc = ckpt.meta.get("scheduler_state")
+        if not isinstance(doc, dict):
+            raise CheckpointMismatch("the checkpoint carries no scheduler state")
+        try:
+            sched_state.load(scheduler, ckpt.tensors, doc, self.device)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CheckpointMismatch(f"the checkpoint's scheduler state does not fit: {exc}") from exc
         generator = torch.Generator("cpu")
         generator.set_state(ckpt.tensors["rng.state"].clone())
         latents = ckpt.tensors["latents"].to(device=self.device, dtype=self.dtype)
-        if hasattr(scheduler, "set_begin_index"):
-            scheduler.set_begin_index(ckpt.step)
-        return RenderState(req, ckpt.step, req.num_steps, fp, latents, self._embed(req), scheduler, generator)
+        extra: dict[str, torch.Tensor | None] = {}
+        for name in ckpt.meta.get("extra", []):
+            t = ckpt.tensors.get(f"extra.{name}")
+            extra[name] = None if t is None else t.to(self.device)
+        return RenderState(req, ckpt.step, req.num_steps, fp, latents, self.family.encode(req), scheduler,
+                           generator, extra)
 
     @torch.no_grad()
     def step(self, state: RenderState) -> RenderState:
@@ -202,22 +214,9 @@ class Renderer:
                                f"{torch.get_num_threads()} after the Renderer was built; set them before")
         if self._hang is not None and self._hang[0] == state.step:
             self._hang_once()
-        sched, latents, req = state.scheduler, state.latents, state.request
-        t = sched.timesteps[state.step]
-        guided = req.guidance_scale > 1.0
-        model_in = torch.cat([latents] * 2) if guided else latents
-        model_in = sched.scale_model_input(model_in, t)
-        noise = self.unet(model_in, t, encoder_hidden_states=state.embeds, return_dict=False)[0]
-        if guided:
-            uncond, text = noise.chunk(2)
-            noise = uncond + req.guidance_scale * (text - uncond)
-        # The scheduler works on frames as a batch of images, exactly as TextToVideoSDPipeline does.
-        b, c, f, h, w = latents.shape
-        flat = latents.permute(0, 2, 1, 3, 4).reshape(b * f, c, h, w)
-        noise = noise.permute(0, 2, 1, 3, 4).reshape(b * f, c, h, w)
-        flat = sched.step(noise, t, flat, generator=state.generator).prev_sample
-        latents = flat[None, :].reshape(b, f, c, h, w).permute(0, 2, 1, 3, 4)
-        return replace(state, step=state.step + 1, latents=latents)
+        latents, extra = self.family.denoise(state.request, state.step, state.scheduler, state.latents,
+                                             state.cond, state.extra, state.generator)
+        return replace(state, step=state.step + 1, latents=latents, extra=extra)
 
     def _hang_once(self) -> None:
         """TEST-ONLY fault injection (see TEST_HANG_ENV): this process's first step from the given step hangs."""
@@ -232,59 +231,27 @@ class Renderer:
             "rng.state": state.generator.get_state(),
             "scheduler.timesteps": state.scheduler.timesteps.detach().to("cpu").contiguous().clone(),
         }
+        sched_tensors, sched_doc = sched_state.dump(state.scheduler)
+        tensors.update(sched_tensors)
+        for name, value in state.extra.items():
+            if value is not None:
+                tensors[f"extra.{name}"] = value.detach().to("cpu").contiguous().clone()
         meta = {"sampler": state.request.sampler, "scheduler": type(state.scheduler).__name__,
                 "num_steps": state.num_steps, "dtype": str(self.dtype), "numerics": self.numerics,
-                "loop": LOOP_VERSION}
+                "loop": LOOP_VERSION, "family": self.family.name, "scheduler_state": sched_doc,
+                "extra": sorted(state.extra)}
         return Checkpoint(step=state.step, fingerprint=state.fingerprint, tensors=tensors, meta=meta)
 
     @torch.no_grad()
     def finish(self, state: RenderState) -> np.ndarray:
         """Decode the latents to uint8 frames (T, H, W, 3); may be called before the last step (preview)."""
-        latents = state.latents / self.vae.config.scaling_factor
-        b, c, f, h, w = latents.shape
-        images = self.vae.decode(latents.permute(0, 2, 1, 3, 4).reshape(b * f, c, h, w)).sample
-        frames = (images.float() / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 1)
-        return (frames * 255).round().to(torch.uint8).cpu().numpy()
+        return self.family.decode(state.request, state.latents)
 
     # -- helpers -------------------------------------------------------------------------------------------
 
     def check(self, req: RenderRequest) -> None:
         """ValueError when this model cannot render `req` at all (a request error: retrying cannot help)."""
-        self._check_size(req)
-
-    def _check_size(self, req: RenderRequest) -> None:
-        multiple = self.vae_scale * self._latent_multiple
-        if req.width % multiple or req.height % multiple:
-            raise ValueError(f"width and height must be multiples of {multiple} for this model, "
-                             f"got {req.width}x{req.height}")
-
-    def _scheduler(self, req: RenderRequest):
-        from diffusers import DDIMScheduler, EulerAncestralDiscreteScheduler
-
-        cls = DDIMScheduler if req.sampler == "ddim" else EulerAncestralDiscreteScheduler
-        with warnings.catch_warnings():
-            # diffusers' sigma table trips numpy 2's __array__ copy notice; the values are unaffected.
-            warnings.simplefilter("ignore", DeprecationWarning)
-            scheduler = cls.from_config(self._scheduler_config)
-            scheduler.set_timesteps(req.num_steps, device=self.device)
-        if hasattr(scheduler, "set_begin_index"):
-            scheduler.set_begin_index(0)
-        return scheduler
-
-    @torch.no_grad()
-    def _embed(self, req: RenderRequest) -> torch.Tensor:
-        """Prompt embeddings, with the empty prompt's in front when guidance is on (as diffusers does)."""
-        prompts = [""] * (req.guidance_scale > 1.0) + [req.prompt]
-        embeds = []
-        for text in prompts:
-            tokens = self.tokenizer(text, padding="max_length", max_length=self.tokenizer.model_max_length,
-                                    truncation=True, return_tensors="pt")
-            mask = None
-            if getattr(self.text_encoder.config, "use_attention_mask", False):
-                mask = tokens.attention_mask.to(self.device)
-            out = self.text_encoder(tokens.input_ids.to(self.device), attention_mask=mask)[0]
-            embeds.append(out.to(self.dtype))
-        return torch.cat(embeds)
+        self.family.check(req)
 
 
 def _model_identity(model_dir: Path) -> str:
