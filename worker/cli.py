@@ -32,8 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model-dir", type=Path, help="SPOTREEL_WORKER_MODEL_DIR; default the tiny model under "
                    "the spotreel home (built on first use)")
     p.add_argument("--device", help="cpu or cuda (default: cuda when torch sees one)")
-    p.add_argument("--sampler", choices=("ddim", "euler_a"), default="ddim",
-                   help="denoising sampler this pool's model version runs with (default ddim)")
+    p.add_argument("--sampler", choices=("ddim", "euler_a", "unipc", "dpmpp", "flow_euler"),
+                   help="denoising sampler this pool's model version runs with (default: the model family's: "
+                   "ddim for unet3d and cogvideox, unipc for wan, flow_euler for ltx)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--once", action="store_true", help="exit after one job")
     p.add_argument("--max-jobs", type=int, help="exit after this many jobs")

@@ -57,7 +57,7 @@ def step_pct(step: int, num_steps: int) -> float:
 
 class JobRun:
     def __init__(self, lease: Lease, transport: Transport, renderer: Renderer, s3: Any, checkpoints: CheckpointStore,
-                 artifacts: ArtifactStore, policy: IntervalPolicy, notice: PreemptionNotice, sampler: str = "ddim",
+                 artifacts: ArtifactStore, policy: IntervalPolicy, notice: PreemptionNotice, sampler: str | None = None,
                  heartbeat_s: float | None = None, progress_s: float | None = None,
                  on_step: Callable[[int], None] | None = None, stuck_steps: int = DEFAULT_STEPS,
                  stuck_min_s: float = DEFAULT_MIN_S, on_wedged: Callable[[str], None] | None = None,
@@ -101,7 +101,7 @@ class JobRun:
         try:
             req = RenderRequest.from_job(prompt=lease.prompt, seed=lease.seed, num_steps=lease.num_steps,
                                          resolution=lease.resolution, duration_s=lease.duration_s, fps=lease.fps,
-                                         sampler=self.sampler)
+                                         sampler=self.sampler or self.renderer.default_sampler)
             # What this model can do (sizes): a request it cannot render fails for good, not once per attempt.
             self.renderer.check(req)
         except ValueError as exc:

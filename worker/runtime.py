@@ -31,7 +31,7 @@ log = logging.getLogger("spotreel.worker")
 
 @dataclass(frozen=True)
 class RuntimeOptions:
-    sampler: str = "ddim"
+    sampler: str | None = None  # None: the model family's default sampler
     lease_wait_s: float = 20.0
     lease_ttl_ms: int | None = None  # None: the control plane's default
     max_jobs: int | None = None  # None: until stopped

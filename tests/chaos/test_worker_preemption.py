@@ -1,7 +1,8 @@
 """Workers lost in every way a spot worker can be lost, with real processes and signals:
 
 - kill -9 at a random step: the lease expires, another worker resumes from the last recorded checkpoint,
-  and the video's frames are bit-identical to an uninterrupted run (DDIM and Euler ancestral);
+  and the video's frames are bit-identical to an uninterrupted run (DDIM and Euler ancestral); the same
+  kill for the Wan, LTX-Video and CogVideoX families (held at a step by the test-only hang hook);
 - SIGTERM: emergency checkpoint and release; the job is requeued at once, long before the lease TTL;
 - SIGSTOP past the lease, then SIGCONT: the paused worker's commands are refused as stale, it deletes what
   it wrote under its dead epoch and exits; the referenced video is the other worker's.
@@ -82,6 +83,43 @@ def test_kill9_at_a_random_step_then_another_worker_resumes_bit_identical(plane,
     assert resumed.resume_checkpoint_key and 0 < resumed.resume_step <= killed_at < STEPS
     assert done.epoch == 2 and done.artifact_key.endswith("/e00000002/video.mp4")
     assert video_frames_checksum(plane, done.artifact_key) == reference_checksum(plane.model_dir, job, sampler)
+
+
+@pytest.mark.parametrize("family", ["wan", "ltx", "cogvideox"])
+def test_kill9_of_a_diffusion_transformer_family_resumes_bit_identical(plane, settings, monkeypatch, family):
+    """The same kill -9 for the Wan, LTX-Video and CogVideoX families with their default samplers (UniPC on
+    flow sigmas, flow-matching Euler, CogVideoX DDIM). Their tiny builds step in milliseconds, so worker A
+    checkpoints every step and is held at step 8 by the test-only hang hook, where it is killed."""
+    from spotreel.worker.model_tiny import ensure_tiny_model
+    from spotreel.worker.pipeline import TEST_HANG_ENV
+
+    model_dir = ensure_tiny_model(settings.cache_dir, family=family)
+    model = f"{family}-{uuid.uuid4().hex[:8]}"
+    common = ("--once", "--model-dir", str(model_dir), "--checkpoint-every", "0.001", "--lease-ttl-ms", "5000")
+    with monkeypatch.context() as m:
+        m.setenv(TEST_HANG_ENV, "8")
+        a = plane.worker("a", model, "kafka", *common)
+    b = None
+    try:
+        a.wait_ready()
+        job = plane.submit(model, family, resolution="16x16", duration_s=0.625)  # 5 frames: 4n+1
+        at_step(a, job.job_id, 8)
+        plane.bus.wait_event(job.job_id, ev.CheckpointRecorded, timeout=60)
+        b = plane.worker("b", model, "http", *common)
+        a.signal(signal.SIGKILL)
+        a.wait_exit(30)
+        done = wait_done(plane.bus, job.job_id)
+        assert b.wait_exit(60) == 0, b.logs()
+    finally:
+        a.stop()
+        if b is not None:
+            b.stop()
+    leases = events_of(plane.bus, job.job_id, ev.JobLeased)
+    assert [le.worker_id for le in leases] == [a.worker_id, b.worker_id]
+    assert leases[1].resume_checkpoint_key and 0 < leases[1].resume_step <= 8
+    assert done.epoch == 2
+    sampler = {"wan": "unipc", "ltx": "flow_euler", "cogvideox": "ddim"}[family]
+    assert video_frames_checksum(plane, done.artifact_key) == reference_checksum(model_dir, job, sampler)
 
 
 def test_sigterm_checkpoints_and_releases_so_the_job_is_requeued_at_once(plane):

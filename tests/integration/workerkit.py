@@ -51,8 +51,8 @@ class Plane:
 
     def submit(self, model: str, sampler_tag: str = "", **overrides: Any):
         key = f"{model}-{sampler_tag}-{uuid.uuid4().hex[:6]}"
-        command = submit("acme", key, model=model, gpu_type=GPU, resolution=RESOLUTION, duration_s=DURATION_S,
-                         fps=FPS, num_steps=STEPS, seed=overrides.pop("seed", 1234),
+        command = submit("acme", key, model=model, gpu_type=GPU, resolution=overrides.pop("resolution", RESOLUTION),
+                         duration_s=overrides.pop("duration_s", DURATION_S), fps=FPS, num_steps=STEPS, seed=overrides.pop("seed", 1234),
                          prompt=overrides.pop("prompt", "a red fox running in snow"), **overrides)
         self.bus.send(command)
         return command
