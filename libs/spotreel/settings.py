@@ -81,6 +81,9 @@ class Settings:
     worker_key: str = ""
     worker_model_dir: str = ""
     worker_transport: str = "http"
+    # The operator's model registry (TOML, spotreel/model_registry.py): the gateway validates submissions
+    # against it, `spotreel model list` prints it, `spotreel worker --model NAME` loads from it. Empty: none.
+    model_registry: str = ""
 
     topic_prefix: str = "spotreel"
     partitions: int = 6

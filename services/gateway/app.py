@@ -112,6 +112,12 @@ async def openapi_view(request: web.Request) -> web.Response:
 
 def create_app(settings: Settings, deps: Deps, cfg: GatewayConfig | None = None) -> web.Application:
     cfg = cfg or GatewayConfig()
+    if cfg.models is None and settings.model_registry:
+        from dataclasses import replace
+
+        from spotreel.model_registry import load
+
+        cfg = replace(cfg, models=load(settings.model_registry))
     metrics = Metrics.create()
     admission = Admission(cfg, deps.reads, on_reject=lambda reason: metrics.rejections.labels(reason).inc(),
                           pools=deps.pools)

@@ -4,6 +4,7 @@ them, and tests build variants with `dataclasses.replace` instead of environment
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,9 @@ class GatewayConfig:
     max_pixels: int = 1920 * 1080
     max_parents: int = 64
     max_delay_s: int = 30 * 24 * 3600
+    # The operator's model registry (spotreel.model_registry.ModelRegistry; None: no registry, any model name).
+    # create_app loads it from SPOTREEL_MODEL_REGISTRY when the config has none.
+    models: Any = None
     default_model: str = "tiny-t2v"
     default_gpu_type: str = "any"
     default_resolution: str = "256x256"

@@ -163,7 +163,7 @@ def normalize(body: Any, cfg: GatewayConfig, *, allow_private_callbacks: bool = 
     dag_policy = _str(body, "dag_policy") or "fail_fast"
     if dag_policy not in DAG_POLICIES:
         raise invalid("dag_policy", f"dag_policy must be one of {list(DAG_POLICIES)}")
-    return {
+    normalized = {
         "prompt": prompt,
         "model": _str(body, "model", NAME, "must be a model name ([A-Za-z0-9._:-], up to 64)") or cfg.default_model,
         "gpu_type": _str(body, "gpu_type", NAME, "must be a GPU type name ([A-Za-z0-9._:-], up to 64)")
@@ -182,6 +182,14 @@ def normalize(body: Any, cfg: GatewayConfig, *, allow_private_callbacks: bool = 
         "dag_policy": dag_policy,
         **_policy(body),
     }
+    if cfg.models is not None:
+        # The operator's registry (spotreel.model_registry): sizes, frames and steps this model takes.
+        problem = cfg.models.problem(model=normalized["model"], resolution=normalized["resolution"],
+                                     duration_s=normalized["duration"], fps=normalized["fps"],
+                                     num_steps=normalized["num_steps"])
+        if problem is not None:
+            raise invalid(*problem)
+    return normalized
 
 
 def policy_fields(body: dict[str, Any]) -> dict[str, Any]:

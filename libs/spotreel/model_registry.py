@@ -1,0 +1,157 @@
+"""The model registry: the operator's file naming every model the service renders and what it accepts.
+
+One TOML file (`SPOTREEL_MODEL_REGISTRY`), one table per model name (the `model` of a submission and the
+MODEL of a worker's `--pool MODEL@GPU`):
+
+    [models.wan-1.3b]
+    directory = "/models/Wan2.1-T2V-1.3B-Diffusers"   # a diffusers directory (model_index.json)
+    family = "wan"                                    # unet3d | wan | ltx | cogvideox
+    dtype = "bfloat16"                                # float32 | float16 | bfloat16 (on a GPU)
+    sizes = ["832x480", "480x832"]                    # WIDTHxHEIGHT the model is meant for
+    frames = { min = 5, max = 81, step = 4 }          # frame counts min, min+step, ... <= max (4n+1 here)
+    steps = { min = 1, max = 50 }
+    sampler = "unipc"                                 # default sampler (the family's exact-resume ones)
+    guidance_scale = 5.0                              # default guidance (recorded; see worker/README.md)
+    pool = "a100"                                     # the GPU type its workers run on
+
+The gateway checks a submission against its model's entry (`problem`: the field and the allowed values,
+answered 422); `spotreel model list` prints the file; a worker started with `--model NAME` loads the entry's
+directory and sampler. The frame count of a job is round(duration × fps), as the worker computes it.
+Pure functions and a loader; nothing here talks to a service.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+FAMILIES = ("unet3d", "wan", "ltx", "cogvideox")
+DTYPES = ("float32", "float16", "bfloat16")
+SAMPLERS = {"unet3d": ("ddim", "euler_a", "unipc", "dpmpp"), "wan": ("unipc", "dpmpp"), "ltx": ("flow_euler",),
+            "cogvideox": ("ddim", "dpmpp")}
+_SIZE = re.compile(r"([1-9][0-9]{0,4})x([1-9][0-9]{0,4})")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
+
+
+class RegistryError(ValueError):
+    """The registry file is unreadable or an entry is malformed (the message names the entry and key)."""
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    name: str
+    directory: str
+    family: str
+    dtype: str
+    sizes: tuple[str, ...]
+    frames_min: int
+    frames_max: int
+    frames_step: int
+    steps_min: int
+    steps_max: int
+    sampler: str
+    guidance_scale: float
+    pool: str
+
+    def frame_rule(self) -> str:
+        form = f"{self.frames_step}n+{self.frames_min % self.frames_step}" if self.frames_step > 1 else "any"
+        return f"{form} from {self.frames_min} to {self.frames_max}"
+
+    def frames_allowed(self, n: int) -> bool:
+        return self.frames_min <= n <= self.frames_max and (n - self.frames_min) % self.frames_step == 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "directory": self.directory, "family": self.family, "dtype": self.dtype,
+                "sizes": list(self.sizes), "frames": self.frame_rule(), "steps": [self.steps_min, self.steps_max],
+                "sampler": self.sampler, "guidance_scale": self.guidance_scale, "pool": self.pool}
+
+
+@dataclass(frozen=True)
+class ModelRegistry:
+    models: dict[str, ModelEntry]
+
+    def names(self) -> list[str]:
+        return sorted(self.models)
+
+    def problem(self, *, model: str, resolution: str, duration_s: float, fps: int,
+                num_steps: int) -> tuple[str, str] | None:
+        """(field, message) for the first setting `model` cannot take, None when it can take them all."""
+        entry = self.models.get(model)
+        if entry is None:
+            return "model", f"unknown model {model!r}; known models: {', '.join(self.names()) or '(none)'}"
+        if resolution not in entry.sizes:
+            return "resolution", f"model {model} renders resolutions {', '.join(entry.sizes)}; got {resolution!r}"
+        frames = max(1, round(duration_s * fps))
+        if not entry.frames_allowed(frames):
+            return "duration", (f"duration × fps = {frames} frames; model {model} takes frames "
+                                f"{entry.frame_rule()} (e.g. duration {entry.frames_min / fps:g} s at {fps} fps)")
+        if not entry.steps_min <= num_steps <= entry.steps_max:
+            return "num_steps", f"model {model} takes num_steps from {entry.steps_min} to {entry.steps_max}"
+        return None
+
+
+def parse(doc: dict[str, Any]) -> ModelRegistry:
+    models = doc.get("models", {})
+    if not isinstance(models, dict):
+        raise RegistryError("the registry needs a [models.NAME] table per model")
+    return ModelRegistry({name: _entry(name, spec) for name, spec in models.items()})
+
+
+def load(path: str | Path) -> ModelRegistry:
+    try:
+        with open(path, "rb") as fh:
+            return parse(tomllib.load(fh))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise RegistryError(f"cannot read the model registry {path}: {exc}") from exc
+
+
+def _entry(name: str, spec: Any) -> ModelEntry:
+    def fail(msg: str) -> RegistryError:
+        return RegistryError(f"model {name!r}: {msg}")
+
+    if not _NAME.fullmatch(name):
+        raise fail("the name must be [A-Za-z0-9._:-], up to 64 characters")
+    if not isinstance(spec, dict):
+        raise fail("must be a table")
+    unknown = set(spec) - {"directory", "family", "dtype", "sizes", "frames", "steps", "sampler",
+                           "guidance_scale", "pool"}
+    if unknown:
+        raise fail(f"unknown keys {sorted(unknown)}")
+    family = spec.get("family")
+    if family not in FAMILIES:
+        raise fail(f"family must be one of {list(FAMILIES)}")
+    dtype = spec.get("dtype", "float16")
+    if dtype not in DTYPES:
+        raise fail(f"dtype must be one of {list(DTYPES)}")
+    directory = spec.get("directory")
+    if not isinstance(directory, str) or not directory:
+        raise fail("directory is required")
+    sizes = spec.get("sizes")
+    if not isinstance(sizes, list) or not sizes or not all(isinstance(s, str) and _SIZE.fullmatch(s) for s in sizes):
+        raise fail("sizes must be a non-empty list of WIDTHxHEIGHT strings")
+    frames = spec.get("frames", {})
+    steps = spec.get("steps", {})
+    if not isinstance(frames, dict) or not isinstance(steps, dict):
+        raise fail("frames and steps are tables {min, max[, step]}")
+    f_min, f_max, f_step = frames.get("min", 1), frames.get("max"), frames.get("step", 1)
+    s_min, s_max = steps.get("min", 1), steps.get("max")
+    for key, v in (("frames.min", f_min), ("frames.max", f_max), ("frames.step", f_step), ("steps.min", s_min),
+                   ("steps.max", s_max)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise fail(f"{key} must be a positive integer")
+    if f_min > f_max or s_min > s_max:
+        raise fail("a min is above its max")
+    sampler = spec.get("sampler", SAMPLERS[family][0])
+    if sampler not in SAMPLERS[family]:
+        raise fail(f"sampler must be one of the {family} family's {list(SAMPLERS[family])}")
+    guidance = spec.get("guidance_scale", 1.0)
+    if isinstance(guidance, bool) or not isinstance(guidance, (int, float)) or not guidance >= 1.0:
+        raise fail("guidance_scale must be a number >= 1.0")
+    pool = spec.get("pool", "any")
+    if not isinstance(pool, str) or not _NAME.fullmatch(pool):
+        raise fail("pool must be a GPU type name")
+    return ModelEntry(name, directory, family, dtype, tuple(sizes), f_min, f_max, f_step, s_min, s_max, sampler,
+                      float(guidance), pool)

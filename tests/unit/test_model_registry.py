@@ -1,0 +1,102 @@
+"""The operator's model registry: parsing (malformed entries refused naming the model and key), the checks a
+submission must pass, and the gateway answering 422 naming the field and the allowed values."""
+
+from __future__ import annotations
+
+import pytest
+
+from spotreel.model_registry import RegistryError, load, parse
+from spotreel.services.gateway.config import GatewayConfig
+from tests.unit.test_gateway_api import BODY, api, post  # noqa: F401  (api: the fixture)
+
+pytestmark = pytest.mark.unit
+
+REGISTRY = """
+[models.wan-1_3b]
+directory = "/models/wan"
+family = "wan"
+dtype = "bfloat16"
+sizes = ["832x480", "480x832"]
+frames = { min = 5, max = 81, step = 4 }
+steps = { min = 1, max = 50 }
+sampler = "unipc"
+guidance_scale = 5.0
+pool = "a100"
+
+[models.tiny-t2v]
+directory = "/models/tiny"
+family = "unet3d"
+dtype = "float32"
+sizes = ["32x32"]
+frames = { max = 16 }
+steps = { max = 40 }
+"""
+
+
+@pytest.fixture
+def registry(tmp_path):
+    path = tmp_path / "models.toml"
+    path.write_text(REGISTRY)
+    return load(path)
+
+
+def test_entries_parse_with_defaults(registry):
+    assert registry.names() == ["tiny-t2v", "wan-1_3b"]
+    wan = registry.models["wan-1_3b"]
+    assert (wan.family, wan.dtype, wan.sampler, wan.guidance_scale, wan.pool) == ("wan", "bfloat16", "unipc", 5.0,
+                                                                                 "a100")
+    assert wan.frame_rule() == "4n+1 from 5 to 81"
+    tiny = registry.models["tiny-t2v"]
+    assert (tiny.sampler, tiny.frames_min, tiny.frames_step, tiny.pool) == ("ddim", 1, 1, "any")
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    ({"family": "hunyuan"}, "family must be one of"),
+    ({"sampler": "flow_euler"}, "wan family's"),
+    ({"sizes": ["832-480"]}, "sizes"),
+    ({"frames": {"min": 9, "max": 5}}, "min is above"),
+    ({"dtype": "int8"}, "dtype"),
+    ({"colour": "red"}, "unknown keys"),
+])
+def test_malformed_entries_are_refused_naming_model_and_key(change, words):
+    spec = {"directory": "/m", "family": "wan", "sizes": ["16x16"], "frames": {"max": 9}, "steps": {"max": 9},
+            **change}
+    with pytest.raises(RegistryError, match=words) as info:
+        parse({"models": {"m1": spec}})
+    assert "'m1'" in str(info.value)
+
+
+def test_a_submission_is_checked_against_its_model(registry):
+    ok = dict(model="wan-1_3b", resolution="832x480", duration_s=33 / 16, fps=16, num_steps=30)
+    assert registry.problem(**ok) is None
+    assert registry.problem(**{**ok, "model": "zeroscope"})[0] == "model"
+    assert "tiny-t2v, wan-1_3b" in registry.problem(**{**ok, "model": "zeroscope"})[1]
+    assert registry.problem(**{**ok, "resolution": "512x512"}) == (
+        "resolution", "model wan-1_3b renders resolutions 832x480, 480x832; got '512x512'")
+    field, msg = registry.problem(**{**ok, "duration_s": 2.0})  # 32 frames: not 4n+1
+    assert field == "duration" and "32 frames" in msg and "4n+1 from 5 to 81" in msg
+    assert registry.problem(**{**ok, "duration_s": 85 / 16})[0] == "duration"  # 85 > 81
+    assert registry.problem(**{**ok, "num_steps": 51}) == ("num_steps", "model wan-1_3b takes num_steps from 1 to 50")
+
+
+@pytest.mark.parametrize(("change", "field", "words"), [
+    ({"model": "nope"}, "model", "known models: tiny-t2v, wan-1_3b"),
+    ({"model": "wan-1_3b", "resolution": "256x256"}, "resolution", "832x480, 480x832"),
+    ({"model": "wan-1_3b", "resolution": "832x480", "duration": 2, "fps": 16}, "duration", "4n+1 from 5 to 81"),
+    ({"model": "tiny-t2v", "resolution": "32x32", "num_steps": 41}, "num_steps", "from 1 to 40"),
+])
+async def test_the_gateway_refuses_what_the_registry_does_not_allow(api, registry, change, field, words):  # noqa: F811
+    client, deps = await api(GatewayConfig(models=registry))
+    r = await post(client, {**BODY, **change})
+    assert r.status == 422, await r.text()
+    err = (await r.json())["error"]
+    assert err["field"] == field and words in err["message"], err
+    assert deps.commands.sent == []
+
+
+async def test_the_gateway_accepts_what_the_registry_allows(api, registry):  # noqa: F811
+    client, deps = await api(GatewayConfig(models=registry))
+    r = await post(client, {**BODY, "model": "wan-1_3b", "resolution": "832x480", "duration": 2.0625, "fps": 16})
+    assert r.status == 202, await r.text()
+    [sent] = deps.commands.sent
+    assert (sent.model, sent.resolution, sent.fps) == ("wan-1_3b", "832x480", 16)
