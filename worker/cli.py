@@ -31,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--worker-key", help="SPOTREEL_WORKER_KEY; default the local stack's development key")
     p.add_argument("--model-dir", type=Path, help="SPOTREEL_WORKER_MODEL_DIR; default the tiny model under "
                    "the spotreel home (built on first use)")
+    p.add_argument("--model", metavar="NAME", help="a model of the registry (SPOTREEL_MODEL_REGISTRY): its "
+                   "directory, dtype (on cuda) and default sampler; --pool defaults to NAME@<its pool> and every "
+                   "--pool must name NAME; a lease for another model is handed back unused")
     p.add_argument("--device", help="cpu or cuda (default: cuda when torch sees one)")
     p.add_argument("--sampler", choices=("ddim", "euler_a", "unipc", "dpmpp", "flow_euler"),
                    help="denoising sampler this pool's model version runs with (default: the model family's: "
@@ -116,6 +119,26 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s worker %(levelname)s %(name)s %(message)s")
     problem = _check(args)
+    entry = None
+    if args.model:
+        from spotreel.model_registry import RegistryError, load
+
+        if not settings.model_registry:
+            return _fail("--model needs the model registry: set SPOTREEL_MODEL_REGISTRY to its file")
+        try:
+            registry = load(settings.model_registry)
+        except RegistryError as exc:
+            return _fail(str(exc))
+        entry = registry.models.get(args.model)
+        if entry is None:
+            return _fail(f"--model {args.model!r} is not in the registry; known: {', '.join(registry.names())}")
+        args.pool = args.pool or [f"{entry.name}@{entry.pool}"]
+        others = sorted({p.rpartition("@")[0] for p in args.pool} - {entry.name})
+        if others:
+            return _fail(f"this worker loads model {entry.name}; --pool names other models {others}")
+        args.model_dir = args.model_dir or Path(entry.directory)
+        args.sampler = args.sampler or entry.sampler
+        args.dtype = entry.dtype
     pools = _pools(args.pool)
     if isinstance(pools, str) or problem:
         return _fail(problem or str(pools))
@@ -168,7 +191,10 @@ def _serve(args: argparse.Namespace, settings: Settings, notice: Any, worker_id:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     try:
         directory = model_dir(settings, args.model_dir)
-        renderer = quietly(lambda: Renderer(directory, device=device))
+        dtype = None
+        if device.startswith("cuda") and getattr(args, "dtype", None):
+            dtype = getattr(torch, args.dtype)  # the registry's dtype; on a CPU the worker renders in float32
+        renderer = quietly(lambda: Renderer(directory, device=device, dtype=dtype))
     except (FileNotFoundError, FileExistsError, NotADirectoryError, RuntimeError, ValueError) as exc:
         return _fail(f"cannot load the model: {exc}")
     profile = WorkerProfile(worker_id, gpu_type, models, warm_models=models)
@@ -184,7 +210,7 @@ def _serve(args: argparse.Namespace, settings: Settings, notice: Any, worker_id:
                                   args.worker_key or settings.worker_key or DEV_WORKER_KEY, profile)
     s3 = s3_client(settings, timeout=30.0)
     options = RuntimeOptions(
-        sampler=args.sampler, lease_wait_s=args.lease_wait, lease_ttl_ms=args.lease_ttl_ms,
+        sampler=args.sampler, model=args.model, lease_wait_s=args.lease_wait, lease_ttl_ms=args.lease_ttl_ms,
         max_jobs=1 if args.once else args.max_jobs, checkpoint_every_s=args.checkpoint_every, mtbf_s=args.mtbf,
         checkpoint_min_s=args.checkpoint_min, checkpoint_max_s=args.checkpoint_max,
         heartbeat_s=args.heartbeat_seconds, progress_s=args.progress_seconds, stuck_steps=args.stuck_steps,

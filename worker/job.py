@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from spotreel.domain.leases import UNCLAIMED
 from spotreel.worker.artifacts import ArtifactStore
 from spotreel.worker.checkpoints import CheckpointError, CheckpointStore
 from spotreel.worker.interval import IntervalPolicy
@@ -45,7 +46,7 @@ COMMAND_TRIES = 5
 
 @dataclass(frozen=True)
 class Outcome:
-    kind: str  # succeeded | stale | stuck | preempted | drained | cancelled | invalid_checkpoint | failed
+    kind: str  # succeeded | stale | stuck | preempted | drained | cancelled | invalid_checkpoint | failed | wrong_model
     detail: str = ""
     artifact_key: str | None = None
     steps_run: int = 0
@@ -61,8 +62,9 @@ class JobRun:
                  heartbeat_s: float | None = None, progress_s: float | None = None,
                  on_step: Callable[[int], None] | None = None, stuck_steps: int = DEFAULT_STEPS,
                  stuck_min_s: float = DEFAULT_MIN_S, on_wedged: Callable[[str], None] | None = None,
-                 metrics: WorkerMetrics | None = None) -> None:
+                 metrics: WorkerMetrics | None = None, model: str | None = None) -> None:
         self.lease = lease
+        self.model = model  # the registry name of the loaded weights (None: not known, any lease is served)
         self.metrics = metrics if metrics is not None else WorkerMetrics()
         self.transport = transport
         self.renderer = renderer
@@ -98,6 +100,10 @@ class JobRun:
 
     def _run_lease(self) -> Outcome:
         lease = self.lease
+        if self.model is not None and lease.model != self.model:
+            # Not the weights this worker loaded: handed back unused, which the domain counts as no attempt.
+            self._release(UNCLAIMED)
+            return Outcome("wrong_model", f"lease is for model {lease.model}; this worker loaded {self.model}")
         try:
             req = RenderRequest.from_job(prompt=lease.prompt, seed=lease.seed, num_steps=lease.num_steps,
                                          resolution=lease.resolution, duration_s=lease.duration_s, fps=lease.fps,

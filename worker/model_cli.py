@@ -20,6 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                       help="pipeline family: unet3d (TextToVideoSD, default), wan (WanPipeline), ltx "
                       "(LTXPipeline) or cogvideox (CogVideoXPipeline)")
     tiny.set_defaults(func=_tiny)
+    listing = msub.add_parser("list", help="the models of the registry (SPOTREEL_MODEL_REGISTRY), one per line")
+    listing.add_argument("--json", action="store_true", help="one JSON object per model")
+    listing.set_defaults(func=_list)
 
 
 def _tiny(args: argparse.Namespace, settings: object) -> int:
@@ -35,4 +38,28 @@ def _tiny(args: argparse.Namespace, settings: object) -> int:
         print(f"model tiny: {exc}", file=sys.stderr)
         return 1
     print(f"{'built' if built else 'already built'}: {args.dir}")
+    return 0
+
+
+def _list(args: argparse.Namespace, settings) -> int:
+    import json
+
+    from spotreel.model_registry import RegistryError, load
+
+    if not settings.model_registry:
+        print("model list: no registry; set SPOTREEL_MODEL_REGISTRY to the registry file", file=sys.stderr)
+        return 1
+    try:
+        registry = load(settings.model_registry)
+    except RegistryError as exc:
+        print(f"model list: {exc}", file=sys.stderr)
+        return 1
+    for name in registry.names():
+        e = registry.models[name]
+        if args.json:
+            print(json.dumps(e.as_dict(), sort_keys=True))
+        else:
+            print(f"{name}  family={e.family} dtype={e.dtype} pool={e.pool} sizes={','.join(e.sizes)} "
+                  f"frames={e.frame_rule().replace(' ', '_')} steps={e.steps_min}-{e.steps_max} "
+                  f"sampler={e.sampler} guidance={e.guidance_scale:g} dir={e.directory}")
     return 0
