@@ -136,7 +136,9 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         others = sorted({p.rpartition("@")[0] for p in args.pool} - {entry.name})
         if others:
             return _fail(f"this worker loads model {entry.name}; --pool names other models {others}")
-        args.model_dir = args.model_dir or Path(entry.directory)
+        if args.model_dir is not None and args.model_dir != Path(entry.directory):
+            return _fail(f"--model {entry.name} is in {entry.directory} (registry); --model-dir says {args.model_dir}")
+        args.model_dir = Path(entry.directory)
         args.sampler = args.sampler or entry.sampler
         args.dtype = entry.dtype
     pools = _pools(args.pool)

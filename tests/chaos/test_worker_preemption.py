@@ -89,7 +89,8 @@ def test_kill9_at_a_random_step_then_another_worker_resumes_bit_identical(plane,
 def test_kill9_of_a_diffusion_transformer_family_resumes_bit_identical(plane, settings, monkeypatch, family):
     """The same kill -9 for the Wan, LTX-Video and CogVideoX families with their default samplers (UniPC on
     flow sigmas, flow-matching Euler, CogVideoX DDIM). Their tiny builds step in milliseconds, so worker A
-    checkpoints every step and is held at step 8 by the test-only hang hook, where it is killed."""
+    checkpoints every step and is held at step 8 by the test-only hang hook, where it is killed. B is started
+    with `--model NAME` from a model registry file, as an operator would."""
     from spotreel.worker.model_tiny import ensure_tiny_model
     from spotreel.worker.pipeline import TEST_HANG_ENV
 
@@ -105,7 +106,14 @@ def test_kill9_of_a_diffusion_transformer_family_resumes_bit_identical(plane, se
         job = plane.submit(model, family, resolution="16x16", duration_s=0.625)  # 5 frames: 4n+1
         at_step(a, job.job_id, 8)
         plane.bus.wait_event(job.job_id, ev.CheckpointRecorded, timeout=60)
-        b = plane.worker("b", model, "http", *common)
+        # B is started the operator's way: by its registry name (directory and sampler from the registry).
+        registry = plane.tmp / f"{model}.toml"
+        registry.write_text(f'[models.{model}]\ndirectory = "{model_dir}"\nfamily = "{family}"\n'
+                            f'sizes = ["16x16"]\nframes = {{ max = 9 }}\nsteps = {{ max = 50 }}\npool = "cpu"\n')
+        with monkeypatch.context() as m:
+            m.setenv("SPOTREEL_MODEL_REGISTRY", str(registry))
+            b = plane.worker("b", model, "http", "--once", "--model", model, "--checkpoint-every", "0.001",
+                             "--lease-ttl-ms", "5000")
         a.signal(signal.SIGKILL)
         a.wait_exit(30)
         done = wait_done(plane.bus, job.job_id)

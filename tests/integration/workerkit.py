@@ -71,8 +71,9 @@ class WorkerProc:
         self.err = plane.tmp / f"worker-{self.worker_id}.err"
         argv = [sys.executable, "-m", "spotreel.cli", "worker", "--pool", f"{model}@{GPU}",
                 "--worker-id", self.worker_id, "--transport", transport, "--gateway-url", plane.gateway_url,
-                "--worker-key", plane.worker_key, "--model-dir", str(plane.model_dir), "--threads", "1",
-                "--lease-wait", "5", *extra]
+                "--worker-key", plane.worker_key, "--threads", "1", "--lease-wait", "5",
+                # A worker started by registry name (--model) takes its directory from the registry.
+                *(() if "--model" in extra else ("--model-dir", str(plane.model_dir))), *extra]
         self._files = open(self.out, "ab"), open(self.err, "ab")
         self.proc = subprocess.Popen(argv, cwd=ROOT, env=plane.env(), stdout=self._files[0], stderr=self._files[1],
                                      start_new_session=True)
