@@ -38,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sampler", choices=("ddim", "euler_a", "unipc", "dpmpp", "flow_euler"),
                    help="denoising sampler this pool's model version runs with (default: the model family's: "
                    "ddim for unet3d and cogvideox, unipc for wan, flow_euler for ltx)")
+    p.add_argument("--guidance-scale", type=float, help="classifier-free guidance of this pool's renders "
+                   "(>= 1; default: the registry entry's with --model, else 1.0: off)")
+    p.add_argument("--negative-prompt", default="", help="negative prompt of this pool's renders (with guidance)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--once", action="store_true", help="exit after one job")
     p.add_argument("--max-jobs", type=int, help="exit after this many jobs")
@@ -96,6 +99,8 @@ def _check(args: argparse.Namespace) -> str | None:
             return f"--{name.replace('_', '-')} must be > 0"
     if args.checkpoint_min > args.checkpoint_max:
         return "--checkpoint-min must not exceed --checkpoint-max"
+    if args.guidance_scale is not None and not args.guidance_scale >= 1.0:
+        return "--guidance-scale must be >= 1"
     if args.stuck_steps < 0 or not args.stuck_min_seconds > 0:
         return "--stuck-steps must be >= 0 and --stuck-min-seconds > 0"
     return None
@@ -140,6 +145,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
             return _fail(f"--model {entry.name} is in {entry.directory} (registry); --model-dir says {args.model_dir}")
         args.model_dir = Path(entry.directory)
         args.sampler = args.sampler or entry.sampler
+        if args.guidance_scale is None:
+            args.guidance_scale = entry.guidance_scale
         args.dtype = entry.dtype
     pools = _pools(args.pool)
     if isinstance(pools, str) or problem:
@@ -212,7 +219,8 @@ def _serve(args: argparse.Namespace, settings: Settings, notice: Any, worker_id:
                                   args.worker_key or settings.worker_key or DEV_WORKER_KEY, profile)
     s3 = s3_client(settings, timeout=30.0)
     options = RuntimeOptions(
-        sampler=args.sampler, model=args.model, lease_wait_s=args.lease_wait, lease_ttl_ms=args.lease_ttl_ms,
+        sampler=args.sampler, model=args.model, guidance_scale=args.guidance_scale or 1.0,
+        negative_prompt=args.negative_prompt, lease_wait_s=args.lease_wait, lease_ttl_ms=args.lease_ttl_ms,
         max_jobs=1 if args.once else args.max_jobs, checkpoint_every_s=args.checkpoint_every, mtbf_s=args.mtbf,
         checkpoint_min_s=args.checkpoint_min, checkpoint_max_s=args.checkpoint_max,
         heartbeat_s=args.heartbeat_seconds, progress_s=args.progress_seconds, stuck_steps=args.stuck_steps,

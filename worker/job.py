@@ -62,7 +62,9 @@ class JobRun:
                  heartbeat_s: float | None = None, progress_s: float | None = None,
                  on_step: Callable[[int], None] | None = None, stuck_steps: int = DEFAULT_STEPS,
                  stuck_min_s: float = DEFAULT_MIN_S, on_wedged: Callable[[str], None] | None = None,
-                 metrics: WorkerMetrics | None = None, model: str | None = None) -> None:
+                 metrics: WorkerMetrics | None = None, model: str | None = None,
+                 guidance_scale: float = 1.0, negative_prompt: str = "") -> None:
+        self.guidance_scale, self.negative_prompt = guidance_scale, negative_prompt
         self.lease = lease
         self.model = model  # the registry name of the loaded weights (None: not known, any lease is served)
         self.metrics = metrics if metrics is not None else WorkerMetrics()
@@ -107,7 +109,8 @@ class JobRun:
         try:
             req = RenderRequest.from_job(prompt=lease.prompt, seed=lease.seed, num_steps=lease.num_steps,
                                          resolution=lease.resolution, duration_s=lease.duration_s, fps=lease.fps,
-                                         sampler=self.sampler or self.renderer.default_sampler)
+                                         sampler=self.sampler or self.renderer.default_sampler,
+                                         guidance_scale=self.guidance_scale, negative_prompt=self.negative_prompt)
             # What this model can do (sizes): a request it cannot render fails for good, not once per attempt.
             self.renderer.check(req)
         except ValueError as exc:

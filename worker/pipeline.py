@@ -67,7 +67,7 @@ class RenderRequest:
 
     @classmethod
     def from_job(cls, *, prompt: str, seed: int, num_steps: int, resolution: str, duration_s: float, fps: int,
-                 sampler: str = "ddim", guidance_scale: float = 1.0) -> "RenderRequest":
+                 sampler: str = "ddim", guidance_scale: float = 1.0, negative_prompt: str = "") -> "RenderRequest":
         """From a job's settings as the lease carries them: resolution "WxH", duration in seconds."""
         m = _RESOLUTION.match(resolution or "")
         if not m:
@@ -76,7 +76,8 @@ class RenderRequest:
             raise ValueError(f"duration must be positive, got {duration_s!r}")
         frames = max(1, round(duration_s * fps))
         return cls(prompt=prompt, seed=seed, num_steps=num_steps, width=int(m[1]), height=int(m[2]),
-                   num_frames=frames, fps=fps, sampler=sampler, guidance_scale=guidance_scale)
+                   num_frames=frames, fps=fps, sampler=sampler, guidance_scale=guidance_scale,
+                   negative_prompt=negative_prompt)
 
     def frame_settings(self) -> dict[str, Any]:
         d = asdict(self)

@@ -32,6 +32,9 @@ log = logging.getLogger("spotreel.worker")
 @dataclass(frozen=True)
 class RuntimeOptions:
     sampler: str | None = None  # None: the model family's default sampler
+    # The pool's guidance and negative prompt (the lease carries neither yet): --guidance-scale, --negative-prompt.
+    guidance_scale: float = 1.0
+    negative_prompt: str = ""
     model: str | None = None  # the registry name of the loaded model: a lease for another is released unclaimed
     lease_wait_s: float = 20.0
     lease_ttl_ms: int | None = None  # None: the control plane's default
@@ -123,7 +126,8 @@ class WorkerRuntime:
                       on_step=lambda step: self.report("step", job_id=lease.job_id, epoch=lease.epoch,
                                                        step=step),
                       stuck_steps=o.stuck_steps, stuck_min_s=o.stuck_min_s,
-                      on_wedged=lambda why: self._wedged(lease, why), metrics=self.metrics, model=o.model).run()
+                      on_wedged=lambda why: self._wedged(lease, why), metrics=self.metrics, model=o.model,
+                      guidance_scale=o.guidance_scale, negative_prompt=o.negative_prompt).run()
 
     def _wedged(self, lease, why: str) -> None:
         """A step hung past the stuck report (job.py): the thread cannot be stopped and the device may be

@@ -28,6 +28,10 @@ class Plane:
         self.sent.append(("release", reason))
         return Verdict(accepted=True)
 
+    def fail(self, lease, *args):
+        self.sent.append(("fail", args[0]))
+        return Verdict(accepted=True)
+
     def __getattr__(self, name):  # any other command would be a test failure
         raise AssertionError(f"unexpected {name}")
 
@@ -44,6 +48,27 @@ def test_a_lease_for_another_model_is_released_unclaimed_without_rendering():
                      IntervalPolicy.fixed(1.0), PreemptionNotice(20.0), model="wan-1_3b").run()
     assert outcome.kind == "wrong_model" and "zeroscope" in outcome.detail
     assert plane.sent == [("release", "unclaimed")]
+
+
+class RecordingRenderer:
+    default_sampler = "unipc"
+
+    def __init__(self) -> None:
+        self.seen = None
+
+    def check(self, req):
+        self.seen = req
+        raise ValueError("recorded")
+
+
+def test_the_pools_guidance_negative_prompt_and_the_familys_sampler_reach_the_render_request():
+    plane, renderer = Plane(), RecordingRenderer()
+    JobRun(lease("wan-1_3b"), plane, renderer, None, None, None,  # type: ignore[arg-type]
+           IntervalPolicy.fixed(1.0), PreemptionNotice(20.0), model="wan-1_3b", guidance_scale=5.0,
+           negative_prompt="blurry").run()
+    req = renderer.seen
+    assert (req.sampler, req.guidance_scale, req.negative_prompt) == ("unipc", 5.0, "blurry")
+    assert plane.sent == [("fail", "invalid_request")]
 
 
 def run_cli(*argv: str, registry: str) -> subprocess.CompletedProcess:
