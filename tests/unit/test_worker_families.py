@@ -147,3 +147,37 @@ def test_family_sizes_frames_and_samplers_are_checked(renderers):
 def test_fps_is_in_the_fingerprint_only_where_it_changes_frames(renderers):
     assert renderers["ltx"].fingerprint(request("ltx", fps=24)) != renderers["ltx"].fingerprint(request("ltx"))
     assert renderers["wan"].fingerprint(request("wan", fps=24)) == renderers["wan"].fingerprint(request("wan"))
+
+
+def test_wan22_two_experts_match_the_stock_pipeline_and_resume(tmp_path):
+    """Wan 2.2's layout: a second transformer takes the steps below boundary_ratio × 1000."""
+    from diffusers import WanPipeline
+
+    from spotreel.worker.model_tiny_dit import build_wan
+
+    torch.manual_seed(5)
+    base = build_wan()
+    second = build_wan().transformer  # other random weights, same architecture
+    pipe = WanPipeline(tokenizer=base.tokenizer, text_encoder=base.text_encoder, transformer=base.transformer,
+                       transformer_2=second, vae=base.vae, scheduler=base.scheduler, boundary_ratio=0.5)
+    quietly(lambda: pipe.save_pretrained(tmp_path, safe_serialization=True))
+    r = quietly(lambda: Renderer(tmp_path))
+    req = request("wan", guidance_scale=3.0, num_steps=6)
+    state, blob = r.start(req), None
+    while not state.done:
+        if state.step == 4:  # past the switch: the low-noise expert is running
+            blob = encode(r.snapshot(state))
+        state = r.step(state)
+    assert torch.equal(state.latents, stock_latents(tmp_path, "wan", req, "UniPCMultistepScheduler"))
+    resumed = r.resume(req, decode(blob))
+    while not resumed.done:
+        resumed = r.step(resumed)
+    assert torch.equal(resumed.latents, state.latents)
+    # Both experts ran: with the second one's weights zeroed the result changes.
+    with torch.no_grad():
+        for p in r.family.pipe.transformer_2.parameters():
+            p.zero_()
+    again = r.start(req)
+    while not again.done:
+        again = r.step(again)
+    assert not torch.equal(again.latents, state.latents)
