@@ -17,6 +17,7 @@ from spotreel.services.gateway.deps import Claim, PoolLoad, StoreUnavailable, Te
 from spotreel.services.gateway.views import ACCEPTED, TERMINAL
 from spotreel.services.projector.queries import AttemptView, HistoryEntry, JobPage, JobView, ReadModels
 from spotreel.services.projector.schedule_queries import OccurrencePage, SchedulePage, ScheduleReads, ScheduleView
+from spotreel.services.webhooks.store import JOB_STATE_CQL, JobWebhookState, job_state_from_row
 
 T = TypeVar("T")
 # The projector stamps every job-row write with the event version (≥ 1, services/projector/projection.py),
@@ -59,6 +60,7 @@ class CassandraReads:
         self._pool = p("SELECT queued, workers_active, workers_idle, mean_generation_seconds FROM pool_stats "
                        "WHERE pool = ?")
         self._statuses = p("SELECT status FROM jobs_by_tenant WHERE tenant_id = ?")
+        self._webhook_state: Any = None
 
     async def get_job(self, job_id: str) -> JobView | None:
         return await _call(self.models.get_job, job_id)
@@ -75,6 +77,17 @@ class CassandraReads:
 
     async def job_attempts(self, job_id: str) -> list[AttemptView]:
         return await _call(self.models.job_attempts, job_id)
+
+    async def webhook_state(self, job_id: str) -> JobWebhookState | None:
+        def read() -> JobWebhookState | None:
+            # Prepared on first use: a keyspace from before migration 0007 still serves every other route.
+            if self._webhook_state is None:
+                self._webhook_state = self.session.prepare(JOB_STATE_CQL)
+            return job_state_from_row(self.session.execute(self._webhook_state, (job_id,)).one())
+        try:
+            return await _call(read)
+        except RequestValidationException:
+            return None  # the table does not exist yet (migration 0007 not applied)
 
     async def get_schedule(self, schedule_id: str) -> ScheduleView | None:
         return await _call(self.schedules.get_schedule, schedule_id)

@@ -13,6 +13,7 @@ from typing import Any, Callable, Protocol
 from spotreel.dispatch.listener import DispatchUnavailable
 from spotreel.services.projector.queries import AttemptView, HistoryEntry, JobPage, JobView
 from spotreel.services.projector.schedule_queries import OccurrencePage, SchedulePage, ScheduleView
+from spotreel.services.webhooks.store import JobWebhookState
 
 
 # The command was not acknowledged by Kafka (definitely not written, or unknown), or the dispatch consumer
@@ -76,6 +77,8 @@ class ReadStore(Protocol):
     async def drop_claim(self, claim: Claim) -> None: ...
     async def write_placeholder(self, claim: Claim) -> None:
         """An "accepted" jobs_by_id row that every projector write outranks."""
+    async def webhook_state(self, job_id: str) -> JobWebhookState | None:
+        """The webhook notifier's outcome for the job (services/webhooks/store.py); None: no row yet."""
     async def get_schedule(self, schedule_id: str) -> ScheduleView | None: ...
     async def list_schedules(self, tenant: str, limit: int, page_state: bytes | None) -> SchedulePage: ...
     async def schedule_occurrences(self, schedule_id: str, limit: int, page_state: bytes | None) -> OccurrencePage: ...

@@ -14,6 +14,7 @@ from spotreel.services.gateway.submission import (DAG_POLICIES, KEY, MAX_RUN_AT_
                                                   resolution_rule)
 from spotreel.services.gateway.videos import STATUSES
 from spotreel.services.gateway import schedules as sched
+from spotreel.services.webhooks.store import FINAL, PENDING
 
 
 def _anchored(pattern: str) -> str:
@@ -177,6 +178,8 @@ DAG_ACCEPTED = {"type": "object", "required": ["videos", "order"], "properties":
 COMMAND = {"type": "object", "properties": {"job_id": {"type": "string"}, "command_id": {"type": "string"},
                                             "requested": {"type": "string"}, "status": {"type": "string"}}}
 VIDEO = {"$ref": "#/components/schemas/Video"}
+# services/webhooks/store.py: PENDING, "retrying", FINAL.
+WEBHOOK_STATES = (PENDING, "retrying", *sorted(FINAL))
 VIDEO_SCHEMA = {
     "type": "object",
     "properties": {
@@ -200,6 +203,19 @@ VIDEO_SCHEMA = {
                                   "stuck_min_seconds": {"type": ["integer", "null"]}}},
         "result": {"type": "object", "properties": {"content_url": {"type": "string"}, "sha256": {"type": "string"},
                                                     "size_bytes": {"type": "integer"}}},
+        "webhook": {"type": ["object", "null"], "required": ["state", "attempts", "last_error"],
+                    "description": "null without a callback_url; else what became of the job's newest "
+                                   "webhook: pending (nothing tried yet), retrying, delivered, failed (the "
+                                   "receiver answered a permanent 4xx), gave_up (attempts used up), refused "
+                                   "(the address may not be called) or no_secret (the tenant has no signing "
+                                   "secret: spotreel tenant webhook-secret)",
+                    "properties": {"state": {"type": "string", "enum": list(WEBHOOK_STATES)},
+                                   "attempts": {"type": "integer", "minimum": 0},
+                                   "last_error": {"type": ["string", "null"]},
+                                   "last_status": {"type": ["integer", "null"]},
+                                   "event_id": {"type": ["string", "null"]},
+                                   "event_type": {"type": ["string", "null"]},
+                                   "updated_at": {"type": ["string", "null"]}}},
     },
 }
 LAST_EVENT_ID = {"name": "Last-Event-ID", "in": "header", "required": False, "schema": {"type": "string"},
@@ -381,6 +397,32 @@ def _media_type_rule(paths: dict[str, Any]) -> None:
                 op["responses"] |= _errors(415)
 
 
+# OpenAPI links (stateful testing, and clients that follow them): what an accepted create leads to. Each
+# target gets an operationId named here; the link passes the new id as the target's path parameter.
+LINKS = {
+    ("/v1/videos", "post", "$response.body#/job_id"): {
+        "GetVideo": ("/v1/videos/{id}", "get"), "GetVideoEvents": ("/v1/videos/{id}/events", "get"),
+        "GetVideoAttempts": ("/v1/videos/{id}/attempts", "get"), "CancelVideo": ("/v1/videos/{id}", "delete"),
+        "SetVideoPriority": ("/v1/videos/{id}", "patch"), "PauseVideo": ("/v1/videos/{id}/pause", "post"),
+        "ResumeVideo": ("/v1/videos/{id}/resume", "post"), "RetryVideo": ("/v1/videos/{id}/retry", "post"),
+        "GetVideoContent": ("/v1/videos/{id}/content", "get")},
+    ("/v1/dags", "post", "$response.body#/videos/0/job_id"): {
+        "GetVideo": ("/v1/videos/{id}", "get"), "CancelVideo": ("/v1/videos/{id}", "delete")},
+    ("/v1/schedules", "post", "$response.body#/schedule_id"): {
+        "GetSchedule": ("/v1/schedules/{id}", "get"), "DeleteSchedule": ("/v1/schedules/{id}", "delete"),
+        "GetScheduleOccurrences": ("/v1/schedules/{id}/occurrences", "get"),
+        "PauseSchedule": ("/v1/schedules/{id}/pause", "post"), "ResumeSchedule": ("/v1/schedules/{id}/resume", "post")},
+}
+
+
+def _links(paths: dict[str, Any]) -> None:
+    for (path, method, source), targets in LINKS.items():
+        links = paths[path][method]["responses"]["202"].setdefault("links", {})
+        for op_id, (target, verb) in targets.items():
+            paths[target][verb]["operationId"] = op_id
+            links[op_id] = {"operationId": op_id, "parameters": {"id": source}}
+
+
 def document(cfg: GatewayConfig | None = None) -> dict[str, Any]:
     cfg = cfg or GatewayConfig()
     ok202 = {"202": ("command acknowledged by Kafka", COMMAND)}
@@ -435,6 +477,7 @@ def document(cfg: GatewayConfig | None = None) -> dict[str, Any]:
         **_worker_paths(),
     }
     _media_type_rule(paths)
+    _links(paths)
     return {
         "openapi": "3.1.0",
         "info": {"title": "spotreel public API", "version": "1", "description": RULES},

@@ -72,7 +72,8 @@ async def accept(gw: Gateway, tenant: Tenant, key: str, body: dict[str, Any], *,
     mine = Claim(job_id=submit.job_id, tenant_id=tenant.tenant_id, idempotency_key=key,
                  request_hash=submit.request_hash, accepted_at_ms=now, model=submit.model, pool=pool,
                  priority=submit.priority, prompt=submit.prompt,
-                 params={k: body[k] for k in ("duration", "resolution", "fps", "num_steps", "gpu_type")})
+                 params={k: body[k] for k in ("duration", "resolution", "fps", "num_steps", "gpu_type",
+                                               "callback_url")})
 
     held = await deps.reads.get_claim(submit.job_id)
     replay = held is not None

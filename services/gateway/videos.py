@@ -17,7 +17,7 @@ from spotreel.services.gateway.lookup import conflict, find, job_id_of, status_o
 from spotreel.services.gateway.submission import PRIORITY_RANGE
 from spotreel.services.gateway.submit import submit_video
 from spotreel.services.gateway.views import (ACCEPTED, TERMINAL, attempt_json, claim_json, event_json, job_json,
-                                             list_item_json)
+                                             list_item_json, webhook_json)
 from spotreel.services.projector.queries import JobView
 
 _DIGITS = re.compile(r"[0-9]{1,9}")
@@ -25,8 +25,12 @@ STATUSES = frozenset({ACCEPTED, "scheduled", "waiting", "queued", "leased", "run
 
 
 async def get_video(request: web.Request) -> web.Response:
-    found = await find(gateway(request).deps, request[TENANT].tenant_id, job_id_of(request))
-    return web.json_response(job_json(found) if isinstance(found, JobView) else claim_json(found))
+    deps = gateway(request).deps
+    found = await find(deps, request[TENANT].tenant_id, job_id_of(request))
+    body = job_json(found) if isinstance(found, JobView) else claim_json(found)
+    callback = found.params.get("callback_url")
+    body["webhook"] = webhook_json(callback, await deps.reads.webhook_state(found.job_id) if callback else None)
+    return web.json_response(body)
 
 
 async def list_videos(request: web.Request) -> web.Response:

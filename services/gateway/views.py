@@ -7,6 +7,7 @@ from typing import Any
 
 from spotreel.services.gateway.deps import Claim
 from spotreel.services.projector.queries import AttemptView, HistoryEntry, JobListItem, JobView
+from spotreel.services.webhooks.store import PENDING, JobWebhookState
 
 # The status a job has between the 202 and the scheduler's first event reaching the read model.
 ACCEPTED = "accepted"
@@ -57,6 +58,25 @@ def limits_json(params: dict[str, Any], max_attempts: int | None) -> dict[str, A
     return {"timeout_seconds": seconds("timeout_ms"), "max_attempts": max_attempts or None,
             "backoff_base_seconds": seconds("backoff_base_ms"), "backoff_max_seconds": seconds("backoff_max_ms"),
             "stuck_steps": params.get("stuck_steps"), "stuck_min_seconds": seconds("stuck_min_ms")}
+
+
+def webhook_json(callback_url: Any, state: JobWebhookState | None) -> dict[str, Any] | None:
+    """What became of the job's webhooks: null without a callback_url; `pending` until the notifier has
+    an outcome (nothing due yet, or it has not read the job); else the newest notification's outcome:
+    `retrying`, `delivered`, `failed` (the receiver refused it), `gave_up` (attempts used up), `refused`
+    (the address may not be called) or `no_secret` (the tenant has no signing secret)."""
+    if not callback_url:
+        return None
+    if state is None:
+        return {"state": PENDING, "attempts": 0, "last_error": None, "last_status": None, "event_id": None,
+                "event_type": None, "updated_at": None}
+    updated = None
+    if state.updated_at is not None:
+        updated = iso(int(state.updated_at.replace(tzinfo=state.updated_at.tzinfo or timezone.utc).timestamp()
+                          * 1000))
+    return {"state": state.state, "attempts": state.attempts, "last_error": state.last_error,
+            "last_status": state.last_status, "event_id": state.event_id, "event_type": state.event_type,
+            "updated_at": updated}
 
 
 def claim_json(c: Claim) -> dict[str, Any]:

@@ -211,12 +211,13 @@ class Notifier:
                              attempt.error)
                     await self._retry(lambda: asyncio.to_thread(
                         self.store.record, note.event_id, sub, note.event_type,
-                        Outcome("retrying", n, attempt.status, attempt.error)), stop, "record an attempt")
+                        Outcome("retrying", n, attempt.status, attempt.error), note.version), stop,
+                        "record an attempt")
                 started = time.perf_counter()
                 outcome = await sender.deliver(sub.callback_url, secret, note, failed, stop)
                 self.metrics.latency.observe(time.perf_counter() - started)
             await self._retry(lambda: asyncio.to_thread(self.store.record, note.event_id, sub, note.event_type,
-                                                        outcome), stop, "record a delivery")
+                                                        outcome, note.version), stop, "record a delivery")
             self.metrics.deliveries.labels(outcome.status).inc()
             if outcome.status != "delivered":
                 log.warning("webhook %s to %s: %s after %d attempt(s): %s", note.event_id, sub.callback_url,

@@ -27,6 +27,7 @@ class Notification:
     event_type: str
     job_id: str
     body: bytes
+    version: int = 0
 
 
 def event_id(job_id: str, version: int) -> str:
@@ -54,4 +55,5 @@ def notification_for(event: Any, gateway_url: str) -> Notification | None:
     event_type, status = kind
     eid = event_id(event.job_id, event.version)
     doc = {"id": eid, "type": event_type, "occurred_at_ms": event.at_ms, "data": _data(event, status, gateway_url)}
-    return Notification(eid, event_type, event.job_id, json.dumps(doc, sort_keys=True, separators=(",", ":")).encode())
+    return Notification(eid, event_type, event.job_id, json.dumps(doc, sort_keys=True, separators=(",", ":")).encode(),
+                        event.version)

@@ -1,5 +1,8 @@
 """Cassandra side of the notifier: subscriptions (job → callback URL), tenant secrets, delivery outcomes.
 
+Outcomes go to two tables: `webhook_deliveries` per event (what a restarted notifier reads to skip what was
+delivered) and `webhook_state_by_job` per job (what the gateway shows in `GET /v1/videos/{id}` as
+`webhook`; `job_state` is its reader, shared by both services so they cannot drift on the row).
 The driver is synchronous; the async notifier calls these through `asyncio.to_thread`."""
 
 from __future__ import annotations
@@ -11,6 +14,36 @@ from cassandra.cluster import Session
 
 DELIVERED = "delivered"
 FINAL = frozenset({DELIVERED, "failed", "gave_up", "refused", "no_secret"})
+# A subscribed job whose notifications have not been tried yet (none due, or the notifier is behind).
+PENDING = "pending"
+JOB_STATE_CQL = ("SELECT event_id, event_type, state, attempts, last_status, last_error, updated_at "
+                 "FROM webhook_state_by_job WHERE job_id = ?")
+
+
+def state_timestamp(version: int, final: bool, attempts: int) -> int:
+    """The write timestamp of a job's state row: a newer event beats an older one, a final outcome beats
+    the attempts before it, a later attempt beats an earlier one (a notifier restarted mid-retry counts
+    attempts from 1 again, so only the final flag decides against it). The subscription's `pending` row
+    is written at 0 and loses to all of them."""
+    return (version << 21) | (int(final) << 20) | min(max(attempts, 0), (1 << 20) - 1)
+
+
+@dataclass(frozen=True)
+class JobWebhookState:
+    state: str
+    attempts: int
+    last_status: int | None
+    last_error: str | None
+    event_id: str | None
+    event_type: str | None
+    updated_at: datetime | None
+
+
+def job_state_from_row(row) -> JobWebhookState | None:
+    if row is None:
+        return None
+    return JobWebhookState(row.state or PENDING, row.attempts or 0, row.last_status, row.last_error, row.event_id,
+                           row.event_type, row.updated_at)
 
 
 @dataclass(frozen=True)
@@ -39,9 +72,15 @@ class WebhookStore:
                           "WHERE event_id = ?")
         self._record = p("INSERT INTO webhook_deliveries (event_id, job_id, tenant_id, url, event_type, status, "
                          "attempts, last_status, last_error, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+        self._pending = p("INSERT INTO webhook_state_by_job (job_id, state, attempts) VALUES (?, ?, 0) "
+                          "USING TIMESTAMP 0")
+        self._job_state = p("INSERT INTO webhook_state_by_job (job_id, event_id, event_type, state, attempts, "
+                            "last_status, last_error, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) USING TIMESTAMP ?")
+        self._read_job_state = p(JOB_STATE_CQL)
 
     def subscribe(self, sub: Subscription) -> None:
         self.session.execute(self._subscribe, (sub.job_id, sub.tenant_id, sub.callback_url))
+        self.session.execute(self._pending, (sub.job_id, PENDING))
 
     def subscription(self, job_id: str) -> Subscription | None:
         row = self.session.execute(self._subscription, (job_id,)).one()
@@ -55,7 +94,16 @@ class WebhookStore:
         row = self.session.execute(self._outcome, (event_id,)).one()
         return None if row is None else Outcome(row.status, row.attempts or 0, row.last_status, row.last_error)
 
-    def record(self, event_id: str, sub: Subscription, event_type: str, outcome: Outcome) -> None:
+    def job_state(self, job_id: str) -> JobWebhookState | None:
+        return job_state_from_row(self.session.execute(self._read_job_state, (job_id,)).one())
+
+    def record(self, event_id: str, sub: Subscription, event_type: str, outcome: Outcome,
+               version: int = 0) -> None:
+        """`version`: the event's; orders this outcome against the job's other ones (`state_timestamp`)."""
+        now, error = datetime.now(timezone.utc), (outcome.last_error or "")[:1000] or None
         self.session.execute(self._record, (
             event_id, sub.job_id, sub.tenant_id, sub.callback_url, event_type, outcome.status, outcome.attempts,
-            outcome.last_status, (outcome.last_error or "")[:1000] or None, datetime.now(timezone.utc)))
+            outcome.last_status, error, now))
+        self.session.execute(self._job_state, (
+            sub.job_id, event_id, event_type, outcome.status, outcome.attempts, outcome.last_status, error, now,
+            state_timestamp(version, outcome.status in FINAL, outcome.attempts)))

@@ -21,6 +21,7 @@ from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
 from spotreel.infra.migrate import migrate
 from spotreel.infra.topics import ensure_topics, events_topic
+from spotreel.services.gateway.cassandra_store import CassandraReads
 from spotreel.services.gateway.tenants import create_tenant, create_webhook_secret
 from spotreel.services.webhooks import signing
 from spotreel.services.webhooks.backoff import RetryPolicy
@@ -153,6 +154,15 @@ async def test_signed_webhooks_on_terminal_states_with_retries(wh_settings, cql,
     assert (outcome.status, outcome.attempts, outcome.last_status) == ("delivered", 3, 204)
     assert notifier.metrics.attempts.labels("retry")._value.get() == 2
 
+    # The per-job row the gateway shows as `webhook` in GET /v1/videos/{id}, read through the gateway's own
+    # store: the final outcome, not the retrying rows written before it; no callback, no row.
+    reads = CassandraReads(cql)
+    state = await reads.webhook_state(end.job_id)
+    assert (state.state, state.attempts, state.last_status, state.event_id) == (
+        "delivered", 3, 204, event_id(end.job_id, end.version))
+    assert (await reads.webhook_state(done.job_id)).state == "delivered"
+    assert await reads.webhook_state(silent[-1].job_id) is None
+
 
 async def test_private_address_is_refused_unless_allowed(wh_settings, cql, secret):
     strict = replace(wh_settings, webhook_allow_private=0)
@@ -177,6 +187,8 @@ async def test_private_address_is_refused_unless_allowed(wh_settings, cql, secre
     assert [o.status for o in outcomes] == ["refused"] * 4
     assert "loopback" in outcomes[0].last_error and "loopback" in outcomes[1].last_error
     assert "link-local" in outcomes[3].last_error
+    refused = store.job_state(jobs[3][-1].job_id)
+    assert refused.state == "refused" and "link-local" in refused.last_error
 
 
 async def test_undelivered_webhook_survives_a_restart_and_delivered_ones_are_not_resent(wh_settings, cql, secret):
@@ -196,6 +208,7 @@ async def test_undelivered_webhook_survives_a_restart_and_delivered_ones_are_not
     store = WebhookStore(cql)
     b_id = event_id(b[-1].job_id, b[-1].version)
     assert store.outcome(b_id).status == "retrying"
+    assert store.job_state(b[-1].job_id).state == "retrying" and store.job_state(b[-1].job_id).attempts >= 2
 
     # The receiver is back; a new notifier (same group) picks up where the committed offsets say.
     down.script.clear()
@@ -209,4 +222,6 @@ async def test_undelivered_webhook_survives_a_restart_and_delivered_ones_are_not
         await first.server.close()
         await down.server.close()
     assert down.ids()[before:] == [b_id] and down.calls[-1]["body"]["data"]["status"] == "failed"
+    # The restarted notifier counted attempts from 1 again; its final outcome still replaced the old row.
+    assert store.job_state(b[-1].job_id).state == "delivered"
     assert first.ids() == [event_id(a[-1].job_id, a[-1].version)]  # not sent again

@@ -43,6 +43,7 @@ class FakeReads:
     claims: dict[str, Claim] = field(default_factory=dict)
     pools: dict[str, PoolLoad] = field(default_factory=dict)
     unfinished: int = 0
+    webhooks: dict[str, Any] = field(default_factory=dict)
 
     async def get_job(self, job_id):
         return self.jobs.get(job_id)
@@ -79,6 +80,9 @@ class FakeReads:
 
     async def write_placeholder(self, claim):
         self.jobs.setdefault(claim.job_id, job_view(claim.job_id, claim.tenant_id, "accepted", version=0))
+
+    async def webhook_state(self, job_id):
+        return self.webhooks.get(job_id)
 
     async def get_schedule(self, schedule_id):
         return None
