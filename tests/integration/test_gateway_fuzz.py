@@ -130,3 +130,23 @@ def test_no_server_errors_and_answers_match_the_document(fuzzed):
         except Exception as exc:  # noqa: BLE001 - collected, so one run reports every failing operation
             failures.append(f"{op.label}: {exc}")
     assert not failures, "\n\n".join(failures)
+
+
+def test_stateful_sequences_over_the_documents_links(fuzzed):
+    """Schemathesis' state machine follows the OpenAPI `links` (openapi.LINKS): a video, DAG or schedule is
+    created, then read, listed, cancelled, paused, retried, re-prioritised through the id the 202 named.
+    No step may be a 5xx or answer outside the document."""
+    base, keys = fuzzed
+    schema = schemathesis.openapi.from_url(f"{base}/openapi.json")
+    schema = schema.exclude(path_regex="^/internal/").exclude(path="/v1/videos/{id}/stream")
+    headers = {"Authorization": f"Bearer {keys['tenant']}"}
+
+    class Flow(schema.as_state_machine()):
+        def get_call_kwargs(self, case):
+            return {"base_url": base, "headers": headers, "timeout": 30}
+
+        def validate_response(self, response, case, additional_checks=None, **kwargs):
+            case.validate_response(response, checks=CHECKS, headers=headers)
+
+    Flow.run(settings=hsettings(max_examples=12, stateful_step_count=4, deadline=None, derandomize=True,
+                                database=None, suppress_health_check=list(HealthCheck)))
