@@ -48,7 +48,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lease-ttl-ms", type=int, help="lease length to ask for (default: the control plane's)")
     p.add_argument("--checkpoint-every", type=float, help="fixed checkpoint interval in seconds "
                    "(default: adaptive, sqrt(2*cost*MTBF) bounded by --checkpoint-min/--checkpoint-max)")
-    p.add_argument("--mtbf", type=float, default=3600.0, help="expected seconds between preemptions")
+    p.add_argument("--mtbf", type=float, default=3600.0,
+                   help="prior of the seconds between preemptions: the pool's measured lease-loss rate (pool-stats, "
+                        "last hour) moves it, more the more leased time it covers (default %(default)s)")
+    p.add_argument("--mtbf-prior-losses", type=float, default=1.0,
+                   help="weight of the --mtbf prior, as that many losses seen over as many MTBFs of leased time "
+                        "(default %(default)s)")
     p.add_argument("--checkpoint-min", type=float, default=5.0)
     p.add_argument("--checkpoint-max", type=float, default=600.0)
     p.add_argument("--heartbeat-seconds", type=float, help="default: the control plane's, at most TTL/3")
@@ -92,7 +97,7 @@ def _check(args: argparse.Namespace) -> str | None:
         value = getattr(args, name)
         if value is not None and value < 1:
             return f"--{name.replace('_', '-')} must be >= 1"
-    for name in ("lease_wait", "grace", "mtbf", "checkpoint_min", "checkpoint_max", "checkpoint_every",
+    for name in ("lease_wait", "grace", "mtbf", "mtbf_prior_losses", "checkpoint_min", "checkpoint_max", "checkpoint_every",
                  "heartbeat_seconds", "progress_seconds"):
         value = getattr(args, name)
         if value is not None and not value > 0:
@@ -222,6 +227,7 @@ def _serve(args: argparse.Namespace, settings: Settings, notice: Any, worker_id:
         sampler=args.sampler, model=args.model, guidance_scale=args.guidance_scale or 1.0,
         negative_prompt=args.negative_prompt, lease_wait_s=args.lease_wait, lease_ttl_ms=args.lease_ttl_ms,
         max_jobs=1 if args.once else args.max_jobs, checkpoint_every_s=args.checkpoint_every, mtbf_s=args.mtbf,
+        mtbf_prior_losses=args.mtbf_prior_losses,
         checkpoint_min_s=args.checkpoint_min, checkpoint_max_s=args.checkpoint_max,
         heartbeat_s=args.heartbeat_seconds, progress_s=args.progress_seconds, stuck_steps=args.stuck_steps,
         stuck_min_s=args.stuck_min_seconds)

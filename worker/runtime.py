@@ -39,9 +39,12 @@ class RuntimeOptions:
     lease_wait_s: float = 20.0
     lease_ttl_ms: int | None = None  # None: the control plane's default
     max_jobs: int | None = None  # None: until stopped
-    # Checkpoint interval: a fixed one, else Young/Daly from measured cost and this MTBF, bounded.
+    # Checkpoint interval: a fixed one, else Young/Daly from measured cost and the MTBF, bounded. The MTBF is
+    # the pool's measured lease-loss rate (each lease brings it) weighed against this prior, which counts as
+    # `mtbf_prior_losses` losses (interval.estimated_mtbf_s).
     checkpoint_every_s: float | None = None
     mtbf_s: float = 3600.0
+    mtbf_prior_losses: float = 1.0
     checkpoint_min_s: float = 5.0
     checkpoint_max_s: float = 600.0
     heartbeat_s: float | None = None
@@ -53,7 +56,8 @@ class RuntimeOptions:
     def policy(self) -> IntervalPolicy:
         if self.checkpoint_every_s is not None:
             return IntervalPolicy.fixed(self.checkpoint_every_s)
-        return IntervalPolicy.adaptive(self.mtbf_s, self.checkpoint_min_s, self.checkpoint_max_s)
+        return IntervalPolicy.adaptive(self.mtbf_s, self.checkpoint_min_s, self.checkpoint_max_s,
+                                       prior_losses=self.mtbf_prior_losses)
 
 
 def say(kind: str, **fields: Any) -> None:
@@ -106,8 +110,11 @@ class WorkerRuntime:
                     log.warning("could not release %s; its lease will expire", lease.job_id, exc_info=True)
                 self.report("job", job_id=lease.job_id, epoch=lease.epoch, outcome="preempted", steps_run=0)
                 break
+            mtbf = self._observe_pool(lease)
             self.report("leased", job_id=lease.job_id, epoch=lease.epoch, attempt=lease.attempt,
-                        resume_checkpoint_key=lease.resume_checkpoint_key, resume_step=lease.resume_step)
+                        resume_checkpoint_key=lease.resume_checkpoint_key, resume_step=lease.resume_step,
+                        pool_lease_losses_1h=lease.pool_lease_losses_1h,
+                        pool_leased_seconds_1h=lease.pool_leased_seconds_1h, mtbf_s=mtbf)
             started = time.monotonic()
             outcome = self._run(lease)
             self.outcomes.append(outcome)
@@ -118,6 +125,17 @@ class WorkerRuntime:
                 break
         self.report("exit", jobs=len(self.outcomes), preempted=self.notice.requested)
         return 0
+
+    def _observe_pool(self, lease) -> float | None:
+        """The pool's measured losses move the checkpoint interval's MTBF (a fixed interval ignores them)."""
+        if lease.pool_lease_losses_1h is None or lease.pool_leased_seconds_1h is None:
+            return self.policy.mtbf_s
+        try:
+            return self.policy.observe_pool(lease.pool_lease_losses_1h, lease.pool_leased_seconds_1h)
+        except ValueError:
+            log.warning("ignoring the pool's lease losses %r over %r s", lease.pool_lease_losses_1h,
+                        lease.pool_leased_seconds_1h)
+            return self.policy.mtbf_s
 
     def _run(self, lease) -> Outcome:
         o = self.options

@@ -66,6 +66,10 @@ class Lease:
     # Cadence the control plane asks for (the gateway says so in its answer; Kafka workers use defaults).
     heartbeat_seconds: float = 10.0
     progress_seconds: float = 5.0
+    # The pool's leases lost in the last hour and the leased seconds they were counted over (pool-stats; the
+    # gateway adds them to its answer, a Kafka worker reads them itself). None: not known.
+    pool_lease_losses_1h: int | None = None
+    pool_leased_seconds_1h: float | None = None
 
     @classmethod
     def from_answer(cls, answer: Mapping[str, Any] | Any) -> "Lease":

@@ -231,7 +231,9 @@ class KafkaTransport:
                 continue
             if isinstance(answer, ev.WorkAssigned):
                 hb, pr = self.cadence
-                lease = replace(Lease.from_answer(answer), heartbeat_seconds=hb, progress_seconds=pr)
+                losses, leased_s = self._listener.queues.lease_losses(answer.pool)
+                lease = replace(Lease.from_answer(answer), heartbeat_seconds=hb, progress_seconds=pr,
+                                pool_lease_losses_1h=losses, pool_leased_seconds_1h=leased_s)
                 self._watch(lease)
                 return lease
             tried.add(answer.partition)

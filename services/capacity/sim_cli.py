@@ -26,7 +26,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     a("--step-seconds", type=float, default=1.0, help="GPU seconds per step")
     a("--checkpoint-seconds", type=float, default=0.5, help="checkpoint cost C")
     a("--checkpoint-policy", default="adaptive", help="none | fixed:SECONDS | adaptive (sqrt(2*C*MTBF))")
-    a("--mtbf", type=float, default=600.0, help="mean seconds between preemptions per machine (0: none)")
+    a("--mtbf", default="600", help="mean seconds between preemptions per machine (0: none); several, one per "
+                                     "stage of --workers, change the preemption rate stage by stage")
+    a("--mtbf-prior", type=float, default=0.0,
+      help="the workers' prior MTBF (their --mtbf; default: the first stage's); the pool's measured lease losses "
+           "move it")
+    a("--mtbf-prior-losses", type=float, default=1.0, help="the prior's weight in losses (worker's option)")
     a("--notice-share", type=float, default=0.5, help="share of preemptions that come with notice")
     a("--cold-start", type=float, default=5.0, help="seconds from a new machine to its first request")
     a("--heartbeat-seconds", type=float, default=10.0)
@@ -46,17 +51,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _simulate(args: argparse.Namespace, settings: Settings) -> int:
-    from spotreel.services.capacity.sim_config import (SimConfig, parse_policy, parse_ramp, parse_shares,
-                                                       parse_stall)
+    from spotreel.services.capacity.sim_config import (SimConfig, parse_mtbf, parse_policy, parse_ramp,
+                                                       parse_shares, parse_stall)
     from spotreel.services.capacity.sim_run import simulate
 
     try:
         policy, fixed = parse_policy(args.checkpoint_policy)
+        mtbf, mtbf_by_stage = parse_mtbf(args.mtbf)
         cfg = SimConfig(
             workers=parse_ramp(args.workers), stage_s=args.stage_seconds, drain_s=args.drain_seconds,
             submit_rate=args.rate, tenants=parse_shares(args.tenants, "--tenants"),
             tiers=parse_shares(args.tiers, "--tiers", key=int), steps=args.steps, step_s=args.step_seconds,
-            checkpoint_cost_s=args.checkpoint_seconds, policy=policy, fixed_interval_s=fixed, mtbf_s=args.mtbf,
+            checkpoint_cost_s=args.checkpoint_seconds, policy=policy, fixed_interval_s=fixed, mtbf_s=mtbf,
+            mtbf_by_stage_s=mtbf_by_stage, mtbf_prior_s=args.mtbf_prior, mtbf_prior_losses=args.mtbf_prior_losses,
             notice_share=args.notice_share, cold_start_s=args.cold_start, heartbeat_s=args.heartbeat_seconds,
             progress_s=args.progress_seconds, price_per_gpu_hour=args.price, seed=args.seed,
             transport=args.transport, **parse_stall(args.stall_scheduler))

@@ -57,6 +57,17 @@ def parse_policy(text: str) -> tuple[str, float | None]:
     raise ValueError(f"--checkpoint-policy: use none, adaptive or fixed:SECONDS, got {text!r}")
 
 
+def parse_mtbf(text: str) -> tuple[float, tuple[float, ...]]:
+    """'600' -> (600, ()); '600,60' -> (600, (600, 60)): the machines' MTBF, one value or one per stage."""
+    try:
+        values = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"--mtbf: expected seconds separated by commas, got {text!r}") from None
+    if not values:
+        raise ValueError("--mtbf: give at least one value")
+    return values[0], (values if len(values) > 1 else ())
+
+
 def parse_stall(text: str) -> dict[str, float]:
     """'' -> no stall; 'AT:SECONDS' -> the stall_at_s / stall_s fields of SimConfig."""
     if not text:
@@ -83,6 +94,12 @@ class SimConfig:
     fixed_interval_s: float | None = None
     interval_bounds_s: tuple[float, float] = (2.0, 600.0)
     mtbf_s: float = 600.0                   # per worker; 0 = no preemptions
+    # A changing preemption rate: the machines' MTBF in each ramp stage (one per stage); empty: mtbf_s always.
+    mtbf_by_stage_s: tuple[float, ...] = ()
+    # The adaptive policy's prior (the worker's --mtbf; 0: the first stage's true MTBF) and its weight in
+    # losses (--mtbf-prior-losses); the pool's measured lease losses, on every lease answer, move it.
+    mtbf_prior_s: float = 0.0
+    mtbf_prior_losses: float = 1.0
     notice_share: float = 0.5
     cold_start_s: float = 5.0
     heartbeat_s: float = 10.0
@@ -107,6 +124,10 @@ class SimConfig:
             (self.step_s > 0, "--step-seconds must be positive"),
             (self.checkpoint_cost_s >= 0, "--checkpoint-seconds must not be negative"),
             (self.mtbf_s >= 0, "--mtbf must not be negative (0: no preemptions)"),
+            (all(m >= 0 for m in self.mtbf_by_stage_s), "--mtbf must not be negative (0: no preemptions)"),
+            (len(self.mtbf_by_stage_s) in (0, len(self.workers)), "--mtbf: one value, or one per stage of --workers"),
+            (self.mtbf_prior_s >= 0 and self.mtbf_prior_losses > 0,
+             "--mtbf-prior must not be negative and --mtbf-prior-losses must be positive"),
             (0.0 <= self.notice_share <= 1.0, "--notice-share must be within [0, 1]"),
             (self.cold_start_s >= 0, "--cold-start must not be negative"),
             (self.heartbeat_s > 0 and self.progress_s > 0, "heartbeat and progress periods must be positive"),
@@ -119,6 +140,16 @@ class SimConfig:
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+
+    def stage_mtbf_s(self, stage: int) -> float:
+        """The machines' true MTBF during ramp stage `stage` (0-based; 0: no preemptions)."""
+        return self.mtbf_by_stage_s[stage] if self.mtbf_by_stage_s else self.mtbf_s
+
+    @property
+    def prior_mtbf_s(self) -> float:
+        """What the workers assume before the pool has measured anything."""
+        first = self.stage_mtbf_s(0)
+        return self.mtbf_prior_s or (first if first > 0 else 1e9)
 
     @property
     def run_s(self) -> float:

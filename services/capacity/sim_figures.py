@@ -43,6 +43,9 @@ class Attempt:
     checkpoints: int
     outcome: str
     step_end_ms: tuple[int, ...] = ()  # wall time each computed step ended, in order (for goodput by stage)
+    leased_at_ms: int = 0                 # wall time the lease reached the worker
+    interval_s: float | None = None       # the checkpoint interval it ran with (None: no checkpoints)
+    mtbf_estimate_s: float | None = None  # the adaptive policy's MTBF at that lease (prior + pool's losses)
 
 
 @dataclass(frozen=True)
@@ -202,6 +205,26 @@ def goodput_hold(goodput: list[float]) -> float | None:
         return None
     best = goodput.index(max(goodput))
     return min(goodput[best:]) / goodput[best]
+
+
+def interval_by_stage(attempts: list[Attempt], stages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per stage: the leases that reached workers in it, the median MTBF the workers estimated at those
+    leases and the median checkpoint interval they ran with, the leases lost (vanished or handed back at a
+    notice) and the GPU-seconds spent writing checkpoints, so the interval can be read against the
+    stage's true preemption rate."""
+    out = []
+    for st in stages:
+        lo, hi = st["from_ms"], st["to_ms"]
+        mine = [a for a in attempts if lo <= a.leased_at_ms < hi]
+        est = [a.mtbf_estimate_s for a in mine if a.mtbf_estimate_s is not None]
+        ivs = [a.interval_s for a in mine if a.interval_s is not None]
+        out.append({"leases": len(mine), "mtbf_estimate_p50_s": percentile(est, 50),
+                    "interval_p50_s": percentile(ivs, 50), "interval_min_s": min(ivs, default=None),
+                    "interval_max_s": max(ivs, default=None),
+                    "lost_leases": sum(1 for a in mine if a.outcome in ("vanished", "notice")),
+                    "checkpoints": sum(a.checkpoints for a in mine),
+                    "checkpoint_gpu_s": round(sum(a.checkpoint_s for a in mine), 1)})
+    return out
 
 
 def saturated(stage: dict[str, Any], cores: int, lease_ttl_s: float) -> list[str]:

@@ -28,6 +28,7 @@ from spotreel.dispatch.listener import DispatchUnavailable
 from spotreel.services.capacity.sim_config import SimConfig
 from spotreel.services.capacity.sim_figures import Accepted, Attempt, WorkerLife
 from spotreel.services.capacity.sim_waste import adaptive_interval_s
+from spotreel.worker.interval import estimated_mtbf_s
 
 
 class Meter:
@@ -64,15 +65,30 @@ class Shared:
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     # `--transport kafka`: the workers' requests go over Kafka (sim_kafka.KafkaLink), clients' still over HTTP.
     link: Any = None
+    # The machines' true MTBF now (the ramp changes it per stage with --mtbf A,B,...; 0: no preemptions).
+    mtbf_now_s: float = -1.0
 
-    def interval_s(self) -> float | None:
+    def __post_init__(self) -> None:
+        if self.mtbf_now_s < 0:
+            self.mtbf_now_s = self.cfg.stage_mtbf_s(0)
+
+    def mtbf_estimate_s(self, lease: dict[str, Any] | None = None) -> float:
+        """What an adaptive worker takes for the MTBF at this lease: the prior, moved by the pool's lease
+        losses the answer carries (worker/runtime.py does the same with worker/interval.py)."""
+        c = self.cfg
+        losses = (lease or {}).get("pool_lease_losses_1h")
+        leased_s = (lease or {}).get("pool_leased_seconds_1h")
+        if losses is None or leased_s is None:
+            return c.prior_mtbf_s
+        return estimated_mtbf_s(c.prior_mtbf_s, c.mtbf_prior_losses, losses, leased_s)
+
+    def interval_s(self, lease: dict[str, Any] | None = None) -> float | None:
         c = self.cfg
         if c.policy == "none":
             return None
         if c.policy == "fixed":
             return c.fixed_interval_s
-        mtbf = c.mtbf_s if c.mtbf_s > 0 else 1e9
-        return adaptive_interval_s(c.checkpoint_cost_s, mtbf, *c.interval_bounds_s)
+        return adaptive_interval_s(c.checkpoint_cost_s, self.mtbf_estimate_s(lease), *c.interval_bounds_s)
 
     async def call(self, kind: str, path: str, body: dict[str, Any], key: str | None = None,
                    headers: dict[str, str] | None = None, timeout: float = 30.0) -> tuple[int, Any]:
@@ -107,6 +123,8 @@ class _Job:
     """The state one attempt shares between its compute loop and its reporter task."""
 
     def __init__(self, lease: dict[str, Any], worker_id: str) -> None:
+        self.lease = lease
+        self.leased_at_ms = int(time.time() * 1000)
         self.job_id = lease["job_id"]
         self.epoch = lease["epoch"]
         self.fence = {"epoch": self.epoch, "worker_id": worker_id}
@@ -145,8 +163,7 @@ class SimWorker:
         self.id = worker_id
         cfg = sh.cfg
         self.born = time.monotonic()
-        life = sh.rng.expovariate(1.0 / cfg.mtbf_s) if cfg.mtbf_s > 0 else float("inf")
-        self.dies_at = self.born + life
+        self.dies_at = self.born + self._life(sh.mtbf_now_s)
         self.notice = sh.rng.random() < cfg.notice_share
         self.on_notice = on_notice
         self.notice_lead_s = notice_lead_s
@@ -156,6 +173,14 @@ class SimWorker:
         self.busy = 0.0
         self.jobs_done = 0
         self.end = ""  # why live() returned: drained, died, stopped
+
+    def _life(self, mtbf_s: float) -> float:
+        return self.sh.rng.expovariate(1.0 / mtbf_s) if mtbf_s > 0 else float("inf")
+
+    def redraw_life(self, mtbf_s: float) -> None:
+        """A new exponential lifetime from now: the preemption rate changed (memoryless, so this is exact)."""
+        if not self.dead():
+            self.dies_at = time.monotonic() + self._life(mtbf_s)
 
     def dead(self) -> bool:
         return time.monotonic() >= self.dies_at
@@ -204,7 +229,7 @@ class SimWorker:
     async def run(self, job: _Job) -> None:
         sh, cfg = self.sh, self.sh.cfg
         reporter = asyncio.create_task(self._report(job))
-        interval = sh.interval_s()
+        interval = sh.interval_s(job.lease)
         since_ckpt = 0.0
         partial = 0.0
         outcome = "completed"
@@ -245,7 +270,8 @@ class SimWorker:
             reporter.cancel()
             sh.attempts.append(Attempt(job.job_id, job.epoch, self.id, job.start, job.step - job.start,
                                        job.durable, partial, job.checkpoint_s, job.checkpoints, outcome,
-                                       tuple(job.step_end_ms)))
+                                       tuple(job.step_end_ms), job.leased_at_ms, interval,
+                                       sh.mtbf_estimate_s(job.lease) if cfg.policy == "adaptive" else None))
 
     async def _preempted(self, job: _Job) -> str:
         if not self.self_notice:
@@ -318,6 +344,15 @@ class Fleet:
         self.target = 0
         self.made = 0
         self.tasks: set[asyncio.Task] = set()
+        self.machines: dict[asyncio.Task, SimWorker] = {}
+
+    def set_mtbf(self, mtbf_s: float) -> None:
+        """The preemption rate changes: new machines and every living one die at the new rate from now."""
+        if mtbf_s == self.sh.mtbf_now_s:
+            return
+        self.sh.mtbf_now_s = mtbf_s
+        for w in self.machines.values():
+            w.redraw_life(mtbf_s)
 
     def resize(self, target: int) -> None:
         self.target = target
@@ -329,10 +364,12 @@ class Fleet:
         w = SimWorker(self.sh, f"sim-{self.run_id}-{self.made}")
         task = asyncio.create_task(w.live())
         self.tasks.add(task)
+        self.machines[task] = w
         task.add_done_callback(self._ended)
 
     def _ended(self, task: asyncio.Task) -> None:
         self.tasks.discard(task)
+        self.machines.pop(task, None)
         if not self.sh.stopping.is_set() and len(self.tasks) < self.target:
             self._spawn()
 

@@ -120,7 +120,9 @@ class KafkaLink:
                     self._release(late)
         if answer is None:
             return 204, None
-        return 200, asdict(answer)
+        # As a Kafka worker does (worker/transport_kafka.py): the pool's lease losses from pool-stats.
+        losses, leased_s = self.dispatch.lease_losses(answer.pool)
+        return 200, {**asdict(answer), "pool_lease_losses_1h": losses, "pool_leased_seconds_1h": leased_s}
 
     async def _await_lease(self, worker_id: str, desk: _Desk, inbox: asyncio.Queue, body: dict[str, Any],
                            deadline: float) -> ev.WorkAssigned | None:

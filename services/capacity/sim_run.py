@@ -20,8 +20,8 @@ from typing import Any, Callable
 import aiohttp
 
 from spotreel.services.capacity.sim_config import SimConfig
-from spotreel.services.capacity.sim_figures import (gpu_accounting, goodput_by_stage, goodput_hold, judge_events,
-                                                    saturated, summary_ms)
+from spotreel.services.capacity.sim_figures import (gpu_accounting, goodput_by_stage, goodput_hold,
+                                                    interval_by_stage, judge_events, saturated, summary_ms)
 from spotreel.services.capacity.sim_fleet import Fleet, Meter, Shared, submit_loop
 from spotreel.services.capacity.sim_kafka import KafkaLink
 from spotreel.services.capacity.sim_stack import CpuWindow, PrivateStack, read_events
@@ -64,6 +64,7 @@ async def _ramp(cfg: SimConfig, stack: PrivateStack, sh: Shared, say: Callable[[
     staller = asyncio.create_task(_stall(stack, cfg, t_start, say)) if cfg.stall_s > 0 else None
     stages = []
     for i, size in enumerate(cfg.workers):
+        fleet.set_mtbf(cfg.stage_mtbf_s(i))
         fleet.resize(size)
         window.start()
         sh.meter.take()
@@ -129,6 +130,9 @@ def simulate(cfg: SimConfig, base: Settings, out: Path | None, *, partitions: in
     expired = [e for e in events if type(e).__name__ == "LeaseExpired"]
     under_live = expired_under_live_workers(sh.attempts, events)
     goodput = goodput_by_stage(sh.attempts, result["stages"], cfg.step_s)
+    for i, (st, ivl) in enumerate(zip(result["stages"], interval_by_stage(sh.attempts, result["stages"]))):
+        st["mtbf_s"] = cfg.stage_mtbf_s(i)
+        st["checkpointing"] = ivl
     for st, gp in zip(result["stages"], goodput):
         st["lease_expired"] = sum(1 for e in expired if st["from_ms"] <= e.at_ms < st["to_ms"])
         st["lease_expired_under_live_workers"] = sum(1 for e in under_live if st["from_ms"] <= e.at_ms < st["to_ms"])
@@ -137,7 +141,9 @@ def simulate(cfg: SimConfig, base: Settings, out: Path | None, *, partitions: in
     first_sat = next((st["workers"] for st in result["stages"] if st["saturated_because"]), None)
     report = {
         "run_id": run_id, "config": {k: v for k, v in cfg.__dict__.items()},
-        "checkpoint_interval_s": sh.interval_s(), "elapsed_s": round(result["elapsed_s"], 1),
+        # the interval before the pool measured anything (the prior's); per stage: stages[].checkpointing
+        "checkpoint_interval_s": sh.interval_s(), "prior_mtbf_s": cfg.prior_mtbf_s,
+        "elapsed_s": round(result["elapsed_s"], 1),
         "workers_made": result["workers_made"], "submissions_refused": dict(sh.refused),
         **judged,
         "lease_expired_under_live_workers": len(under_live),
@@ -185,6 +191,18 @@ def render(r: dict[str, Any]) -> str:
                      f"{st['heartbeat_rtt'].get('p99_ms')} ms  goodput {st['goodput_gpu_s_per_s']} GPU-s/s  expired "
                      f"under live workers {st['lease_expired_under_live_workers']}  -> "
                      f"{'; '.join(st['saturated_because']) or 'keeps up'}")
+    lines.append(f"checkpoint interval by stage ({r['config']['policy']}; prior MTBF "
+                 f"{r.get('prior_mtbf_s')} s, weight {r['config']['mtbf_prior_losses']} losses):")
+    lines.append("  | stage | machines' MTBF s | leases | lost | MTBF estimated at lease (p50) s | interval p50 "
+                 "[min, max] s | checkpoints | checkpoint GPU-s |")
+    lines.append("  |---|---|---|---|---|---|---|---|")
+    for st in r["stages"]:
+        c = st["checkpointing"]
+        est = "n/a" if c["mtbf_estimate_p50_s"] is None else f"{c['mtbf_estimate_p50_s']:.0f}"
+        iv = ("none" if c["interval_p50_s"] is None else
+              f"{c['interval_p50_s']:.1f} [{c['interval_min_s']:.1f}, {c['interval_max_s']:.1f}]")
+        lines.append(f"  | {st['stage']} | {st['mtbf_s']:g} | {c['leases']} | {c['lost_leases']} | {est} | {iv} | "
+                     f"{c['checkpoints']} | {c['checkpoint_gpu_s']} |")
     hold = r["goodput_hold"]
     lines.append(f"saturates at: {r['saturates_at_workers'] or 'not within the ramp'} workers;  goodput from the best "
                  f"stage on holds {'n/a' if hold is None else f'{hold:.0%}'} of the best")

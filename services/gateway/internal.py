@@ -278,8 +278,12 @@ async def _deliver(request: web.Request, gw: Gateway, desk: LeaseDesk, answer: e
                    claimed: bool) -> web.StreamResponse:
     """Write the lease here rather than after the handler returns, so a client that is gone is noticed and
     the lease parked for its next poll instead of being lost."""
+    # The pool's measured lease losses ride along: the worker's checkpoint interval weighs them against its
+    # prior MTBF (worker/interval.py).
+    losses, leased_s = _bus(gw).lease_losses(answer.pool)
     response = web.json_response({**asdict(answer), "heartbeat_seconds": gw.cfg.heartbeat_seconds,
-                                  "progress_seconds": gw.cfg.progress_seconds})
+                                  "progress_seconds": gw.cfg.progress_seconds,
+                                  "pool_lease_losses_1h": losses, "pool_leased_seconds_1h": leased_s})
     written = False
     try:
         if _connected(request):

@@ -25,9 +25,9 @@ def _mean(values) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def lease_losses(part: PartitionState, pool: str, now_ms: int) -> tuple[int, float]:
-    """Leases of `pool` lost in the last hour, and losses per hour of leased time in that hour (ended
-    leases and the ones still held)."""
+def lease_losses(part: PartitionState, pool: str, now_ms: int) -> tuple[int, float, float]:
+    """Leases of `pool` lost in the last hour, losses per hour of leased time in that hour (ended leases
+    and the ones still held), and that leased time in seconds."""
     since = now_ms - HOUR_MS
     lost, leased_ms = 0, 0
     for p, start, end, was_lost in part.ended_leases:
@@ -39,7 +39,7 @@ def lease_losses(part: PartitionState, pool: str, now_ms: int) -> tuple[int, flo
         if holder_pool == pool and job_id in part.leased_at:
             leased_ms += max(0, now_ms - max(part.leased_at[job_id], since))
     rate = lost / (leased_ms / HOUR_MS) if lost and leased_ms > 0 else 0.0
-    return lost, rate
+    return lost, rate, leased_ms / 1000
 
 
 def share_if_room(usage: TenantUsage | None, policy: TenantPolicy | None) -> float | None:
@@ -70,7 +70,7 @@ def pool_stats(part: PartitionState, now_ms: int,
         oldest = min((j.enqueued_at_ms for j in jobs), default=now_ms)
         in_pool = [w for w in recent if pool in w.pools]
         holding = {part.workers_of.get(j) for j, p in part.holders.items() if p == pool} - {None}
-        lost, rate = lease_losses(part, pool, now_ms)
+        lost, rate, leased_s = lease_losses(part, pool, now_ms)
         out.append(ev.PoolStats(
             pool=pool, partition=part.partition, at_ms=now_ms, queued=len(jobs),
             leased=part.leased_by_pool.get(pool, 0), oldest_wait_ms=max(0, now_ms - oldest),
@@ -82,5 +82,6 @@ def pool_stats(part: PartitionState, now_ms: int,
             mean_checkpoint_interval_ms=mean_cp,
             active_workers=len(holding),
             mean_checkpoint_ms=_mean(part.checkpoint_ms_by_pool.get(pool, ())),
-            lease_losses_1h=lost, lease_loss_rate_per_hour=rate, min_share=min(shares, default=None)))
+            lease_losses_1h=lost, lease_loss_rate_per_hour=rate, min_share=min(shares, default=None),
+            leased_seconds_1h=leased_s))
     return out

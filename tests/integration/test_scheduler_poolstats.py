@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 
+import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from spotreel.domain import commands as c
@@ -77,6 +78,9 @@ def test_pool_stats_carry_queue_workers_durations_and_lease_losses(stack, tmp_pa
         assert rec.lease_losses_1h == 1
         # One loss in less than an hour of leased time: at least one loss per leased hour (MTBF < 1 h).
         assert rec.lease_loss_rate_per_hour >= 1.0
+        # The leased time the loss was counted over (the worker weighs it against its prior MTBF).
+        assert 0 < rec.leased_seconds_1h < 3600
+        assert rec.lease_loss_rate_per_hour == pytest.approx(3600 / rec.leased_seconds_1h, rel=0.05)
     except BaseException:
         print(f"----- tail of {proc.log_path.name} -----\n{proc.log()[-5000:]}")
         raise

@@ -226,6 +226,9 @@ class FakeBus:
     def partitions_with_work(self, models) -> list[int]:
         return []
 
+    def lease_losses(self, pool: str) -> tuple[int, float]:
+        return (3, 5400.0) if pool == "m@cpu" else (0, 0.0)
+
     def watch_answer(self, rid: str, callback) -> None:
         self.watchers[rid] = callback
 
@@ -284,6 +287,8 @@ async def test_a_poll_answered_in_time_gets_its_lease(served) -> None:
     status, body = await _poll(session, url)
     assert status == 200 and body["epoch"] == 3 and body["heartbeat_seconds"] > 0
     assert len(sink.of(cmd.RequestWork)) == 1 and sink.of(cmd.ReleaseLease) == []
+    # the pool's measured lease losses ride along for the worker's checkpoint interval
+    assert (body["pool_lease_losses_1h"], body["pool_leased_seconds_1h"]) == (3, 5400.0)
 
 
 async def test_a_client_that_gave_up_gets_the_lease_on_its_next_poll(served) -> None:

@@ -34,6 +34,10 @@ class AsyncDispatch:
     def partitions_with_work(self, models: tuple[str, ...]) -> list[int]:
         return self.listener.queues.partitions_with_work(models)
 
+    def lease_losses(self, pool: str) -> tuple[int, float]:
+        """The pool's lost leases and leased seconds of the last hour (pool-stats), for the lease answer."""
+        return self.listener.queues.lease_losses(pool)
+
     def watch_answer(self, request_id: str, callback: Callable[[Any], None]) -> None:
         """Call `callback(answer)` on the caller's loop for every answer to this request until forgotten."""
         loop = asyncio.get_running_loop()

@@ -659,6 +659,9 @@ class PoolStats:
     # partition with the smallest first, so the pool's next free worker goes to the tenant furthest below
     # its share wherever its jobs are (dispatch/order.py).
     min_share: float | None = None
+    # Seconds of this pool's leases held here within the last hour: the exposure `lease_losses_1h` were
+    # counted over, so a worker can weigh the measured loss rate against its prior (worker/interval.py).
+    leased_seconds_1h: float = 0.0
 
 
 @dataclass(frozen=True)
