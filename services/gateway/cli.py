@@ -31,9 +31,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     ws.add_argument("name")
     ws.add_argument("--rotate", action="store_true", help="replace an existing secret")
     ws.set_defaults(func=_webhook_secret)
-    u = sub.add_parser("usage", help="GPU-seconds per tenant (operators): the scheduler's tenant-usage reports")
+    u = sub.add_parser("usage", help="GPU-seconds per tenant (operators): the scheduler's tenant-usage reports; "
+                                     "--mine: your own tenant's, from GET /v1/usage")
     u.add_argument("--tenant", default=None, help="only this tenant")
-    u.add_argument("--json", action="store_true", help="one JSON object per tenant and line")
+    u.add_argument("--json", action="store_true", help="one JSON object per tenant and line (--mine: the API's "
+                                                       "answer)")
+    u.add_argument("--mine", action="store_true", help="ask the gateway (GET /v1/usage) for the API key's own "
+                                                       "tenant instead of reading the topic")
+    u.add_argument("--url", help="with --mine: gateway URL (default: the local stack's)")
+    u.add_argument("--key", help="with --mine: API key (default: the local stack's development key)")
     u.set_defaults(func=_usage)
     w = sub.add_parser("worker-key", help="manage worker keys (credentials for the /internal worker API)")
     wsub = w.add_subparsers(dest="worker_key_command", metavar="ACTION")
@@ -154,6 +160,15 @@ def _usage(args: argparse.Namespace, settings: Settings) -> int:
 
     from spotreel.services.gateway.usage import read_reports, usage_table
 
+    if args.mine or args.url or args.key:
+        if args.tenant is not None or not args.mine:
+            print("spotreel usage: --url and --key go with --mine, which answers for the key's own tenant "
+                  "(no --tenant)", file=sys.stderr)
+            return 2
+        from spotreel.services.gateway.client_cli import _runner
+        from spotreel.services.gateway.client_commands import my_usage
+
+        return _runner("usage", my_usage)(args, settings)
     hl = settings.fair_share_half_life_s * 1000 if settings.fair_share_half_life_s > 0 else None
     try:
         reports = read_reports(settings)

@@ -113,6 +113,10 @@ class Client:
         """`{"job_id", "attempts"}`: one entry per lease."""
         return self._json("GET", self._path(job_id, "/attempts"))
 
+    def usage(self) -> dict[str, Any]:
+        """GET /v1/usage: the key's own tenant's GPU-seconds."""
+        return self._json("GET", "/v1/usage")
+
     def create_schedule(self, body: dict[str, Any], idempotency_key: str | None = None) -> dict[str, Any]:
         return self._json("POST", "/v1/schedules", body,
                           {"Idempotency-Key": idempotency_key} if idempotency_key else None)

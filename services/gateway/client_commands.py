@@ -116,6 +116,15 @@ def attempts(c: Client, args: argparse.Namespace) -> Outcome:
     return Outcome(doc, show.attempts_text(doc))
 
 
+def my_usage(c: Client, args: argparse.Namespace) -> Outcome:
+    doc = c.usage()
+    text = (f"tenant {doc.get('tenant')}: used {doc.get('used_gpu_seconds', 0):.1f} GPU-s, fair share "
+            f"{doc.get('fair_share_gpu_seconds', 0):.1f} GPU-s, leases held {doc.get('leases_held', 0)}")
+    if doc.get("as_of") is None:
+        text += " (no usage reported yet)"
+    return Outcome(doc, text)
+
+
 def load_dag(path: Path) -> dict[str, Any]:
     """The body of POST /v1/dags from a JSON or YAML file (YAML needs PyYAML; JSON never does)."""
     try:

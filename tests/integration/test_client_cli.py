@@ -157,6 +157,16 @@ async def test_clear_one_line_errors(server):
     assert "cannot reach the gateway at http://127.0.0.1:9 (Connection refused)" in err
 
 
+async def test_usage_mine_asks_the_gateway_for_the_keys_tenant(server):
+    url, key = server
+    code, out, err = await spotreel(url, key, "usage", "--mine", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["tenant"] == "alpha" and doc["used_gpu_seconds"] == 0 and doc["leases_held"] == 0
+    code, out, _ = await spotreel(url, key, "usage", "--mine")
+    assert code == 0 and out.startswith("tenant alpha: used 0.0 GPU-s")
+
+
 def test_progress_line_shows_resuming():
     line = progress_line({"status": "running", "progress": {"percent": 60.0, "resuming": True,
                                                             "message": "resuming from checkpoint at 40%",
