@@ -97,6 +97,10 @@ class Settings:
     # Half-life (seconds) of the GPU-seconds a tenant used, in the scheduler's fair share across partitions
     # (domain/fairness.py); 0: no decay, the plain cumulative total.
     fair_share_half_life_s: int = 3600
+    # Priority preemption (domain/preemption.py): at most this many leases asked back per pool in any rolling
+    # minute (0: no preemption), never one granted less than `preempt_min_run_s` seconds ago.
+    preempt_per_minute: int = 2
+    preempt_min_run_s: int = 60
 
     @property
     def kafka_bootstrap(self) -> str:

@@ -27,8 +27,8 @@ from spotreel.adapters.kafka import CMD_OFFSET_HEADER, assignments_topic
 from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
-from spotreel.domain.commands import ReleaseLease, RequestWork
-from spotreel.domain.leases import UNCLAIMED
+from spotreel.domain.commands import PreemptLease, ReleaseLease, RequestWork
+from spotreel.domain.leases import PREEMPTED_FOR, UNCLAIMED
 from spotreel.domain.schedules import ScheduleState
 from spotreel.domain.state import JobState
 from spotreel.domain.renewals import after_handover
@@ -43,6 +43,7 @@ from spotreel.services.scheduler.handler import Handler
 from spotreel.services.scheduler.metrics import Metrics
 from spotreel.services.scheduler.partition import PartitionState
 from spotreel.services.scheduler.poolstats import pool_stats, share_if_room
+from spotreel.services.scheduler.preempting import PoolStatsView, budget_of, decide_pool, note_asked
 from spotreel.services.scheduler.workerleases import WorkerLeaseIndex, later_grant, record_key
 
 log = logging.getLogger("spotreel.scheduler")
@@ -98,6 +99,9 @@ class Scheduler:
         # Usage of every partition and every tenant's plan (fairshare.py): DRF across the whole pool.
         self.fair = FairShareView(settings, self.codec)
         self.half_life_ms = half_life_ms(settings)
+        # Priority preemption (preempting.py): the other partitions' pool-stats, and the budget.
+        self.pool_view = PoolStatsView(settings, self.codec)
+        self.preempt_budget = budget_of(settings)
         self.handler = Handler(self.codec, settings.partitions, self.get, get_schedule=self.get_schedule,
                                absorb_renewals=not settings.scheduler_persist_renewals,
                                worker_busy=lambda w: bool(self.worker_leases.held_by(w)),
@@ -200,6 +204,8 @@ class Scheduler:
             log.warning("worker-leases index not caught up after 30 s; going on with what it read")
         if self.fair._thread is None:  # noqa: SLF001 - started once, like the worker-leases index
             await asyncio.to_thread(self.fair.start)
+        if self.pool_view._thread is None and self.preempt_budget.per_minute > 0:  # noqa: SLF001 - once
+            await asyncio.to_thread(self.pool_view.start)
         if not await asyncio.to_thread(self.fair.caught_up.wait, 30.0):
             log.warning("tenant usage and settings not caught up after 30 s; going on with what was read")
         assigned = {tp.partition for tp in self.app.consumer.assignment() if tp.topic == self.commands}
@@ -380,6 +386,8 @@ class Scheduler:
                     self.metrics.observe_lease(out.states[e.job_id][0], e)
                 elif isinstance(e, (ev.LeaseExpired, ev.LeaseReleased)):
                     self.metrics.observe_lease_end(out.states[e.job_id][0], e)
+                    if isinstance(e, ev.LeaseReleased) and e.reason == PREEMPTED_FOR:
+                        part.freed[e.worker_id] = e.at_ms  # preempting.py: free until its next lease
                 elif isinstance(e, ev.JobSucceeded):
                     self.metrics.observe_success(out.states[e.job_id][1], e.at_ms)
             for before, after in out.states.values():
@@ -547,3 +555,25 @@ class Scheduler:
                     high = self.app.consumer.highwater(tp)
                     if high is not None:
                         self.metrics.lag.labels(str(p)).set(max(0, high - part.applied_upto - 1))
+        await self._preempt(now)
+
+    async def _preempt(self, now: int) -> None:
+        """Ask lower-tier leases of the owned partitions back for higher-tier work waiting in a full pool
+        (preempting.py, domain/preemption.py). The PreemptLease goes through the commands topic like a timer's
+        command: `decide` judges it against the job's state when it is read."""
+        if self.preempt_budget.per_minute <= 0 or not self.parts:
+            return
+        parts = dict(self.parts)
+        pools = {pool for part in parts.values() for pool in part.holders.values()}
+        others = self.pool_view.records()
+        for pool in sorted(pools):
+            chosen = decide_pool(pool, parts, others, now, self.preempt_budget, self.get,
+                                 lambda w: bool(self.worker_leases.held_by(w)))
+            for p, c in chosen:
+                note_asked(parts[p], pool, now)
+                command = PreemptLease(f"preempt:{c.job_id}:e{c.epoch}", c.job_id, c.epoch, c.for_priority)
+                log.info("pool %s: asking %s (epoch %d) to checkpoint and release for waiting priority %d",
+                         pool, c.job_id, c.epoch, c.for_priority)
+                self.metrics.preempt_requests.labels(pool, command.reason).inc()
+                await self.app.producer.send(self.commands, c.job_id.encode(), self.codec.encode_message(command),
+                                             p, None, None)

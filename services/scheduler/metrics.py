@@ -6,6 +6,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, start_http_server
 
 from spotreel.domain.events import JobLeased, LeaseExpired, LeaseReleased
+from spotreel.domain.leases import PREEMPTED_FOR
 from spotreel.domain.state import JobState
 
 # Counters' and histograms' `_created` timestamps would come out as separate gauge families.
@@ -48,6 +49,10 @@ class Metrics:
             "spotreel_scheduler_preemptions", "leases lost to preemption (the domain's count): lease_expired "
             "(the worker went silent) or released (it handed the lease back after a notice or drain)",
             ["pool", "cause"], registry=r)
+        self.preempt_requests = Counter(
+            "spotreel_scheduler_preemption_requests", "leases the scheduler asked back (PreemptLease), by pool and "
+            "reason (preempted_for: higher-tier work waits in a full pool); each becomes a preemption with cause "
+            "preempted_for when its holder releases", ["pool", "reason"], registry=r)
         self.lost_steps = Counter(
             "spotreel_scheduler_preempted_steps_lost", "steps the job had reported beyond its newest checkpoint "
             "when a lease was preempted (work to redo; a lower bound, progress is reported every few seconds)",
@@ -76,10 +81,13 @@ class Metrics:
         self.lease_expirations.labels(pool, "worker_lost" if lost else "confirm_timeout").inc()
 
     def observe_lease_end(self, before: JobState | None, ended: LeaseExpired | LeaseReleased) -> None:
-        """A preemption is what the domain counted as one (not a confirmed cancel or pause, not unclaimed)."""
-        if before is None or ended.preemptions <= before.preemptions:
+        """A preemption is what the domain counted as one (not a confirmed cancel or pause, not unclaimed), or a
+        lease handed back because the scheduler asked for it (cause `preempted_for`; the domain does not charge
+        it to the job's preemption budget)."""
+        yielded = isinstance(ended, LeaseReleased) and ended.reason == PREEMPTED_FOR
+        if before is None or (ended.preemptions <= before.preemptions and not yielded):
             return
-        cause = "lease_expired" if isinstance(ended, LeaseExpired) else "released"
+        cause = "lease_expired" if isinstance(ended, LeaseExpired) else (PREEMPTED_FOR if yielded else "released")
         self.preemptions.labels(before.pool, cause).inc()
         durable = max((c.step for c in before.checkpoints), default=0)
         self.lost_steps.labels(before.pool).inc(max(0, before.step - durable))

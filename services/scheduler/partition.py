@@ -78,6 +78,10 @@ class PartitionState:
     double_released: set[str] = field(default_factory=set)
     # GPU-seconds per tenant on this partition, shared with the other partitions (fairshare.py).
     ledger: TenantLedger = field(default_factory=TenantLedger)
+    # pool -> times (ms) of the PreemptLease requests sent for leases of this partition (preempting.py), and
+    # worker -> when it released a lease of this partition for them (free until it takes its next lease).
+    preempt_asked: dict[str, deque] = field(default_factory=dict)
+    freed: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.ledger.est_ms = self.est_run_ms

@@ -10,7 +10,7 @@ from spotreel.domain import commands as c
 from tests.unit.jobkit import T0, Driver
 
 ACTIONS = ("grant", "grant_w2", "renew", "progress", "checkpoint", "complete", "fail", "fail_final", "release",
-           "expire", "cancel", "pause", "resume", "requeue", "reprioritize", "activate", "stale")
+           "expire", "cancel", "pause", "resume", "requeue", "reprioritize", "activate", "stale", "preempt")
 
 
 def drive(d: Driver, action: str, pct: float, step: int) -> None:
@@ -47,6 +47,9 @@ def drive(d: Driver, action: str, pct: float, step: int) -> None:
             d.send(c.Reprioritize(d.next_id("prio"), d.job_id, step))
         case "activate":
             d.activate(advance=400_000)
+        case "preempt":
+            if d.s.lease is not None:
+                d.send(c.PreemptLease(d.next_id("preempt"), d.job_id, d.s.lease.epoch, 10))
         case "stale":
             d.progress(pct, step, epoch=1, worker="w0")
 

@@ -83,6 +83,22 @@ def preempted_and_resumed() -> list[Any]:
     return d.history
 
 
+def preempted_for_higher_tier() -> list[Any]:
+    """The scheduler asks a priority-1 lease back (PreemptLease); the holder drains as for a pause, the job is
+    requeued (preempted_for) without spending an attempt, resumes from its checkpoint and finishes."""
+    d = leased_job(priority=1)
+    d.progress(30.0, step=6)
+    d.send(c.PreemptLease("preempt:1", d.job_id, 1, 9), advance=1_000)
+    d.send(c.PreemptLease("preempt:2", d.job_id, 1, 9))  # asked already: rejected
+    d.renew()
+    d.checkpoint(6, 30.0)
+    d.release(reason="paused")
+    d.grant(worker="w2")
+    d.progress(60.0, step=12)
+    d.complete()
+    return d.history
+
+
 def retries_dead_letter_and_requeue() -> list[Any]:
     d = leased_job(max_attempts=2, poison_threshold=5)
     d.fail()
@@ -178,8 +194,8 @@ def cron_schedule_paused_and_overlapping() -> list[Any]:
 
 JOB_SCENARIOS: dict[str, Callable[[], list[Any]]] = {
     f.__name__: f
-    for f in (happy_path, preempted_and_resumed, retries_dead_letter_and_requeue, cancel_while_running,
-              dag_pause_and_failure, watched_parent)
+    for f in (happy_path, preempted_and_resumed, preempted_for_higher_tier, retries_dead_letter_and_requeue,
+              cancel_while_running, dag_pause_and_failure, watched_parent)
 }
 SCENARIOS: dict[str, Callable[[], list[Any]]] = {**JOB_SCENARIOS, "cron_schedule": cron_schedule,
                                                  "cron_schedule_paused_and_overlapping":

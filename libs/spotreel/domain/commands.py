@@ -130,6 +130,19 @@ class ExpireLease:
 
 
 @dataclass(frozen=True)
+class PreemptLease:
+    """Ask the holder of `epoch` to checkpoint and hand the lease back for waiting work of tier
+    `for_priority` (sent by the scheduler's preemption step, domain/preemption.py). Refused unless the job
+    holds that lease, nothing else was asked of it, and its own priority is below `for_priority`."""
+
+    command_id: str
+    job_id: str
+    epoch: int
+    for_priority: int
+    reason: str = "preempted_for"
+
+
+@dataclass(frozen=True)
 class ActivateJob:
     """Run-at timer: the job's run_at or retry backoff is over."""
 
@@ -352,6 +365,7 @@ JOB_COMMANDS = (
     RequeueJob,
     GrantLease,
     ExpireLease,
+    PreemptLease,
     ActivateJob,
     ResolveParent,
     WatchParent,

@@ -49,6 +49,8 @@ def _route(state: JobState, c: Any, h: Head, now_ms: int) -> Events:  # noqa: C9
             return leases.grant(state, c, h, now_ms)
         case cmd.ExpireLease():
             return leases.expire(state, c, h, now_ms)
+        case cmd.PreemptLease():
+            return leases.preempt(state, c, h, now_ms)
         case cmd.RenewLease() | cmd.ReportProgress() | cmd.RecordCheckpoint() | cmd.CompleteJob():
             return leases.worker_command(state, c, h, now_ms)
         case cmd.FailJob() | cmd.ReleaseLease():

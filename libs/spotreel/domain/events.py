@@ -141,6 +141,22 @@ class PauseRequested:
 
 
 @dataclass(frozen=True)
+class PreemptRequested:
+    """The scheduler wants this lease's GPU for higher-tier work waiting in the pool (preemption.py): the holder
+    of `epoch` should checkpoint and release, as for a pause, and the job goes straight back to the queue
+    (JobRequeued reason `preempted_for`) without spending an attempt or its preemption budget.
+    `for_priority`: the tier of the waiting work it yields to."""
+
+    job_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    reason: str
+    epoch: int
+    for_priority: int
+
+
+@dataclass(frozen=True)
 class JobPaused:
     job_id: str
     version: int
@@ -521,6 +537,7 @@ JOB_EVENTS = (
     JobCancelled,
     PauseRequested,
     JobPaused,
+    PreemptRequested,
     JobResumed,
     JobReprioritized,
     ParentResolved,
@@ -560,6 +577,7 @@ JobEvent = (
     | JobCancelled
     | PauseRequested
     | JobPaused
+    | PreemptRequested
     | JobResumed
     | JobReprioritized
     | ParentResolved

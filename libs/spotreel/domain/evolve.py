@@ -88,7 +88,9 @@ def _lease_over(before: JobState, after: JobState, e: object) -> JobState:
     assert lease is not None
     used = 0 if isinstance(e, ev.LeaseReleased) and e.reason == leases.UNCLAIMED else \
         max(0, e.at_ms - lease.granted_at_ms)  # type: ignore[attr-defined]
-    return replace(after, render_ms=after.render_ms + used, step_mark=None, step_origin=0)
+    yielded = isinstance(e, ev.LeaseReleased) and e.reason == leases.PREEMPTED_FOR
+    return replace(after, render_ms=after.render_ms + used, step_mark=None, step_origin=0, preempt_requested=False,
+                   preempted_last=yielded)
 
 
 def _apply(s: JobState, e: object) -> JobState:  # noqa: C901 - one flat dispatch reads best here
@@ -122,6 +124,8 @@ def _apply(s: JobState, e: object) -> JobState:  # noqa: C901 - one flat dispatc
             return _ended(replace(s, status=Status.CANCELLED, terminal_reason=e.reason))
         case ev.PauseRequested():
             return replace(s, pause_requested=True, pause_reason=e.reason)
+        case ev.PreemptRequested():
+            return replace(s, preempt_requested=True)
         case ev.JobPaused():
             return replace(s, status=Status.PAUSED, lease=None, pause_requested=False, pause_reason=e.reason)
         case ev.JobResumed():

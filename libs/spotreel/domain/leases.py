@@ -38,6 +38,9 @@ Events = tuple[Any, ...]
 
 # ReleaseLease.reason of a lease handed back because it never reached a worker.
 UNCLAIMED = "unclaimed"
+# LeaseReleased / JobRequeued reason of a lease handed back because the scheduler asked for it
+# (PreemptLease: higher-tier work waits in the pool, preemption.py).
+PREEMPTED_FOR = "preempted_for"
 
 
 # Commands whose validity depends on when they were sent rather than on when they were read.
@@ -114,7 +117,8 @@ def grant(state: JobState, c: cmd.GrantLease, h: Head, now_ms: int) -> Events:
 
 def _asks(state: JobState) -> dict[str, bool]:
     """What the lease holder is asked to do, told on each renewal so it needs no other source."""
-    return {"cancel_requested": state.cancel_requested, "drain_requested": state.pause_requested}
+    return {"cancel_requested": state.cancel_requested,
+            "drain_requested": state.pause_requested or state.preempt_requested}
 
 
 def worker_command(state: JobState, c: Any, h: Head, now_ms: int) -> Events:
@@ -166,6 +170,26 @@ def worker_command(state: JobState, c: Any, h: Head, now_ms: int) -> Events:
     return lease_ended(state, c, h, now_ms, released=True)
 
 
+def preempt(state: JobState, c: cmd.PreemptLease, h: Head, now_ms: int) -> Events:
+    """Ask the holder to checkpoint and release for waiting work of a higher tier. The holder learns it on its
+    next renewal (`drain_requested`, as for a pause); its release requeues the job at once, costing neither
+    an attempt nor its preemption budget (`lease_ended`). A completion that races it is still accepted."""
+    reason = _fence(state, c.epoch)
+    if reason is not None:
+        return rejected(state, c, now_ms, reason)
+    assert state.lease is not None
+    if now_ms >= state.lease.expires_at_ms:
+        return rejected(state, c, now_ms, Reason.LEASE_EXPIRED)
+    for asked, why in ((state.cancel_requested, Reason.CANCEL_REQUESTED), (state.pause_requested, Reason.PAUSE_REQUESTED),
+                       (state.preempt_requested, Reason.PREEMPT_REQUESTED)):
+        if asked:
+            return rejected(state, c, now_ms, why, f"{why.replace('_', ' ')} already")
+    if state.priority >= c.for_priority:
+        return rejected(state, c, now_ms, Reason.NOT_LOWER_TIER,
+                        f"priority {state.priority} is not below the waiting {c.for_priority}")
+    return (h.event(ev.PreemptRequested, reason=c.reason, epoch=state.epoch, for_priority=c.for_priority),)
+
+
 def expire(state: JobState, c: cmd.ExpireLease, h: Head, now_ms: int) -> Events:
     reason = _fence(state, c.epoch)
     if reason is not None:
@@ -211,9 +235,13 @@ def enforce(state: JobState, c: cmd.ExpireLease, h: Head, now_ms: int) -> Events
 
 def lease_ended(state: JobState, c: Any, h: Head, now_ms: int, *, released: bool, preemption: bool = True) -> Events:
     """A lease lost or handed back. It is a preemption unless it only confirms a requested cancel/pause, or
-    never reached a worker (`preemption=False`, an unclaimed lease)."""
+    never reached a worker (`preemption=False`, an unclaimed lease). A release that answers the scheduler's
+    PreemptLease is not one either: the scheduler chose it (so it must not spend the job's budget), it is
+    recorded with reason `preempted_for` whatever reason the worker gave (it drains as for a pause), and the
+    job is requeued at once. A holder asked to yield that goes silent instead lost its lease as usual."""
     assert state.lease is not None
-    confirming = state.cancel_requested or state.pause_requested
+    yielded = released and preemption and state.preempt_requested
+    confirming = state.cancel_requested or state.pause_requested or yielded
     preemptions = state.preemptions if confirming or not preemption else state.preemptions + 1
     ended: Any
     if released:
@@ -221,7 +249,7 @@ def lease_ended(state: JobState, c: Any, h: Head, now_ms: int, *, released: bool
             ev.LeaseReleased,
             epoch=state.lease.epoch,
             worker_id=state.lease.worker_id,
-            reason=c.reason,
+            reason=PREEMPTED_FOR if yielded and not (state.cancel_requested or state.pause_requested) else c.reason,
             preemptions=preemptions,
         )
     else:
@@ -240,7 +268,7 @@ def lease_ended(state: JobState, c: Any, h: Head, now_ms: int, *, released: bool
             preemptions=preemptions,
         )
     reason = "lease_expired" if not released else ("released" if preemption else UNCLAIMED)
-    return ended, h.event(ev.JobRequeued, reason=reason, budget_reset=False)
+    return ended, h.event(ev.JobRequeued, reason=PREEMPTED_FOR if yielded else reason, budget_reset=False)
 
 
 def _checkpoint(state: JobState, c: cmd.RecordCheckpoint, h: Head, now_ms: int) -> Events:

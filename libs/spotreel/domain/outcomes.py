@@ -39,6 +39,9 @@ class Reason:
     ALREADY_PAUSED = "already_paused"
     CANCEL_REQUESTED = "cancel_requested"
     PAUSE_REQUESTED = "pause_requested"
+    PREEMPT_REQUESTED = "preempt_requested"
+    # PreemptLease for waiting work whose tier is not above the job's own.
+    NOT_LOWER_TIER = "not_lower_tier"
     NOT_REQUEUEABLE = "not_requeueable"
     PRIORITY_UNCHANGED = "priority_unchanged"
     NOT_A_PARENT = "not_a_parent"

@@ -139,6 +139,10 @@ class JobState:
     cancel_reason: str | None = None
     pause_requested: bool = False
     pause_reason: str | None = None
+    # The scheduler asked the holder to checkpoint and release for higher-tier work (PreemptRequested), and
+    # whether the job's previous lease ended that way (a job is never preempted twice in a row).
+    preempt_requested: bool = False
+    preempted_last: bool = False
 
     # Outcome.
     terminal_reason: str | None = None

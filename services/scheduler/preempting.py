@@ -1,0 +1,194 @@
+"""Priority preemption, wired: what the pure planner (domain/preemption.py) is given, and by whom.
+
+The scheduler is partitioned: a priority-9 job queued on partition A and the priority-1 lease it should
+displace on partition B may belong to two scheduler instances. Each instance decides for the leases of the
+partitions it owns (only the owner may send a job's commands with authority over its state), once per stats
+tick, per pool, from:
+
+- **demand over all partitions:** its own partitions' queued jobs by tier (live), and every other
+  partition's latest `PoolStats.queued_by_tier` from the compacted pool-stats topic (`PoolStatsView`, a
+  consumer thread; records older than `STALE_MS` are ignored);
+- **free workers:** workers of the pool this instance heard from lately that asked for work, hold no lease
+  anywhere (the worker-lease index) and are not draining, or released a lease for a preemption in the last
+  `FREE_WINDOW_MS` and hold none yet, plus the other instances' `idle_workers`;
+- **leases already yielding:** its own leases with a pending PreemptRequested;
+- **the budget:** the times of its own requests for the pool in the last minute.
+
+What this does not promise: the budget and the yielding leases are per scheduler instance. With one
+instance owning every partition (the local stack) the budget is the pool's; with k instances a pool can see
+up to k x `per_minute` requests a minute, and two instances can each ask a lease back for the same waiting
+job until the first released worker takes it (pool-stats records do not carry the requests yet). The
+request times are memory: a new owner of a partition starts with an empty minute. Demand counts every
+queued job of a higher tier, also one whose tenant is at its in-flight ceiling and so cannot take the freed
+worker, and another instance's `idle_workers` may still count a worker that has since taken a lease
+elsewhere (fewer preemptions, not more).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections import Counter, deque
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from spotreel.codec import Codec
+from spotreel.domain import events as ev
+from spotreel.domain.ids import pool_key
+from spotreel.domain.preemption import MINUTE_MS, Budget, Demand, Preemption, Running, plan
+from spotreel.domain.state import JobState, Status
+from spotreel.infra.topics import pool_stats_topic
+from spotreel.settings import Settings
+
+from spotreel.services.scheduler.partition import PartitionState
+
+log = logging.getLogger("spotreel.scheduler.preempting")
+
+# Another partition's pool-stats record older than this is not trusted (its owner stopped publishing).
+STALE_MS = 10_000
+# A worker that asked for work within this window, and holds nothing, is taken as free for the pool.
+FREE_WINDOW_MS = 15_000
+
+
+def budget_of(settings: Settings) -> Budget:
+    return Budget(per_minute=max(0, settings.preempt_per_minute), min_run_ms=max(0, settings.preempt_min_run_s) * 1000)
+
+
+def tiers_of(entries: Iterable[str]) -> Counter:
+    """`queued_by_tier` entries (`priority=count`) as a Counter."""
+    out: Counter = Counter()
+    for entry in entries:
+        tier, _, n = entry.partition("=")
+        try:
+            out[int(tier)] += int(n)
+        except ValueError:
+            continue
+    return out
+
+
+def running_of(part: PartitionState, pool: str, get: Callable[[str], JobState | None]) -> list[Running]:
+    out = []
+    for job_id, holder_pool in part.holders.items():
+        s = get(job_id)
+        if holder_pool != pool or s is None or s.lease is None or s.status not in Status.HOLDING_LEASE:
+            continue
+        out.append(Running(job_id, s.lease.epoch, s.priority, s.lease.granted_at_ms,
+                           asked=s.cancel_requested or s.pause_requested or s.preempt_requested,
+                           preempted_last=s.preempted_last))
+    return out
+
+
+def yielding_of(part: PartitionState, pool: str, get: Callable[[str], JobState | None]) -> int:
+    return sum(1 for j, p in part.holders.items() if p == pool and (s := get(j)) is not None and s.preempt_requested)
+
+
+def asked_1m(part: PartitionState, pool: str, now_ms: int) -> list[int]:
+    """The times of this partition's PreemptLease requests for `pool` in the last minute (pruned here)."""
+    times = part.preempt_asked.get(pool)
+    if times is None:
+        return []
+    while times and times[0] <= now_ms - MINUTE_MS:
+        times.popleft()
+    return list(times)
+
+
+def note_asked(part: PartitionState, pool: str, now_ms: int) -> None:
+    part.preempt_asked.setdefault(pool, deque()).append(now_ms)
+
+
+def free_workers(parts: Iterable[PartitionState], pool: str, now_ms: int, holds: Callable[[str], bool]) -> int:
+    """Workers of `pool` that hold no lease anywhere and will take waiting work: those that asked for work
+    lately, and those that just released a lease for a preemption (they ask again at once; counting them
+    keeps the next tick from asking a second lease back for the same waiting job)."""
+    free = set()
+    for part in parts:
+        for worker_id, seen in part.workers.items():
+            if (pool in seen.pools and seen.idle and not seen.draining and now_ms - seen.last_ms <= FREE_WINDOW_MS
+                    and not holds(worker_id)):
+                free.add(worker_id)
+        for worker_id, at_ms in list(part.freed.items()):
+            if now_ms - at_ms > FREE_WINDOW_MS:
+                del part.freed[worker_id]
+            elif not holds(worker_id) and pool in getattr(part.workers.get(worker_id), "pools", (pool,)):
+                free.add(worker_id)
+    return len(free)
+
+
+def decide_pool(pool: str, parts: dict[int, PartitionState], others: Iterable[ev.PoolStats], now_ms: int,
+                budget: Budget, get: Callable[[str], JobState | None],
+                holds: Callable[[str], bool]) -> list[tuple[int, Preemption]]:
+    """(partition, preemption) for the leases of this instance's partitions to ask back for `pool` now."""
+    waiting: Counter = Counter()
+    free = free_workers(parts.values(), pool, now_ms, holds)
+    yielding, recent = 0, []
+    running: list[tuple[int, Running]] = []
+    for p, part in parts.items():
+        waiting.update(j.priority for j in list(part.index._jobs.values())  # noqa: SLF001 - read-only walk
+                       if pool_key(j.model, j.gpu_type) == pool)
+        yielding += yielding_of(part, pool, get)
+        recent += asked_1m(part, pool, now_ms)
+        running += [(p, r) for r in running_of(part, pool, get)]
+    for stats in others:
+        if stats.pool != pool or stats.partition in parts or now_ms - stats.at_ms > STALE_MS:
+            continue
+        waiting.update(tiers_of(stats.queued_by_tier))
+        free += stats.idle_workers
+    if not running or not waiting:
+        return []
+    where = {r.job_id: p for p, r in running}
+    chosen = plan(Demand(dict(waiting), free, yielding), [r for _, r in running], recent, now_ms, budget)
+    return [(where[c.job_id], c) for c in chosen]
+
+
+class PoolStatsView:
+    """The latest pool-stats record of every (pool, partition), from the compacted topic (one consumer
+    thread, from the beginning; not waited for: preemption simply sees less until it has read)."""
+
+    def __init__(self, settings: Settings, codec: Codec | None = None) -> None:
+        self.settings = settings
+        self.codec = codec or Codec.default()
+        self._latest: dict[tuple[str, int], ev.PoolStats] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def records(self) -> list[ev.PoolStats]:
+        with self._lock:
+            return list(self._latest.values())
+
+    def apply(self, record: Any) -> None:
+        if isinstance(record, ev.PoolStats):
+            with self._lock:
+                current = self._latest.get((record.pool, record.partition))
+                if current is None or current.at_ms <= record.at_ms:
+                    self._latest[(record.pool, record.partition)] = record
+
+    def start(self) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+        c = Consumer({"bootstrap.servers": self.settings.kafka_bootstrap,
+                      "group.id": f"{self.settings.topic_prefix}.preempting.{uuid.uuid4().hex[:8]}",
+                      "enable.auto.commit": False, "fetch.wait.max.ms": 100})
+        topic = pool_stats_topic(self.settings)
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(self.settings.partitions)])
+        self._thread = threading.Thread(target=self._run, args=(c,), name="pool-stats-view", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(10)
+
+    def _run(self, c: Any) -> None:
+        try:
+            while not self._stop.is_set():
+                for msg in c.consume(500, 0.2):
+                    if msg.error() or msg.value() is None:
+                        continue
+                    try:
+                        self.apply(self.codec.decode_message(msg.value()))
+                    except Exception:
+                        log.exception("unreadable pool-stats record at %d@%d", msg.partition(), msg.offset())
+        finally:
+            c.close()

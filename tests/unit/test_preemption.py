@@ -1,0 +1,142 @@
+"""Priority preemption: the job's side (PreemptLease -> checkpoint-and-release -> requeued, no attempt or
+preemption budget spent, never twice in a row) and the planner's laws (budget, age, tier) as properties."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spotreel.domain import commands as c
+from spotreel.domain.preemption import MINUTE_MS, Budget, Demand, Running, eligible, plan, room, unserved
+from spotreel.domain.state import Status
+from tests.unit.jobkit import leased_job, rejection, kinds
+
+pytestmark = pytest.mark.unit
+
+
+def _preempt(d, for_priority: int = 9, epoch: int | None = None):
+    return d.send(c.PreemptLease(d.next_id("preempt"), d.job_id, d.s.epoch if epoch is None else epoch, for_priority))
+
+
+def test_preempt_asks_the_holder_to_drain_and_its_release_requeues_without_spending_budgets() -> None:
+    d = leased_job(priority=1)
+    d.progress(30.0, step=6)
+    out = _preempt(d)
+    assert kinds(out) == ["PreemptRequested"] and out[0].for_priority == 9 and out[0].epoch == 1
+    assert d.s.preempt_requested
+    # The holder hears it on its next renewal, exactly as for a pause.
+    assert d.renew()[0].drain_requested is True
+    d.checkpoint(6, 30.0)
+    attempts, preemptions = d.s.attempts_used, d.s.preemptions
+    out = d.release(reason="paused")  # what a draining worker sends
+    assert kinds(out) == ["LeaseReleased", "JobRequeued"]
+    assert out[0].reason == out[1].reason == "preempted_for"
+    assert d.s.status == Status.QUEUED and not d.s.preempt_requested and d.s.preempted_last
+    assert (d.s.attempts_used, d.s.preemptions) == (attempts, preemptions)
+    # The next lease resumes from the checkpoint written on the way out.
+    leased = d.grant("w2")[0]
+    assert leased.resume_step == 6 and leased.attempt == 2
+    assert d.renew()[0].drain_requested is False
+
+
+def test_preempt_is_refused_for_equal_or_higher_tiers_stale_epochs_and_jobs_already_asked() -> None:
+    d = leased_job(priority=5)
+    assert rejection(_preempt(d, for_priority=5)) == "not_lower_tier"
+    assert rejection(_preempt(d, for_priority=9, epoch=0)) == "stale_epoch"
+    _preempt(d)
+    assert rejection(_preempt(d)) == "preempt_requested"
+    p = leased_job(priority=1)
+    p.pause()
+    assert rejection(_preempt(p)) == "pause_requested"
+    q = leased_job(priority=1)
+    q.send(c.CancelJob("cancel", q.job_id))
+    assert rejection(_preempt(q)) == "cancel_requested"
+
+
+def test_a_preempted_holder_that_goes_silent_loses_its_lease_as_usual_and_a_completion_still_counts() -> None:
+    d = leased_job(priority=1)
+    _preempt(d)
+    out = d.expire()
+    assert kinds(out) == ["LeaseExpired", "JobRequeued"] and out[1].reason == "lease_expired"
+    assert d.s.preemptions == 1 and not d.s.preempted_last and not d.s.preempt_requested
+    e = leased_job(priority=1)
+    _preempt(e)
+    assert kinds(e.complete()) == ["JobSucceeded"]
+
+
+def test_pause_wins_over_a_pending_preemption() -> None:
+    d = leased_job(priority=1)
+    _preempt(d)
+    d.pause()
+    out = d.release(reason="paused")
+    assert kinds(out) == ["LeaseReleased", "JobPaused"] and out[0].reason == "paused"
+
+
+# -- the planner ------------------------------------------------------------------------------------------
+
+NOW = 10_000_000
+B = Budget(per_minute=2, min_run_ms=30_000)
+
+
+def run(job: str, prio: int, age_ms: int = 60_000, **kw) -> Running:
+    return Running(job, 1, prio, NOW - age_ms, **kw)
+
+
+def test_plan_takes_the_lowest_tier_then_the_youngest_eligible_lease() -> None:
+    running = [run("a", 1, 100_000), run("b", 1, 40_000), run("c", 0, 10_000), run("d", 3)]
+    got = plan(Demand({9: 1}), running, [], NOW, B)
+    # c is the lowest tier but younger than min_run: b (tier 1, started last among the eligible) goes.
+    assert [(p.job_id, p.for_priority) for p in got] == [("b", 9)]
+
+
+def test_plan_discounts_free_workers_and_leases_already_yielding() -> None:
+    running = [run("a", 1), run("b", 1), run("c", 1)]
+    assert plan(Demand({9: 2}, free_workers=1), running, [], NOW, B) == plan(Demand({9: 1}), running, [], NOW, B)
+    assert plan(Demand({9: 2}, free_workers=1, yielding=1), running, [], NOW, B) == ()
+    assert unserved(Demand({9: 1, 5: 2, 1: 1}, free_workers=1)) == [5, 5, 1]
+
+
+def test_plan_respects_the_rolling_minute_and_never_repeats_a_job() -> None:
+    running = [run("a", 1), run("b", 1, preempted_last=True), run("c", 1, asked=True)]
+    assert plan(Demand({9: 3}), running, [NOW - 1_000, NOW - 2_000], NOW, B) == ()
+    assert room([NOW - MINUTE_MS, NOW - 1_000], NOW, B) == 1  # the first fell out of the window
+    assert [p.job_id for p in plan(Demand({9: 3}), running, [], NOW, B)] == ["a"]
+
+
+tiers = st.integers(min_value=0, max_value=9)
+leases = st.lists(st.builds(Running, job_id=st.text("abcdef", min_size=1, max_size=3), epoch=st.integers(1, 5),
+                            priority=tiers, started_ms=st.integers(NOW - 3 * MINUTE_MS, NOW),
+                            asked=st.booleans(), preempted_last=st.booleans()),
+                  max_size=12, unique_by=lambda r: r.job_id)
+demands = st.builds(Demand, waiting_by_tier=st.dictionaries(tiers, st.integers(0, 6), max_size=5),
+                    free_workers=st.integers(0, 4), yielding=st.integers(0, 4))
+budgets = st.builds(Budget, per_minute=st.integers(0, 5), min_run_ms=st.integers(0, 2 * MINUTE_MS))
+recents = st.lists(st.integers(NOW - 2 * MINUTE_MS, NOW), max_size=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(demands, leases, recents, budgets)
+def test_plan_never_exceeds_the_budget_nor_picks_a_young_equal_or_higher_tier_or_repeated_job(
+        demand, running, recent, budget) -> None:
+    got = plan(demand, running, recent, NOW, budget)
+    by_id = {r.job_id: r for r in running}
+    # Within the rolling minute: the requests made before plus these never exceed per_minute.
+    in_window = sum(1 for t in recent if NOW - MINUTE_MS < t <= NOW)
+    assert len(got) <= max(0, budget.per_minute - in_window)
+    assert len({p.job_id for p in got}) == len(got)
+    assert len(got) <= len(unserved(demand))
+    for p in got:
+        r = by_id[p.job_id]
+        assert NOW - r.started_ms >= budget.min_run_ms
+        assert r.priority < p.for_priority and not r.preempted_last and not r.asked
+        assert p.epoch == r.epoch and eligible(r, p.for_priority, NOW, budget)
+
+
+@settings(max_examples=200, deadline=None)
+@given(demands, leases, budgets)
+def test_plan_asks_for_a_lease_whenever_an_unserved_job_outranks_an_eligible_one(demand, running, budget) -> None:
+    got = plan(demand, running, [], NOW, budget)
+    top = unserved(demand)[:1]
+    if budget.per_minute > 0 and top and any(eligible(r, top[0], NOW, budget) for r in running):
+        assert got and got[0].for_priority == top[0]

@@ -1,0 +1,78 @@
+"""The scheduler's preemption step (services/scheduler/preempting.py) and the routing that sends the freed
+worker to the waiting higher tier (dispatch/order.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from spotreel.dispatch.order import PoolQueues, top_tier
+from spotreel.domain import events as ev
+from spotreel.domain.preemption import Budget
+from spotreel.services.scheduler.metrics import Metrics
+from spotreel.services.scheduler.partition import PartitionState, WorkerSeen
+from spotreel.services.scheduler.preempting import decide_pool, note_asked, tiers_of
+from tests.unit.jobkit import POOL, T0, Driver, leased_job
+
+pytestmark = pytest.mark.unit
+
+BUDGET = Budget(per_minute=2, min_run_ms=10_000)
+
+
+def _owner(*drivers: Driver, partition: int = 1) -> tuple[PartitionState, dict]:
+    part = PartitionState(partition)
+    states = {}
+    for d in drivers:
+        part.observe(None, d.s)
+        states[d.job_id] = d.s
+    return part, states
+
+
+def _stats(partition: int, tiers: dict[int, int], at_ms: int, idle: int = 0) -> ev.PoolStats:
+    return ev.PoolStats(pool=POOL, partition=partition, at_ms=at_ms, queued=sum(tiers.values()), leased=0,
+                        oldest_wait_ms=0, queued_by_tier=tuple(f"{k}={v}" for k, v in tiers.items()),
+                        idle_workers=idle)
+
+
+def test_a_higher_tier_waiting_on_another_partition_asks_back_the_owned_lower_tier_lease() -> None:
+    low = leased_job(key="low", priority=1)
+    part, states = _owner(low)
+    now = T0 + 30_000
+    got = decide_pool(POOL, {1: part}, [_stats(0, {9: 1}, now - 500)], now, BUDGET, states.get, lambda w: True)
+    assert [(p, c.job_id, c.for_priority) for p, c in got] == [(1, low.job_id, 9)]
+    # Too young, a stale record, an idle worker elsewhere, or the budget spent: nothing.
+    assert decide_pool(POOL, {1: part}, [_stats(0, {9: 1}, T0)], T0 + 5_000, BUDGET, states.get, lambda w: True) == []
+    assert decide_pool(POOL, {1: part}, [_stats(0, {9: 1}, T0)], now, BUDGET, states.get, lambda w: True) == []
+    assert decide_pool(POOL, {1: part}, [_stats(0, {9: 1}, now, idle=1)], now, BUDGET, states.get,
+                       lambda w: True) == []
+    note_asked(part, POOL, now - 2_000)
+    note_asked(part, POOL, now - 1_000)
+    assert decide_pool(POOL, {1: part}, [_stats(0, {9: 1}, now)], now, BUDGET, states.get, lambda w: True) == []
+
+
+def test_a_worker_freed_by_a_preemption_counts_as_free_until_it_holds_a_lease_again() -> None:
+    low = leased_job(key="low", priority=1)
+    part, states = _owner(low)
+    now = T0 + 30_000
+    part.freed["w9"] = now - 1_000
+    part.workers["w9"] = WorkerSeen(now - 1_000, False, (POOL,), False)
+    others = [_stats(0, {9: 1}, now)]
+    assert decide_pool(POOL, {1: part}, others, now, BUDGET, states.get, lambda w: w != "w9") == []
+    assert len(decide_pool(POOL, {1: part}, others, now, BUDGET, states.get, lambda w: True)) == 1
+
+
+def test_queued_by_tier_entries_and_routing_to_the_highest_tier_first() -> None:
+    assert tiers_of(["1=2", "9=1", "bad"]) == {1: 2, 9: 1}
+    assert top_tier(["1=3", "9=0", "5=1"]) == 5 and top_tier([]) == -1
+    queues = PoolQueues()
+    queues.record(_stats(0, {1: 5}, T0))
+    queues.record(_stats(2, {9: 1}, T0))
+    assert queues.partitions_with_work(["tiny-t2v"]) == [2, 0]
+
+
+def test_a_release_for_a_preemption_is_counted_with_its_reason() -> None:
+    d = leased_job(priority=1)
+    m = Metrics()
+    before = d.s
+    released = ev.LeaseReleased(d.job_id, 3, T0, "rel", 1, "w1", "preempted_for", 0)
+    m.observe_lease_end(before, released)
+    assert m.preemptions.labels(POOL, "preempted_for")._value.get() == 1  # noqa: SLF001
