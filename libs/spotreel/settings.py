@@ -94,6 +94,10 @@ class Settings:
     # renewals that change only the deadline were answered on the replies topic (domain/renewals.py); for an
     # audit that wants every heartbeat, and the benchmark's baseline. 0 (default): absorb them.
     scheduler_persist_renewals: int = 0
+    # Progress that moves only the step and percentage is written to the job's history at most once per this
+    # many seconds (and per half the job's stuck floor); the reports in between are answered on the replies
+    # topic and kept in memory until the job's next event (domain/renewals.py). 0: every step is an event.
+    scheduler_progress_persist_s: int = 30
     # Half-life (seconds) of the GPU-seconds a tenant used, in the scheduler's fair share across partitions
     # (domain/fairness.py); 0: no decay, the plain cumulative total.
     fair_share_half_life_s: int = 3600

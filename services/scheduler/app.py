@@ -104,6 +104,7 @@ class Scheduler:
         self.preempt_budget = budget_of(settings)
         self.handler = Handler(self.codec, settings.partitions, self.get, get_schedule=self.get_schedule,
                                absorb_renewals=not settings.scheduler_persist_renewals,
+                               progress_persist_ms=settings.scheduler_progress_persist_s * 1000,
                                worker_busy=lambda w: bool(self.worker_leases.held_by(w)),
                                usage=self.global_usage, policies=self.fair.policies)
         self.commands = commands_topic(settings)
@@ -362,7 +363,7 @@ class Scheduler:
                 reply = out.reply
                 replies.append(await producer.send(replies_topic(self.settings), reply.job_id.encode(),
                                                    self.codec.encode_message(reply), p, None, None))
-                part.absorb(out.reply_to, (reply.epoch, reply.lease_expires_at_ms))
+                part.absorb(out.reply_to, (reply.epoch, reply.lease_expires_at_ms), reply)
                 self.metrics.renewals_absorbed.inc()
             if out.events:
                 headers = [(CMD_OFFSET_HEADER, str(msg.offset).encode())]

@@ -18,7 +18,7 @@ from spotreel.domain.fairness import TenantPolicy, TenantUsage
 from spotreel.domain.ids import pool_key
 from spotreel.domain.leases import judged_at
 from spotreel.domain.pools import WorkerOffer
-from spotreel.domain.renewals import absorbed
+from spotreel.domain.renewals import absorbed, flushed
 from spotreel.domain.schedules import ScheduleState, decide_schedule, fold_schedule
 from spotreel.domain.state import JobState
 
@@ -47,6 +47,7 @@ class Handler:
                  dispatch_config: DispatchConfig | None = None,
                  get_schedule: Callable[[str], ScheduleState | None] = lambda _: None,
                  absorb_renewals: bool = True,
+                 progress_persist_ms: int = 0,
                  worker_busy: Callable[[str], bool] = lambda _: False,
                  usage: Callable[[PartitionState, int], Mapping[str, TenantUsage]] | None = None,
                  policies: Callable[[], Mapping[str, TenantPolicy]] = dict) -> None:
@@ -55,6 +56,8 @@ class Handler:
         self.get = get
         self.get_schedule = get_schedule
         self.absorb_renewals = absorb_renewals
+        # Progress that moves only the position is written at most once per this many ms (renewals.py).
+        self.progress_persist_ms = progress_persist_ms
         # Whether a worker holds a lease granted by any partition (workerleases.py): one job per worker.
         self.worker_busy = worker_busy
         self.config = dispatch_config or DispatchConfig()
@@ -100,10 +103,14 @@ class Handler:
         before = self.get(command.job_id)
         judged = part.view(before) if part is not None else before
         events = decide(judged, command, now_ms)
-        renewal = absorbed(judged, events) if part is not None and self.absorb_renewals else None
+        renewal = absorbed(judged, events, self.progress_persist_ms) \
+            if part is not None and self.absorb_renewals else None
         if renewal is not None:
             out.reply, out.reply_to = replace(renewal, version=before.version), before
             return out
+        if part is not None:
+            # The newest absorbed position is written first: the view it was judged against (renewals.py).
+            events = flushed(part.pending.get(command.job_id), before, events)
         out.events.extend(events)
         after = fold(events, before)
         if after is not None and after is not before:
@@ -127,7 +134,8 @@ class Handler:
     def _request_work(self, part: PartitionState, c: cmd.RequestWork, now_ms: int) -> Outcome:
         offer = WorkerOffer(c.worker_id, c.gpu_type, frozenset(c.models), frozenset(c.warm_models), c.draining)
         seen = part.workers.get(c.worker_id)
-        part.workers[c.worker_id] = WorkerSeen(now_ms, c.draining, tuple(pool_key(p.model, p.gpu_type) for p in offer.pools), True)
+        part.workers[c.worker_id] = WorkerSeen(now_ms, c.draining, tuple(pool_key(p.model, p.gpu_type) for p in offer.pools), True,
+                                               tuple(pool_key(p.model, p.gpu_type) for p in offer.pools if offer.is_warm(p)))
         del seen
 
         def none(reason: str) -> Outcome:

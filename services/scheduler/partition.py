@@ -13,7 +13,7 @@ from typing import Any
 from spotreel.domain.dispatch import DispatchIndex, QueuedJob
 from spotreel.domain.events import WorkerLeaseHeld
 from spotreel.domain.fairness import TenantUsage
-from spotreel.domain.renewals import Renewal, with_renewal
+from spotreel.domain.renewals import Pending, Renewal, moves, with_pending, with_renewal
 from spotreel.domain.state import JobState, Status
 from spotreel.domain.schedules import ScheduleState
 from spotreel.domain.timers import Timer, TimerKind, schedule_timers, timers_for
@@ -71,6 +71,9 @@ class PartitionState:
     deadlettered: set[int] = field(default_factory=set)
     # Deadlines of renewals answered but not persisted (domain/renewals.py): job_id -> (epoch, deadline).
     renewals: dict[str, Renewal] = field(default_factory=dict)
+    # The newest absorbed progress report that moved a job's position (domain/renewals.py): job_id ->
+    # (stored version it was judged against, the report); written in front of the job's next event.
+    pending: dict[str, Pending] = field(default_factory=dict)
     # Workers holding a lease of this partition (count of leases), and the grants and ends of leases not yet
     # published to `<prefix>.worker-leases` (workerleases.py); ReleaseLease ids sent for double grants.
     busy_workers: Counter = field(default_factory=Counter)
@@ -93,11 +96,16 @@ class PartitionState:
 
     def view(self, state: JobState | None) -> JobState | None:
         """The state commands are judged and timers armed against: the stored one with the deadline of its
-        lease's newest absorbed renewal."""
-        return state if state is None else with_renewal(state, self.renewals.get(state.job_id))
+        lease's newest absorbed renewal and the position of its newest absorbed progress."""
+        if state is None:
+            return state
+        return with_pending(with_renewal(state, self.renewals.get(state.job_id)), self.pending.get(state.job_id))
 
-    def absorb(self, stored: JobState, renewal: Renewal) -> None:
-        """A renewal answered without an event: remember its deadline and arm the expiry at it."""
+    def absorb(self, stored: JobState, renewal: Renewal, report: Any = None) -> None:
+        """A renewal answered without an event: remember its deadline (and the position a progress report
+        moved to) and arm the timers (expiry, stuck) at them."""
+        if report is not None and moves(self.view(stored), report):
+            self.pending[stored.job_id] = (stored.version, report)
         self.renewals[stored.job_id] = renewal
         self._arm_timers(self.view(stored), self.fired.get(stored.job_id, ()))
 
@@ -157,6 +165,9 @@ class PartitionState:
         renewal = self.renewals.get(job_id)
         if renewal is not None and (after.lease is None or after.lease.epoch != renewal[0]):
             del self.renewals[job_id]  # that lease is over
+        pending = self.pending.get(job_id)
+        if pending is not None and pending[0] != after.version:
+            del self.pending[job_id]  # written in front of this state's events, or superseded by them
         self._arm_timers(self.view(after), self.fired.get(job_id, ()))
 
     def _arm_timers(self, state: JobState | None, sent) -> None:

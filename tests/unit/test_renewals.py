@@ -13,7 +13,7 @@ from spotreel.domain import commands as c
 from spotreel.domain import events as ev
 from spotreel.domain.decide import decide
 from spotreel.domain.evolve import fold
-from spotreel.domain.renewals import absorbed, after_handover, with_renewal
+from spotreel.domain.renewals import absorbed, after_handover, flushed, moves, with_pending, with_renewal
 from tests.unit.jobkit import T0, TTL, Driver
 
 
@@ -102,11 +102,12 @@ def _shape(events) -> list[tuple]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(_command, min_size=1, max_size=40))
-def test_absorbing_renewals_decides_exactly_what_persisting_them_decides(script) -> None:
+@given(st.lists(_command, min_size=1, max_size=40), st.sampled_from([0, 15_000, 30_000]))
+def test_absorbing_renewals_decides_exactly_what_persisting_them_decides(script, every_ms) -> None:
     d = _leased()
     persisted = d.s  # every event applied
-    stored, renewal = d.s, None  # the scheduler: stored state + the newest absorbed deadline
+    stored, renewal, pending = d.s, None, None  # the scheduler: stored state + absorbed deadline and position
+    history = []  # what the scheduler wrote
     now = d.now
     for i, (kind, gap) in enumerate(script):
         now += gap
@@ -115,16 +116,51 @@ def test_absorbing_renewals_decides_exactly_what_persisting_them_decides(script)
         expected = decide(persisted, command, now)
         persisted = fold(expected, persisted)
 
-        judged = with_renewal(stored, renewal)
+        judged = with_pending(with_renewal(stored, renewal), pending)
         got = decide(judged, command, now)
         assert _shape(got) == _shape(expected), (kind, i)
-        renewed = absorbed(judged, got)
+        renewed = absorbed(judged, got, every_ms)
         if renewed is not None:
             renewal = (renewed.epoch, renewed.lease_expires_at_ms)
+            if moves(judged, renewed):
+                pending = (stored.version, renewed)
         else:
-            stored = fold(got, stored)
+            written = flushed(pending, stored, got)
+            changes = [e.version for e in written if not isinstance(e, ev.CommandRejected)]
+            assert changes == list(range(stored.version + 1, stored.version + 1 + len(changes)))
+            history.extend(written)
+            stored = fold(written, stored)
             if renewal is not None and (stored.lease is None or stored.lease.epoch != renewal[0]):
                 renewal = None
         # The owner's view is the fully persisted state but for the bookkeeping of the events not written.
-        view = with_renewal(stored, renewal)
+        view = with_pending(with_renewal(stored, renewal), pending)
         assert replace(view, version=0, updated_at_ms=0) == replace(persisted, version=0, updated_at_ms=0)
+        # ... and the history folds to the stored state.
+        assert fold(history, d.s) == stored
+
+
+def test_a_moved_position_is_absorbed_within_the_interval_and_written_before_the_next_event() -> None:
+    d = _leased()
+    every = 20_000  # within the 30 s TTL
+    d.send(c.ReportProgress("p0", d.job_id, d.s.epoch, "w1", 1, 5.0), advance=1_000)  # running, denoising
+    stored = d.s
+    now = stored.updated_at_ms + 5_000
+    moved = decide(stored, c.ReportProgress("p1", d.job_id, d.s.epoch, "w1", 2, 10.0), now)
+    assert absorbed(stored, moved) is None  # without throttling: written
+    assert absorbed(stored, moved, every) is moved[0] and moves(stored, moved[0])
+    pending = (stored.version, moved[0])
+    view = with_pending(stored, pending)
+    assert (view.step, view.progress_pct, view.version) == (2, 10.0, stored.version)
+    # Past the interval the next step is written, and it supersedes the pending one.
+    later = decide(view, c.ReportProgress("p2", d.job_id, d.s.epoch, "w1", 3, 15.0), stored.updated_at_ms + every)
+    assert absorbed(view, later, every) is None and flushed(pending, stored, later) == list(later)
+    # Another event (a checkpoint) is written after the pending report.
+    ck = decide(view, c.RecordCheckpoint("k", d.job_id, d.s.epoch, "w1", "ck/1", 2, 10.0, "0" * 64, 10), now + 1)
+    written = flushed(pending, stored, ck)
+    assert [type(e).__name__ for e in written] == ["ProgressReported", "CheckpointRecorded"]
+    assert fold(written, stored).step == 2
+    # A phase change is never absorbed, nor is progress once the stored state is older than half the stuck floor.
+    decoding = decide(view, c.ReportProgress("p3", d.job_id, d.s.epoch, "w1", 2, 10.0, "decoding"), now + 2)
+    assert absorbed(view, decoding, every) is None
+    short = replace(stored, stuck_min_ms=8_000)
+    assert absorbed(short, decide(short, c.ReportProgress("p4", d.job_id, d.s.epoch, "w1", 2, 10.0), now), every) is None

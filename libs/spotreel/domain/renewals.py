@@ -15,9 +15,20 @@ deadline that the next renewal replaces. So the scheduler keeps such renewals in
   absorbed; it gives every held lease one full TTL from the moment it took over. A live holder renews within
   that TTL; a silent one expires at most one TTL later than it would have without the handover.
 
-Fencing is unchanged (the epoch, the holder and the deadline judge every command, against `with_renewal`),
-and a job's history stays replayable: folding its events gives the stored state, which differs from the
-owner's view only in a deadline that only moves later.
+Progress that moves the step (or the percentage) is throttled the same way, like heartbeat details in
+Temporal: `absorbed(..., persist_every_ms)` also answers without an event a report that moves only the
+position (step, percentages, the stuck rule's mark: nothing else changes, same phase) when the stored
+state was written less than `persist_every_ms` ago (and less than half the job's stuck floor). The owner
+keeps the newest such report as the job's `Pending` position; the view (`with_pending`) shows it, so
+commands and timers (the stuck rule) are judged exactly as if it had been persisted. It is written, as the
+event it already is, in front of the next event the job persists for any other reason (`flushed`), unless
+that event is a report that supersedes it. So the history gets at most one progress event per interval
+while the steps advance, the last position before a lease ends is never missing from it, and folding a
+job's events still gives exactly the owner's view minus the newest unwritten position and deadline.
+
+Fencing is unchanged (the epoch, the holder and the deadline judge every command, against the view), and a
+job's history stays replayable: folding its events gives the stored state, which differs from the owner's
+view only in a deadline that only moves later and a position that only moves forward.
 """
 
 from __future__ import annotations
@@ -31,11 +42,14 @@ from spotreel.domain.state import JobState, Status
 
 # (lease epoch, deadline in ms) of the newest absorbed renewal of a job's lease.
 Renewal = tuple[int, int]
+# (stored version it was judged against, the report) of the newest absorbed progress that moved the position.
+Pending = tuple[int, ev.ProgressReported]
 
 
-def absorbed(state: JobState | None, events: Sequence[Any]) -> Any | None:
+def absorbed(state: JobState | None, events: Sequence[Any], persist_every_ms: int = 0) -> Any | None:
     """The single LeaseRenewed / ProgressReported in `events` if persisting it would change nothing of
-    `state` but the lease deadline; None otherwise."""
+    `state` but the lease deadline, or (`persist_every_ms` > 0) only the deadline and the position while
+    `state` was written less than that long ago; None otherwise."""
     if state is None or state.lease is None or not state.lease.confirmed or len(events) != 1:
         return None
     event = events[0]
@@ -46,7 +60,59 @@ def absorbed(state: JobState | None, events: Sequence[Any]) -> Any | None:
         return None
     same = replace(after, version=state.version, updated_at_ms=state.updated_at_ms,
                    lease=replace(after.lease, expires_at_ms=state.lease.expires_at_ms))
-    return event if same == state else None
+    if same == state:
+        return event
+    if not persist_every_ms or not isinstance(event, ev.ProgressReported):
+        return None
+    if event.at_ms - state.updated_at_ms >= min(persist_every_ms, state.stuck_min_ms // 2):
+        return None
+    return event if same == at_position(state, event) else None
+
+
+def moves(state: JobState, report: Any) -> bool:
+    """Whether an absorbed renewal moved the job's position (so it becomes the job's Pending one)."""
+    return isinstance(report, ev.ProgressReported) and (report.step, report.progress_pct) != (state.step,
+                                                                                            state.reported_pct)
+
+
+def at_position(state: JobState, report: ev.ProgressReported) -> JobState:
+    """`state` at the step and percentage of a report of the same phase: what evolving it changes besides
+    the deadline and the version (progress.on_report and the stuck mark, evolve._stepped)."""
+    mark = state.step_mark
+    if mark is not None and report.step > mark[0]:
+        mark = (report.step, report.at_ms)
+    return replace(state, step=report.step, reported_pct=report.progress_pct,
+                   progress_pct=max(state.progress_pct, report.progress_pct), step_mark=mark)
+
+
+def with_pending(state: JobState | None, pending: Pending | None) -> JobState | None:
+    """`state` at the position of the absorbed report, if it was judged against this very version (any
+    persisted event since has written it, or superseded it) and the lease is the same."""
+    if state is None or pending is None or state.lease is None:
+        return state
+    version, report = pending
+    if version != state.version or report.epoch != state.lease.epoch:
+        return state
+    return at_position(state, report)
+
+
+def flushed(pending: Pending | None, stored: JobState | None, events: Sequence[Any]) -> list[Any]:
+    """The events to persist for a command decided against the view: the pending report first (it is what
+    the view was at, renumbered after the stored version), then the command's own events renumbered after
+    it; the report is left out when there is none for this version, the command was refused (no state
+    changes, so the pending position still holds), or the command's events are a single
+    report of the same lease past its step (it writes a newer position and stuck mark)."""
+    if stored is None or with_pending(stored, pending) is stored \
+            or all(isinstance(e, ev.CommandRejected) for e in events):  # a refusal changes no state
+        return list(events)
+    assert pending is not None
+    report = pending[1]
+    first = events[0]
+    if (len(events) == 1 and isinstance(first, ev.ProgressReported) and first.epoch == report.epoch
+            and first.step > report.step):
+        return list(events)
+    return [replace(report, version=stored.version + 1),
+            *(e if isinstance(e, ev.CommandRejected) else replace(e, version=e.version + 1) for e in events)]
 
 
 def with_renewal(state: JobState | None, renewal: Renewal | None) -> JobState | None:
