@@ -31,9 +31,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--worker-key", help="SPOTREEL_WORKER_KEY; default the local stack's development key")
     p.add_argument("--model-dir", type=Path, help="SPOTREEL_WORKER_MODEL_DIR; default the tiny model under "
                    "the spotreel home (built on first use)")
-    p.add_argument("--model", metavar="NAME", help="a model of the registry (SPOTREEL_MODEL_REGISTRY): its "
-                   "directory, dtype (on cuda) and default sampler; --pool defaults to NAME@<its pool> and every "
-                   "--pool must name NAME; a lease for another model is handed back unused")
+    p.add_argument("--model", metavar="NAME", action="append",
+                   help="a model of the registry (SPOTREEL_MODEL_REGISTRY): its directory, dtype (on cuda) and "
+                        "default sampler; --pool defaults to NAME@<its pool> and every --pool must name a --model; "
+                        "a lease for a model not given is handed back unused. Repeatable: the first is loaded and "
+                        "declared warm, the others are served by switching (unload, load) when the scheduler has "
+                        "no job of the loaded one for this worker")
     p.add_argument("--device", help="cpu or cuda (default: cuda when torch sees one)")
     p.add_argument("--sampler", choices=("ddim", "euler_a", "unipc", "dpmpp", "flow_euler"),
                    help="denoising sampler this pool's model version runs with (default: the model family's: "
@@ -129,7 +132,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s worker %(levelname)s %(name)s %(message)s")
     problem = _check(args)
-    entry = None
+    args.entries = []
     if args.model:
         from spotreel.model_registry import RegistryError, load
 
@@ -139,19 +142,19 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
             registry = load(settings.model_registry)
         except RegistryError as exc:
             return _fail(str(exc))
-        entry = registry.models.get(args.model)
-        if entry is None:
-            return _fail(f"--model {args.model!r} is not in the registry; known: {', '.join(registry.names())}")
-        args.pool = args.pool or [f"{entry.name}@{entry.pool}"]
-        others = sorted({p.rpartition("@")[0] for p in args.pool} - {entry.name})
+        names = list(dict.fromkeys(args.model))
+        unknown = [n for n in names if n not in registry.models]
+        if unknown:
+            return _fail(f"--model {unknown[0]!r} is not in the registry; known: {', '.join(registry.names())}")
+        args.entries = [registry.models[n] for n in names]
+        entry = args.entries[0]
+        args.pool = args.pool or [f"{e.name}@{e.pool}" for e in args.entries]
+        others = sorted({p.rpartition("@")[0] for p in args.pool} - set(names))
         if others:
-            return _fail(f"this worker loads model {entry.name}; --pool names other models {others}")
-        if args.model_dir is not None and args.model_dir != Path(entry.directory):
+            return _fail(f"this worker serves models {names}; --pool names other models {others}")
+        if args.model_dir is not None and (len(names) > 1 or args.model_dir != Path(entry.directory)):
             return _fail(f"--model {entry.name} is in {entry.directory} (registry); --model-dir says {args.model_dir}")
         args.model_dir = Path(entry.directory)
-        args.sampler = args.sampler or entry.sampler
-        if args.guidance_scale is None:
-            args.guidance_scale = entry.guidance_scale
         args.dtype = entry.dtype
     pools = _pools(args.pool)
     if isinstance(pools, str) or problem:
@@ -197,21 +200,28 @@ def _serve(args: argparse.Namespace, settings: Settings, notice: Any, worker_id:
     from spotreel.worker.checkpoints import CheckpointStore
     from spotreel.worker.hf_logging import quietly
     from spotreel.worker.pipeline import Renderer
-    from spotreel.worker.runtime import RuntimeOptions, WorkerRuntime
+    from spotreel.worker.runtime import RuntimeOptions, ServedModel, WorkerRuntime
     from spotreel.worker.transport import WorkerProfile
 
     if args.threads:
         torch.set_num_threads(args.threads)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    def loader(directory: Path, dtype_name: str | None):
+        # the registry's dtype on cuda; on a CPU the worker renders in float32
+        dtype = getattr(torch, dtype_name) if device.startswith("cuda") and dtype_name else None
+        return lambda: quietly(lambda: Renderer(directory, device=device, dtype=dtype))
+
+    served = {e.name: ServedModel(e.name, args.sampler or e.sampler,
+                                  e.guidance_scale if args.guidance_scale is None else args.guidance_scale,
+                                  loader(Path(e.directory), e.dtype)) for e in args.entries}
     try:
-        directory = model_dir(settings, args.model_dir)
-        dtype = None
-        if device.startswith("cuda") and getattr(args, "dtype", None):
-            dtype = getattr(torch, args.dtype)  # the registry's dtype; on a CPU the worker renders in float32
-        renderer = quietly(lambda: Renderer(directory, device=device, dtype=dtype))
+        renderer = loader(model_dir(settings, args.model_dir), getattr(args, "dtype", None))()
     except (FileNotFoundError, FileExistsError, NotADirectoryError, RuntimeError, ValueError) as exc:
         return _fail(f"cannot load the model: {exc}")
-    profile = WorkerProfile(worker_id, gpu_type, models, warm_models=models)
+    first = args.entries[0] if args.entries else None
+    # Warm: the weights actually loaded. A registry worker loaded its first --model; a worker without the
+    # registry renders every pool it names with the one directory it loaded, so all of them are warm.
+    profile = WorkerProfile(worker_id, gpu_type, models, warm_models=(first.name,) if first else models)
     if transport_kind == "kafka":
         from spotreel.worker.transport_kafka import KafkaTransport
 
@@ -224,7 +234,8 @@ def _serve(args: argparse.Namespace, settings: Settings, notice: Any, worker_id:
                                   args.worker_key or settings.worker_key or DEV_WORKER_KEY, profile)
     s3 = s3_client(settings, timeout=30.0)
     options = RuntimeOptions(
-        sampler=args.sampler, model=args.model, guidance_scale=args.guidance_scale or 1.0,
+        sampler=served[first.name].sampler if first else args.sampler, model=first.name if first else None,
+        guidance_scale=served[first.name].guidance_scale if first else (args.guidance_scale or 1.0),
         negative_prompt=args.negative_prompt, lease_wait_s=args.lease_wait, lease_ttl_ms=args.lease_ttl_ms,
         max_jobs=1 if args.once else args.max_jobs, checkpoint_every_s=args.checkpoint_every, mtbf_s=args.mtbf,
         mtbf_prior_losses=args.mtbf_prior_losses,
@@ -232,7 +243,8 @@ def _serve(args: argparse.Namespace, settings: Settings, notice: Any, worker_id:
         heartbeat_s=args.heartbeat_seconds, progress_s=args.progress_seconds, stuck_steps=args.stuck_steps,
         stuck_min_s=args.stuck_min_seconds)
     runtime = WorkerRuntime(transport, renderer, s3, CheckpointStore(s3, settings.s3_bucket_checkpoints),
-                            ArtifactStore(s3, settings.s3_bucket_artifacts), notice, options, metrics=metrics)
+                            ArtifactStore(s3, settings.s3_bucket_artifacts), notice, options, metrics=metrics,
+                            models=served)
     try:
         return runtime.serve()
     finally:

@@ -52,6 +52,9 @@ class WorkerMetrics:
         self.jobs = Counter("spotreel_worker_jobs", "leases run to an end, by outcome (job.py's Outcome.kind)",
                             ["pool", "outcome"], registry=r)
         self.busy = Gauge("spotreel_worker_busy", "1 while the worker holds a lease", registry=r)
+        self.model_switch_seconds = Histogram(
+            "spotreel_worker_model_switch_seconds", "a model switch: the loaded weights dropped, another "
+            "--model loaded for a lease of it", registry=r, buckets=(0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600))
 
     def renewal(self, pool: str, kind: str, outcome: str) -> None:
         self.renewals.labels(pool, kind, outcome).inc()

@@ -8,12 +8,14 @@ many leases, whatever their outcome.
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
 import sys
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from spotreel.worker.artifacts import ArtifactStore
@@ -23,10 +25,20 @@ from spotreel.worker.job import JobRun, Outcome
 from spotreel.worker.metrics import WorkerMetrics
 from spotreel.worker.signals import PreemptionNotice
 from spotreel.worker.stuck import DEFAULT_MIN_S, DEFAULT_STEPS, STUCK_EXIT
-from spotreel.worker.transport import Transport, TransportError
+from spotreel.worker.transport import LeaseLost, Transport, TransportError
 from spotreel.worker.transport_http import Refused
 
 log = logging.getLogger("spotreel.worker")
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """A registry model this worker may render: its settings, and how to load its weights."""
+
+    name: str
+    sampler: str | None
+    guidance_scale: float
+    load: Callable[[], Any]  # builds the Renderer (minutes for a real model)
 
 
 @dataclass(frozen=True)
@@ -60,6 +72,33 @@ class RuntimeOptions:
                                        prior_losses=self.mtbf_prior_losses)
 
 
+class _Renewing:
+    """Heartbeats a lease from a thread while the worker does something long outside a job (a model load)."""
+
+    def __init__(self, transport: Transport, lease: Any) -> None:
+        self.transport, self.lease = transport, lease
+        self.every_s = max(0.5, min(lease.heartbeat_seconds, lease.lease_ttl_ms / 3000))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="switch-heartbeat", daemon=True)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                self.transport.heartbeat(self.lease)
+            except LeaseLost:
+                return  # the job run that follows finds out on its own first command
+            except TransportError as exc:
+                log.warning("heartbeat while loading a model failed: %s", exc)
+
+    def __enter__(self) -> "_Renewing":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+
 def say(kind: str, **fields: Any) -> None:
     """One JSON line per thing that happened, on stdout: for operators, the demo and the tests."""
     print(json.dumps({"at": round(time.time(), 3), "event": kind, **fields}, default=str), flush=True)
@@ -68,8 +107,11 @@ def say(kind: str, **fields: Any) -> None:
 class WorkerRuntime:
     def __init__(self, transport: Transport, renderer: Any, s3: Any, checkpoints: CheckpointStore,
                  artifacts: ArtifactStore, notice: PreemptionNotice, options: RuntimeOptions,
-                 report: Callable[..., None] = say, metrics: WorkerMetrics | None = None) -> None:
+                 report: Callable[..., None] = say, metrics: WorkerMetrics | None = None,
+                 models: dict[str, ServedModel] | None = None) -> None:
         self.transport = transport
+        # The registry models it may switch to (one loaded at a time: the renderer's, options.model).
+        self.models = dict(models or {})
         self.metrics = metrics if metrics is not None else WorkerMetrics()
         self.renderer = renderer
         self.s3 = s3
@@ -116,6 +158,7 @@ class WorkerRuntime:
                         pool_lease_losses_1h=lease.pool_lease_losses_1h,
                         pool_leased_seconds_1h=lease.pool_leased_seconds_1h, mtbf_s=mtbf)
             started = time.monotonic()
+            self._switch_for(lease)
             outcome = self._run(lease)
             self.outcomes.append(outcome)
             self.report("job", job_id=lease.job_id, epoch=lease.epoch, outcome=outcome.kind, detail=outcome.detail,
@@ -136,6 +179,35 @@ class WorkerRuntime:
             log.warning("ignoring the pool's lease losses %r over %r s", lease.pool_lease_losses_1h,
                         lease.pool_leased_seconds_1h)
             return self.policy.mtbf_s
+
+    def _switch_for(self, lease) -> None:
+        """The scheduler gives a job of another model this worker serves only when none of the loaded one's
+        is left for it (domain/dispatch.py, model affinity): unload, load, declare the new one warm. The
+        lease is renewed meanwhile (loading takes longer than a TTL). If the load fails the old model is
+        loaded back and the lease goes back unused (job.py: wrong model, no attempt spent)."""
+        target = self.models.get(lease.model)
+        if target is None or lease.model == self.options.model:
+            return
+        previous = self.models.get(self.options.model or "")
+        began = time.monotonic()
+        self.report("switching", job_id=lease.job_id, unload=self.options.model, load=target.name)
+        with _Renewing(self.transport, lease):
+            self.renderer = None  # drop the old weights before the new ones come in
+            gc.collect()
+            try:
+                self.renderer = target.load()
+            except Exception:
+                log.exception("could not load model %s; loading %s back", target.name, self.options.model)
+                if previous is None:
+                    raise
+                self.renderer = previous.load()
+                return
+        self.options = replace(self.options, model=target.name, sampler=target.sampler,
+                               guidance_scale=target.guidance_scale)
+        self.transport.profile = replace(self.transport.profile, warm_models=(target.name,))
+        seconds = time.monotonic() - began
+        self.metrics.model_switch_seconds.observe(seconds)
+        self.report("switched", job_id=lease.job_id, model=target.name, seconds=round(seconds, 3))
 
     def _run(self, lease) -> Outcome:
         o = self.options

@@ -9,7 +9,8 @@
 - In flight: the tenant's unfinished jobs (read model, cached for a second or two) against
   `max_in_flight × in_flight_queue_factor`; dispatch itself enforces `max_in_flight` on running work.
 - ETA: the domain's fluid estimate (queue position, active workers, mean generation time) from the
-  scheduler's pool-stats records (poolview.py); above `max_eta_seconds` → 503. Null, with the reason, when
+  scheduler's pool-stats records (poolview.py), a model switch (`model_switch_seconds`) added for a job
+  only idle workers with another model loaded can take; above `max_eta_seconds` → 503. Null, with the reason, when
   the pool has no statistics, no measured generation time or no worker yet.
 """
 
@@ -99,7 +100,10 @@ class Admission:
         if gen is None:
             return Estimate(load.queued + 1, None, "no measured generation time for this pool yet")
         idle = min(workers, load.workers_idle or 0)
-        e = eta.estimate(load.queued, workers, int(gen * 1000), idle_workers=idle)
+        # Idle workers with another model loaded switch (unload, load) before they take a job here.
+        warm = idle if load.workers_idle_warm is None else min(idle, load.workers_idle_warm)
+        e = eta.estimate(load.queued, workers, int(gen * 1000), idle_workers=idle, cold_idle_workers=idle - warm,
+                         switch_ms=int(self.cfg.model_switch_seconds * 1000))
         if e.wait_ms is None:
             return Estimate(e.queue_position, None, "no active worker in this pool")
         return Estimate(e.queue_position, e.wait_seconds, None)

@@ -41,6 +41,10 @@ class GatewayConfig:
     in_flight_queue_factor: int = 10
     # Above this estimated wait the gateway answers 503 instead of accepting work it cannot honour soon.
     max_eta_seconds: int = 6 * 3600
+    # What a model switch costs a worker (unload the loaded model, load another), in the ETA of a job that
+    # only idle workers with another model loaded can take. An operator's estimate: the worker measures
+    # its own (spotreel_worker_model_switch_seconds) but does not report it to the control plane.
+    model_switch_seconds: float = 60.0
     retry_after_unavailable_s: int = 5
     auth_cache_seconds: float = 30.0
     in_flight_cache_seconds: float = 2.0

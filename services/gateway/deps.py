@@ -57,6 +57,8 @@ class PoolLoad:
     workers_active: int | None
     workers_idle: int | None
     mean_generation_seconds: float | None
+    # Of workers_idle, those with the pool's model loaded (the others switch models first); None: unknown.
+    workers_idle_warm: int | None = None
 
 
 class CommandSink(Protocol):
@@ -77,6 +79,8 @@ class ReadStore(Protocol):
     async def drop_claim(self, claim: Claim) -> None: ...
     async def write_placeholder(self, claim: Claim) -> None:
         """An "accepted" jobs_by_id row that every projector write outranks."""
+    async def write_webhook_events(self, job_id: str, events: list[str]) -> None:
+        """The job's webhook event filter, where the notifier reads it (webhook_subscriptions.events)."""
     async def webhook_state(self, job_id: str) -> JobWebhookState | None:
         """The webhook notifier's outcome for the job (services/webhooks/store.py); None: no row yet."""
     async def get_schedule(self, schedule_id: str) -> ScheduleView | None: ...

@@ -7,6 +7,8 @@ up for the gateway:
 - queued and busy workers are additive (a job and its lease live in exactly one partition);
 - idle workers are NOT: an idle worker asks every partition in turn, so each partition counts it. The
   largest count is taken (a lower bound, exact when every idle worker visited every partition lately);
+- warm idle workers (those with the pool's model loaded; the others switch models first) likewise: the
+  largest count, unknown when no record carries it;
 - mean generation time: the partitions' means, weighted by their busy workers (at least 1 each), over the
   partitions that have a measurement. A field the scheduler reports directly (`workers_active`,
   `mean_generation_ms`) is preferred when the record carries it.
@@ -49,7 +51,10 @@ def aggregate(records: Iterable[Any], now_ms: int, stale_ms: int) -> PoolLoad | 
             weighted += gen_ms * w
             total += w
     mean_s = weighted / total / 1000 if total else None
-    return PoolLoad(queued, active, min(idle, active), mean_s)
+    # Like idle workers, a warm idle worker asks every partition: the largest count, None if none reports it.
+    warm = [r.warm_idle_workers for r in fresh if getattr(r, "warm_idle_workers", None) is not None]
+    idle = min(idle, active)
+    return PoolLoad(queued, active, idle, mean_s, min(max(warm), idle) if warm else None)
 
 
 class KafkaPoolStats:
@@ -99,6 +104,11 @@ class KafkaPoolStats:
                     self._latest.setdefault(rec.pool, {})[rec.partition] = rec
         if consumer is not None:
             consumer.close()
+
+    def records(self, pool: str) -> list[Any]:
+        """The latest record of each partition for `pool` (stale ones included: the reader judges them)."""
+        with self._lock:
+            return list(self._latest.get(pool, {}).values())
 
     async def load(self, pool: str) -> PoolLoad | None:
         with self._lock:

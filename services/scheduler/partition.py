@@ -27,6 +27,7 @@ class WorkerSeen:
     draining: bool
     pools: tuple[str, ...]  # pool keys (model@gpu) it offered to serve
     idle: bool
+    warm: tuple[str, ...] = ()  # those whose model it has loaded (RequestWork.warm_models)
 
 
 @dataclass

@@ -53,6 +53,8 @@ def test_pool_stats_carry_queue_workers_durations_and_lease_losses(stack, tmp_pa
         assert held.job_id == lost.job_id and held.epoch == b.epoch + 1
         # The queue is empty now: one worker waits idle, one drains.
         assert isinstance(bus.request_work("w-idle", timeout=0), ev.NoWorkAvailable)
+        # and one with the pool's model loaded (warm)
+        assert isinstance(bus.request_work("w-warm", timeout=0, warm=(POOL.rpartition("@")[0],)), ev.NoWorkAvailable)
         assert isinstance(bus.request_work("w-drain", draining=True), ev.NoWorkAvailable)
         queued = [submit("acme", f"{run}-q1", priority=5), submit("acme", f"{run}-q2"), submit("beta", f"{run}-q3")]
         for s in queued:
@@ -69,7 +71,7 @@ def test_pool_stats_carry_queue_workers_durations_and_lease_losses(stack, tmp_pa
             assert time.monotonic() < deadline, f"no pool-stats record with the 3 queued jobs; last: {rec}"
         assert isinstance(rec, ev.PoolStats) and (rec.pool, rec.partition) == (POOL, 0)
         assert rec.leased == 1 and rec.active_workers == 1
-        assert rec.idle_workers == 1 and rec.draining_workers == 1
+        assert rec.idle_workers == 2 and rec.draining_workers == 1 and rec.warm_idle_workers == 1
         assert sorted(rec.queued_by_tier) == ["0=2", "5=1"]
         assert sorted(rec.queued_by_tenant) == ["acme=2", "beta=1"]
         assert rec.oldest_wait_ms >= 0

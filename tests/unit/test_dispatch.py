@@ -129,28 +129,54 @@ def test_warm_model_preferred_within_the_top_tier():
     assert both(worker(models=("m1", "m2")), jobs) == "cold-older"
 
 
+SOFT = DispatchConfig(aging=NO_AGING.aging, model_affinity=False)  # the warm preference alone (rule 5)
+
+
 def test_warm_model_never_beats_a_higher_tier():
     w = worker(models=("m1", "m2"), warm=("m2",))
     jobs = [job("cold-high", model="m1", priority=4), job("warm-low", model="m2", priority=3)]
-    assert both(w, jobs) == "cold-high"
+    assert both(w, jobs, config=SOFT) == "cold-high"
 
 
 def test_warm_model_breaks_exact_share_ties_across_tenants_only():
     w = worker(models=("m1", "m2"), warm=("m2",))
     jobs = [job("a-cold", tenant="a", model="m1", at=0), job("b-warm", tenant="b", model="m2", at=9)]
-    assert both(w, jobs) == "b-warm"
+    assert both(w, jobs, config=SOFT) == "b-warm"
     behind = {"a": TenantUsage("a", 10.0), "b": TenantUsage("b", 11.0)}
-    assert both(w, jobs, behind) == "a-cold"
+    assert both(w, jobs, behind, config=SOFT) == "a-cold"
 
 
 def test_warm_share_slack_widens_what_counts_as_close():
     w = worker(models=("m1", "m2"), warm=("m2",))
     jobs = [job("a-cold", tenant="a", model="m1", at=0), job("b-warm", tenant="b", model="m2", at=9)]
     usage = {"a": TenantUsage("a", 10.0), "b": TenantUsage("b", 11.0)}
-    slack = DispatchConfig(aging=NO_AGING.aging, warm_share_slack=1.5)
+    slack = DispatchConfig(aging=NO_AGING.aging, warm_share_slack=1.5, model_affinity=False)
     assert both(w, jobs, usage, config=slack) == "b-warm"
-    tight = DispatchConfig(aging=NO_AGING.aging, warm_share_slack=0.5)
+    tight = DispatchConfig(aging=NO_AGING.aging, warm_share_slack=0.5, model_affinity=False)
     assert both(w, jobs, usage, config=tight) == "a-cold"
+
+
+def test_a_worker_stays_with_its_loaded_model_while_that_model_has_work():
+    """Model affinity (rule 4): the loaded model's jobs first, over a higher tier and a tenant further
+    below its share of another model; a switch only when the loaded model has nothing this worker may run."""
+    w = worker(models=("m1", "m2"), warm=("m2",))
+    usage = {"a": TenantUsage("a", 0.0), "b": TenantUsage("b", 50.0)}
+    jobs = [job("a-cold-high", tenant="a", model="m1", priority=9, at=0),
+            job("b-warm-low", tenant="b", model="m2", priority=0, at=5)]
+    assert both(w, jobs, usage) == "b-warm-low"
+    assert both(w, jobs, usage, config=SOFT) == "a-cold-high"  # without affinity: share, then tier
+    # nothing of m2 left: the worker may switch
+    assert both(w, jobs[:1], usage) == "a-cold-high"
+    # m2's only job belongs to a tenant at its in-flight ceiling: not a candidate, so the worker switches
+    full = {"b": TenantPolicy(max_in_flight=1)}
+    busy = {**usage, "b": TenantUsage("b", 50.0, 1)}
+    assert both(w, jobs, busy, full) == "a-cold-high"
+    # fair share and tiers still order the loaded model's jobs among themselves
+    more = [*jobs, job("a-warm", tenant="a", model="m2", priority=1, at=7)]
+    assert both(w, more, usage) == "a-warm"
+    # a worker with nothing loaded, or everything loaded, sees the plain rule
+    assert both(worker(models=("m1", "m2")), jobs, usage) == "a-cold-high"
+    assert both(worker(models=("m1", "m2"), warm=("m1", "m2")), jobs, usage) == "a-cold-high"
 
 
 def test_overdue_job_beats_priority_share_and_warmth():

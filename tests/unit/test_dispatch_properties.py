@@ -72,6 +72,7 @@ configs = st.builds(
     aging=st.builds(AgingPolicy, maybe(1, 6), maybe(0, 2), maybe(0, 15)),
     default_policy=st.builds(TenantPolicy, st.just(1.0), maybe(1, 3)),
     warm_share_slack=st.sampled_from([0.0, 1.0, 2.5]),
+    model_affinity=st.booleans(),
 )
 scenario = dict(jobs=queues, worker=workers, usage=usages, pols=policies, now=st.integers(0, 30), config=configs)
 MANY = settings(max_examples=1_000, deadline=None)
@@ -135,6 +136,13 @@ def test_the_rule_overdue_then_share_then_top_tier(jobs, worker, usage, pols, no
         event("overdue")
         assert job == min(overdue, key=lambda j: (j.enqueued_at_ms, j.job_id))
         return
+    if config.model_affinity and worker.warm_models:
+        warm = [j for j in candidates if j.model in worker.warm_models]
+        # Model affinity: a switch (a cold job) only when the loaded models have no candidate here.
+        assert (job.model in worker.warm_models) == bool(warm)
+        if warm:
+            event("affinity kept the worker on its model")
+            candidates = warm
     shares = {j.tenant: share(usage.get(j.tenant), pols.get(j.tenant, config.default_policy)) for j in candidates}
     assert shares[job.tenant] <= min(shares.values()) + config.warm_share_slack
     if not worker.warm_models:

@@ -109,3 +109,33 @@ def test_fair_jobs_ahead_bounded_by_fifo_and_monotone(own, weight, others):
     ahead = fair_jobs_ahead(own, weight, others)
     assert own <= ahead <= own + sum(c for c, _ in others)
     assert fair_jobs_ahead(own + 1, weight, others) >= ahead
+
+
+# -- idle workers with another model loaded: a model switch first ---------------------------------------------
+
+
+def test_an_idle_worker_with_another_model_loaded_starts_after_the_switch():
+    # 2 idle workers, one of them has another model loaded: the first job starts at once, the second after
+    # the 45 s switch, the third on a busy worker's finish but not before the switch either.
+    assert estimate(0, 4, 60_000, idle_workers=2, cold_idle_workers=1, switch_ms=45_000) == Eta(1, 0)
+    assert estimate(1, 4, 60_000, idle_workers=2, cold_idle_workers=1, switch_ms=45_000) == Eta(2, 45_000)
+    assert estimate(2, 4, 60_000, idle_workers=2, cold_idle_workers=1, switch_ms=45_000) == Eta(3, 45_000)
+    assert estimate(5, 4, 60_000, idle_workers=2, cold_idle_workers=1, switch_ms=45_000) == Eta(6, 60_000)
+    # nobody has the model loaded: even the next job waits for a switch
+    assert estimate(0, 1, 60_000, idle_workers=1, cold_idle_workers=1, switch_ms=45_000) == Eta(1, 45_000)
+    with pytest.raises(ValueError, match="cold_idle_workers"):
+        estimate(0, 2, 60_000, idle_workers=1, cold_idle_workers=2)
+
+
+@settings(max_examples=500, deadline=None)
+@given(ahead=st.integers(0, 200), workers=st.integers(1, 50), gen=st.integers(0, 600_000), idle=st.integers(0, 50),
+       cold=st.integers(0, 50), switch=st.integers(0, 600_000))
+def test_switch_cost_keeps_the_estimate_monotone(ahead, workers, gen, idle, cold, switch):
+    idle = min(idle, workers)
+    cold = min(cold, idle)
+    here = estimate(ahead, workers, gen, idle, cold_idle_workers=cold, switch_ms=switch)
+    assert here.wait_ms <= estimate(ahead + 1, workers, gen, idle, cold_idle_workers=cold, switch_ms=switch).wait_ms
+    plain = estimate(ahead, workers, gen, idle)
+    assert plain.wait_ms <= here.wait_ms  # a switch never makes a job start sooner
+    if cold:  # one worker fewer to switch (it has the model loaded) never lengthens the wait
+        assert estimate(ahead, workers, gen, idle, cold_idle_workers=cold - 1, switch_ms=switch).wait_ms <= here.wait_ms

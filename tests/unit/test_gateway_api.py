@@ -211,6 +211,18 @@ async def test_eta_reported_and_saturated_pool_503(api):
     assert r.status == 503 and (await r.json())["error"]["code"] == "pool_saturated"
 
 
+async def test_eta_counts_a_model_switch_when_only_workers_with_another_model_loaded_are_idle(api):
+    deps = fake_deps()
+    deps.reads.pools["tiny-t2v@any"] = PoolLoad(queued=0, workers_active=1, workers_idle=1,
+                                                mean_generation_seconds=60.0, workers_idle_warm=0)
+    client, _ = await api(GatewayConfig(model_switch_seconds=90.0), deps=deps)
+    assert (await (await post(client)).json())["estimated_wait_seconds"] == 90
+    deps.reads.pools["tiny-t2v@any"] = PoolLoad(queued=0, workers_active=1, workers_idle=1,
+                                                mean_generation_seconds=60.0, workers_idle_warm=1)
+    client2, _ = await api(GatewayConfig(model_switch_seconds=90.0), deps=deps)
+    assert (await (await post(client2, key="k2")).json())["estimated_wait_seconds"] == 0
+
+
 @pytest.mark.parametrize("method,path,body,kind", [
     ("DELETE", "", None, cmd.CancelJob), ("POST", "/pause", None, cmd.PauseJob),
     ("POST", "/resume", None, cmd.ResumeJob), ("PATCH", "", {"priority": 5}, cmd.Reprioritize),

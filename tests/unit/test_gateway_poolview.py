@@ -44,3 +44,11 @@ def test_fields_the_scheduler_reports_directly_win():
 
     load = aggregate([Richer()], NOW, 60_000)
     assert (load.workers_active, load.workers_idle, load.mean_generation_seconds) == (7, 1, 20.0)
+
+
+def test_warm_idle_workers_are_the_largest_report_and_unknown_when_nobody_reports():
+    a, b = rec(0, 1, 0, idle=3), rec(1, 0, 0, idle=3)
+    assert aggregate([a, b], NOW, 60_000).workers_idle_warm is None
+    warm = [ev.PoolStats(**{**a.__dict__, "warm_idle_workers": 1}), ev.PoolStats(**{**b.__dict__, "warm_idle_workers": 2})]
+    load = aggregate(warm, NOW, 60_000)
+    assert (load.workers_idle, load.workers_idle_warm) == (3, 2)

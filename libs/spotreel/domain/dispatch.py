@@ -20,7 +20,15 @@ ever returned.
    (``aging.effective_priority``) goes, then the oldest, then the smallest job id. With aging disabled
    this is plain strict priority; with aging on, a lower tier overtakes a higher one once it has waited
    enough more to out-rank it.
-4. **Warm-model preference.** Among tenants whose share is within ``warm_share_slack`` of the smallest
+4. **Model affinity** (``DispatchConfig.model_affinity``, on by default). A worker that declares warm models
+   (the weights it has loaded) is offered only the candidates of those models while any is left after
+   step 1; a job of another model it serves (a *model switch*: unload, load) is chosen only when the
+   partition has no candidate of its warm models. Steps 2, 3 and 5 then apply among what is offered. A
+   worker that declares no warm model, or all its models warm, sees no difference. Loading a video
+   model takes minutes, far more than the unfairness of serving the loaded model's tenants first; the
+   starvation bound (step 1) still takes any overdue job, warm or not.
+5. **Warm-model preference** (matters with model affinity off; with it on, what is offered is all warm or
+   all cold). Among tenants whose share is within ``warm_share_slack`` of the smallest
    share (with the default 0.0: exactly tied), consider each tenant's *top effective tier* only. If any
    such job's model is warm on this worker, the warm job with the smallest
    ``(share, enqueued_at_ms, job_id)`` is returned instead of the result of 2-3. A warm job never
@@ -62,6 +70,7 @@ class DispatchConfig:
     aging: AgingPolicy = field(default_factory=AgingPolicy)
     default_policy: TenantPolicy = field(default_factory=TenantPolicy)
     warm_share_slack: float = 0.0
+    model_affinity: bool = True
 
     def __post_init__(self) -> None:
         if not self.warm_share_slack >= 0:
@@ -104,6 +113,11 @@ def _select(
         tiers.setdefault(job.tenant, []).append((eff, job))
     if overdue is not None:
         return overdue
+    if config.model_affinity and worker.warm_models:
+        warm_only = {t: w for t, cands in tiers.items()
+                     if (w := [c for c in cands if worker.is_warm(c[1].pool)])}
+        if warm_only:
+            tiers = warm_only
     if not tiers:
         return None
 

@@ -8,6 +8,10 @@ it); the gateway passes G as a measured mean or percentile (``percentile`` below
 With no active worker there is no honest number: ``wait_ms`` is None, unless the caller knows the
 cold-start delay of a new worker, in which case the estimate is that delay plus the one-worker estimate
 (the first worker comes up and serves the queue alone).
+
+An idle worker whose loaded model is another one (``cold_idle_workers``) takes a job only after a model
+switch (unload, load: ``switch_ms``): the warm idle workers take the first jobs at once, the cold ones the
+next ones after the switch, and no job behind those waits less than the switch.
 """
 
 from __future__ import annotations
@@ -33,23 +37,30 @@ def estimate(
     gen_time_ms: int,
     idle_workers: int = 0,
     cold_start_ms: int | None = None,
+    cold_idle_workers: int = 0,
+    switch_ms: int = 0,
 ) -> Eta:
-    """``jobs_ahead`` counts jobs that will start before this one (0: next); ``queue_position`` is 1-based."""
+    """``jobs_ahead`` counts jobs that will start before this one (0: next); ``queue_position`` is 1-based.
+    ``cold_idle_workers``: how many of the idle workers must switch models first, ``switch_ms`` each."""
     if jobs_ahead < 0 or active_workers < 0 or gen_time_ms < 0:
         raise ValueError("jobs_ahead, active_workers and gen_time_ms must be >= 0")
     if not 0 <= idle_workers <= active_workers:
         raise ValueError(f"idle_workers must be between 0 and active_workers, got {idle_workers}")
     if cold_start_ms is not None and cold_start_ms < 0:
         raise ValueError(f"cold_start_ms must be >= 0, got {cold_start_ms}")
+    if not 0 <= cold_idle_workers <= idle_workers or switch_ms < 0:
+        raise ValueError(f"cold_idle_workers must be between 0 and idle_workers and switch_ms >= 0, got "
+                         f"{cold_idle_workers}, {switch_ms}")
     position = jobs_ahead + 1
     if active_workers == 0:
         if cold_start_ms is None:
             return Eta(position, None)
         return Eta(position, cold_start_ms + position * gen_time_ms)
+    switching = switch_ms if cold_idle_workers else 0
     if jobs_ahead < idle_workers:
-        return Eta(position, 0)
+        return Eta(position, 0 if jobs_ahead < idle_workers - cold_idle_workers else switching)
     served_before = jobs_ahead - idle_workers + 1
-    return Eta(position, -(-served_before * gen_time_ms // active_workers))
+    return Eta(position, max(switching, -(-served_before * gen_time_ms // active_workers)))
 
 
 def fair_jobs_ahead(own_ahead: int, own_weight: float, others: Iterable[tuple[int, float]]) -> int:

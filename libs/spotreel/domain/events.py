@@ -680,6 +680,9 @@ class PoolStats:
     # Seconds of this pool's leases held here within the last hour: the exposure `lease_losses_1h` were
     # counted over, so a worker can weigh the measured loss rate against its prior (worker/interval.py).
     leased_seconds_1h: float = 0.0
+    # Of `idle_workers`, those with this pool's model loaded (RequestWork.warm_models); the others would
+    # switch models (unload, load) to take a job here, which the ETA counts. None: not reported.
+    warm_idle_workers: int | None = None
 
 
 @dataclass(frozen=True)
