@@ -203,6 +203,26 @@ VIDEO_SCHEMA = {
                                   "stuck_min_seconds": {"type": ["integer", "null"]}}},
         "result": {"type": "object", "properties": {"content_url": {"type": "string"}, "sha256": {"type": "string"},
                                                     "size_bytes": {"type": "integer"}}},
+        "pending_reason": {
+            "type": ["object", "null"], "required": ["code", "message"],
+            "description": "null while the job holds a lease or is terminal; else why it does not run yet, from "
+                           "the read model and the pool's pool-stats over all partitions (about a second old): "
+                           "accepted (not recorded by the scheduler yet), paused, parents_unfinished, "
+                           "retry_backoff or run_at_future (with run_at), tenant_at_ceiling (tenant_leases >= "
+                           "max_in_flight of its plan), behind_higher_tier (higher_tier_jobs queued in the pool "
+                           "go first), waiting_for_worker (the next worker of the pool; among jobs of its "
+                           "priority fair share and age decide, which this cannot rank). pool_stats is null "
+                           "when no recent statistics exist for the pool",
+            "properties": {"code": {"type": "string", "enum": [
+                "accepted", "paused", "parents_unfinished", "retry_backoff", "run_at_future", "tenant_at_ceiling",
+                "behind_higher_tier", "waiting_for_worker", "scheduled"]},
+                "message": {"type": "string"}, "pool": {"type": "string"},
+                "run_at": {"type": ["string", "null"]},
+                "higher_tier_jobs": {"type": "integer", "minimum": 1},
+                "tenant_leases": {"type": "integer"}, "max_in_flight": {"type": "integer"},
+                "pool_stats": {"type": ["object", "null"], "properties": {
+                    "queued_by_tier": {"type": "object", "additionalProperties": {"type": "integer"}},
+                    "busy_workers": {"type": "integer"}, "idle_workers": {"type": "integer"}}}}},
         "webhook": {"type": ["object", "null"], "required": ["state", "attempts", "last_error"],
                     "description": "null without a callback_url; else what became of the job's newest "
                                    "webhook: pending (nothing tried yet), retrying, delivered, failed (the "
@@ -467,7 +487,9 @@ def document(cfg: GatewayConfig | None = None) -> dict[str, Any]:
                                                 (401, 404, 503))},
         "/v1/videos/{id}/stream": {"get": _op(
             "Server-Sent Events of status/progress until a terminal state; each event's id is the job's event "
-            "version", {"200": ("text/event-stream", {})}, (401, 404), params=[LAST_EVENT_ID])},
+            "version. `status` events carry pending_reason (as in GET /v1/videos/{id}); a `pending` event "
+            "(id, version, pending_reason; the id of the version already sent) says the reason changed without "
+            "a new version", {"200": ("text/event-stream", {})}, (401, 404), params=[LAST_EVENT_ID])},
         "/v1/videos/{id}/content": {"get": _op("the MP4", {"302": ("redirect to a presigned URL", {})},
                                                (401, 404, 409, 503))},
         "/v1/videos/{id}/pause": {"post": _op("pause", ok202, cmd_errors)},

@@ -20,6 +20,7 @@ from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import gateway
 from spotreel.services.gateway.errors import ApiError
 from spotreel.services.gateway.lookup import conflict, find, job_id_of, status_of
+from spotreel.services.gateway.pending import explain
 from spotreel.services.gateway.views import TERMINAL, claim_json, job_json
 from spotreel.services.projector.queries import JobView
 
@@ -28,8 +29,17 @@ HEARTBEAT_SECONDS = 15.0
 
 def _snapshot(found) -> dict:
     body = job_json(found) if isinstance(found, JobView) else claim_json(found)
-    return {k: body[k] for k in ("id", "status", "progress", "attempt", "error", "version")} | (
+    return {k: body[k] for k in ("id", "status", "progress", "attempt", "error", "version", "run_at")} | (
         {"result": body["result"]} if "result" in body else {})
+
+
+def _gist(reason: dict | None) -> tuple:
+    """What makes a new `pending` event worth sending: the reason and its counts, not its wording."""
+    if reason is None:
+        return ()
+    stats = reason.get("pool_stats") or {}
+    return (reason["code"], reason.get("higher_tier_jobs"), reason.get("tenant_leases"),
+            stats.get("idle_workers"), stats.get("busy_workers"))
 
 
 async def stream_video(request: web.Request) -> web.StreamResponse:
@@ -41,11 +51,22 @@ async def stream_video(request: web.Request) -> web.StreamResponse:
     await response.prepare(request)
     last_sent = time.monotonic()
     deadline = time.monotonic() + gw.cfg.stream_max_seconds
+    told: tuple | None = None  # the reason last told; a resumed client is not told again what it had
     while True:
         snap = _snapshot(found)
+        reason = await explain(gw.deps, request[TENANT], found, gw.deps.clock_ms(), snap["run_at"])
+        snap["pending_reason"] = reason
         if sse.is_new(snap["version"], seen):
             await response.write(sse.frame("status", snap, snap["version"]))
-            seen, last_sent = snap["version"], time.monotonic()
+            seen, last_sent, told = snap["version"], time.monotonic(), _gist(reason)
+        elif told is None:
+            told = _gist(reason)
+        elif reason is not None and _gist(reason) != told:
+            # The reason moved without a new version (the pool's queue or workers changed): a `pending`
+            # event, with the id of the version the client has, so a reconnect resumes as before.
+            await response.write(sse.frame("pending", {"id": snap["id"], "version": seen, "pending_reason": reason},
+                                           seen))
+            last_sent, told = time.monotonic(), _gist(reason)
         elif time.monotonic() - last_sent > HEARTBEAT_SECONDS:
             await response.write(sse.KEEP_ALIVE)  # proxies drop silent connections
             last_sent = time.monotonic()

@@ -14,6 +14,7 @@ from spotreel.services.gateway.context import gateway
 from spotreel.services.gateway.errors import invalid
 from spotreel.services.gateway.jsonbody import read_object
 from spotreel.services.gateway.lookup import conflict, find, job_id_of, status_of
+from spotreel.services.gateway.pending import explain
 from spotreel.services.gateway.submission import PRIORITY_RANGE
 from spotreel.services.gateway.submit import submit_video
 from spotreel.services.gateway.views import (ACCEPTED, TERMINAL, attempt_json, claim_json, event_json, job_json,
@@ -30,6 +31,7 @@ async def get_video(request: web.Request) -> web.Response:
     body = job_json(found) if isinstance(found, JobView) else claim_json(found)
     callback = found.params.get("callback_url")
     body["webhook"] = webhook_json(callback, await deps.reads.webhook_state(found.job_id) if callback else None)
+    body["pending_reason"] = await explain(deps, request[TENANT], found, deps.clock_ms(), body.get("run_at"))
     return web.json_response(body)
 
 

@@ -1,0 +1,120 @@
+"""Why is my job pending? The `pending_reason` of GET /v1/videos/{id} and the SSE stream.
+
+The gateway does not run the scheduler's dispatch, so it explains a waiting job from what it can read:
+the job's read-model row (status, run_at, attempts, priority), the pool's latest pool-stats records over
+all partitions (queued jobs per tier, busy and idle workers) and, for the tenant's in-flight ceiling, the
+tenant's own leased/running jobs in the read model. In order:
+
+- `accepted`: the scheduler has not recorded the job yet;
+- `paused`: a pause holds it (resume to continue);
+- `parents_unfinished`: it waits for its parent jobs;
+- `retry_backoff` / `run_at_future`: not runnable before `run_at` (a failed attempt's backoff, or the
+  submitted run_at);
+- `tenant_at_ceiling`: the tenant holds `max_in_flight` leases already; dispatch passes over its jobs;
+- `behind_higher_tier`: N jobs of a higher priority are queued in the pool and go first (tiers are served
+  first on every partition; a full pool may preempt lower-tier work for them, scheduler README);
+- `waiting_for_worker`: none of the above: the next worker of pool X takes it, subject to fair share
+  between tenants and aging (not modelled here).
+
+What it cannot know: where exactly the job stands among jobs of its own tier (fair share and aging decide
+that on the partition, from usage this process does not hold), whether the pool-stats it reads are fresh
+to the second (they are published every second; a missing or stale pool gives `pool_stats: null`), and the
+in-flight ceiling the scheduler enforces is read from the tenant's plan as the gateway cached it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from spotreel.services.gateway.deps import Deps, Tenant
+from spotreel.services.projector.queries import JobView
+
+RUN_AT_STATUSES = frozenset({"scheduled"})
+NOT_PENDING = frozenset({"leased", "running", "succeeded", "failed", "cancelled", "dead_lettered"})
+
+
+@dataclass(frozen=True)
+class PoolQueue:
+    """A pool over all partitions, from the fresh pool-stats records."""
+
+    by_tier: dict[int, int]
+    busy_workers: int
+    idle_workers: int
+
+
+def pool_queue(records: Iterable[Any], now_ms: int, stale_ms: int) -> PoolQueue | None:
+    fresh = [r for r in records if now_ms - r.at_ms <= stale_ms]
+    if not fresh:
+        return None
+    tiers: Counter = Counter()
+    for r in fresh:
+        for entry in getattr(r, "queued_by_tier", ()) or ():
+            tier, _, n = str(entry).partition("=")
+            try:
+                tiers[int(tier)] += int(n)
+            except ValueError:
+                continue
+    # An idle worker asks every partition in turn, so each counts it: the largest count (poolview.py).
+    return PoolQueue(dict(tiers), int(sum(r.leased for r in fresh)),
+                     int(max(getattr(r, "idle_workers", 0) or 0 for r in fresh)))
+
+
+def pending_reason(job: JobView | None, status: str, now_ms: int, pool: PoolQueue | None,
+                   tenant_leases: int | None = None, max_in_flight: int | None = None,
+                   run_at_iso: str | None = None) -> dict[str, Any] | None:
+    """The reason the job does not run yet, or None when it holds a lease or is terminal. `job` None: only
+    the gateway's claim is known (status `accepted`)."""
+    if status in NOT_PENDING:
+        return None
+    if job is None or status == "accepted":
+        return {"code": "accepted", "message": "accepted; the scheduler has not recorded the job yet"}
+    if status == "paused":
+        return {"code": "paused", "message": "paused; resume it to queue it again"}
+    if status == "waiting":
+        return {"code": "parents_unfinished", "message": "waiting for its parent jobs to finish"}
+    if status in RUN_AT_STATUSES and job.run_at_ms is not None and job.run_at_ms > now_ms:
+        if job.attempt > 0 and job.error:
+            return {"code": "retry_backoff", "run_at": run_at_iso,
+                    "message": f"attempt {job.attempt} failed ({job.error}); retried after its backoff"}
+        return {"code": "run_at_future", "run_at": run_at_iso, "message": "not runnable before its run_at"}
+    if status != "queued":
+        return {"code": status, "message": f"status {status}"}
+    if max_in_flight is not None and tenant_leases is not None and tenant_leases >= max_in_flight:
+        return {"code": "tenant_at_ceiling", "tenant_leases": tenant_leases, "max_in_flight": max_in_flight,
+                "message": f"the tenant holds {tenant_leases} leases, its plan's max_in_flight is {max_in_flight}"}
+    if pool is None:
+        return {"code": "waiting_for_worker", "pool": job.pool, "pool_stats": None,
+                "message": f"waiting for a worker of pool {job.pool} (no recent pool statistics)"}
+    higher = sum(n for tier, n in pool.by_tier.items() if tier > job.priority)
+    stats = {"queued_by_tier": {str(t): n for t, n in sorted(pool.by_tier.items(), reverse=True)},
+             "busy_workers": pool.busy_workers, "idle_workers": pool.idle_workers}
+    if higher > 0:
+        return {"code": "behind_higher_tier", "pool": job.pool, "higher_tier_jobs": higher, "pool_stats": stats,
+                "message": f"behind {higher} queued job(s) of a higher priority in pool {job.pool}"}
+    return {"code": "waiting_for_worker", "pool": job.pool, "pool_stats": stats,
+            "message": f"waiting for a worker of pool {job.pool} ({pool.busy_workers} busy, {pool.idle_workers} "
+                       f"idle); among jobs of its priority, fair share and age decide"}
+
+
+# Pool-stats records older than this are not trusted (their scheduler stopped publishing).
+STALE_MS = 30_000
+
+
+async def explain(deps: Deps, tenant: Tenant, found: Any, now_ms: int, run_at_iso: str | None) -> dict[str, Any] | None:
+    """`pending_reason` for a job (JobView) or a claim, from the pool-stats view and the read model."""
+    job = found if isinstance(found, JobView) else None
+    status = job.status if job is not None else "accepted"
+    if status in NOT_PENDING:
+        return None
+    records = getattr(deps.pools, "records", None)
+    pool = pool_queue(records(job.pool), now_ms, STALE_MS) if job is not None and records is not None else None
+    leases = None
+    if job is not None and status == "queued" and tenant.max_in_flight is not None:
+        leases = 0
+        for held in ("leased", "running"):  # bounded: the ceiling is all it needs to see
+            page = await deps.reads.list_jobs(tenant.tenant_id, held, max(1, tenant.max_in_flight), None)
+            leases += len(page.items)
+    return pending_reason(job, status, now_ms, pool, leases, tenant.max_in_flight, run_at_iso)
