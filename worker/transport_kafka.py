@@ -17,7 +17,7 @@ The guarantees of the gateway's lease desk, for a worker that is its own desk:
   requeues the job at once and costs it no attempt; requests are remembered for `forget_s`;
 - cancel and drain are what the job's events and replies say last, by job version: the verdict fields of
   a renewal (LeaseRenewed / ProgressReported, an event or a reply), or a CancelRequested / PauseRequested /
-  JobResumed since (so a pending verdict still hears of them).
+  PreemptRequested / JobResumed since (so a pending verdict still hears of them).
 """
 
 from __future__ import annotations
@@ -262,7 +262,8 @@ class KafkaTransport:
                 return
             if isinstance(event, ev.CancelRequested) and event.epoch == epoch:
                 flags.update(cancel=True, as_of=event.version)
-            elif isinstance(event, ev.PauseRequested) and event.epoch == epoch:
+            elif isinstance(event, (ev.PauseRequested, ev.PreemptRequested)) and event.epoch == epoch:
+                # Asked to checkpoint and release: a pause, or a preemption for higher-tier work.
                 flags.update(drain=True, as_of=event.version)
             elif isinstance(event, ev.JobResumed):
                 flags.update(drain=False, as_of=event.version)
