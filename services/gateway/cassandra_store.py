@@ -61,6 +61,7 @@ class CassandraReads:
                        "WHERE pool = ?")
         self._statuses = p("SELECT status FROM jobs_by_tenant WHERE tenant_id = ?")
         self._webhook_state: Any = None
+        self._webhook_events = p("UPDATE webhook_subscriptions SET events = ? WHERE job_id = ?")
 
     async def get_job(self, job_id: str) -> JobView | None:
         return await _call(self.models.get_job, job_id)
@@ -77,6 +78,9 @@ class CassandraReads:
 
     async def job_attempts(self, job_id: str) -> list[AttemptView]:
         return await _call(self.models.job_attempts, job_id)
+
+    async def write_webhook_events(self, job_id: str, events: list[str]) -> None:
+        await _call(self.session.execute, self._webhook_events, (set(events), job_id))
 
     async def webhook_state(self, job_id: str) -> JobWebhookState | None:
         def read() -> JobWebhookState | None:

@@ -14,6 +14,7 @@ from spotreel.services.gateway.submission import (DAG_POLICIES, KEY, MAX_RUN_AT_
                                                   resolution_rule)
 from spotreel.services.gateway.videos import STATUSES
 from spotreel.services.gateway import schedules as sched
+from spotreel.services.webhooks.payload import FILTERS as WEBHOOK_FILTERS
 from spotreel.services.webhooks.store import FINAL, PENDING
 
 
@@ -102,11 +103,18 @@ def _video_fields(cfg: GatewayConfig) -> dict[str, Any]:
                      "description": "higher runs first"},
         "callback_url": {
             "type": "string", "pattern": r"^https?://\S{1,2000}$",
-            "description": "webhook on terminal states; refused (422) where the webhook sender would refuse it: "
+            "description": "where webhooks go (which ones: webhook_events); refused (422) where the webhook "
+                           "sender would refuse it: "
                            "a URL without a host, port 0 or 22, and (unless the deployment allows private "
                            "addresses, as the local stack's tests do) an IP literal or `localhost` name that "
                            "is loopback, private, link-local, unique-local, multicast, reserved or otherwise "
                            "not global. Host names are resolved and checked again at delivery."},
+        "webhook_events": {
+            "type": "array", "minItems": 1, "uniqueItems": True,
+            "items": {"type": "string", "enum": list(WEBHOOK_FILTERS)},
+            "description": "which webhooks callback_url gets (needs callback_url): started (each lease), "
+                           "progress (25/50/75 % milestones, each once), completed (video.succeeded), failed "
+                           "(video.failed, video.cancelled, video.dead_lettered). Default: completed and failed"},
         "run_at": {"type": "integer", "minimum": 0, "maximum": MAX_RUN_AT_MS,
                    "description": "epoch milliseconds; exclusive with delay_seconds (both given: 422, field "
                                   "delay_seconds)"},
@@ -142,7 +150,8 @@ ONE_START = {"not": {"required": ["run_at", "delay_seconds"]}}
 
 
 def _submit(cfg: GatewayConfig) -> dict[str, Any]:
-    return {"type": "object", "required": ["prompt"], "additionalProperties": False, **ONE_START, "properties": {
+    return {"type": "object", "required": ["prompt"], "additionalProperties": False, **ONE_START,
+            "dependentRequired": {"webhook_events": ["callback_url"]}, "properties": {
         **_video_fields(cfg),
         "parents": {"type": "array", "maxItems": cfg.max_parents, "uniqueItems": True,
                     "items": {"type": "string", "pattern": _anchored(VIDEO_ID.pattern)},
@@ -153,7 +162,7 @@ def _submit(cfg: GatewayConfig) -> dict[str, Any]:
 
 def _dag(cfg: GatewayConfig) -> dict[str, Any]:
     node = {"type": "object", "required": ["key", "prompt"], "additionalProperties": False, **ONE_START,
-            "properties": {
+            "dependentRequired": {"webhook_events": ["callback_url"]}, "properties": {
                 "key": {"type": "string", "pattern": _anchored(NODE_KEY.pattern)},
                 **_video_fields(cfg),
                 "parents": {"type": "array", "maxItems": cfg.max_parents, "uniqueItems": True,

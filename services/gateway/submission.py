@@ -16,6 +16,8 @@ from spotreel.domain.commands import SubmitJob
 from spotreel.domain.decide import submission_problem
 from spotreel.services.gateway.config import GatewayConfig
 from spotreel.services.gateway.errors import ApiError, invalid
+from spotreel.services.webhooks.payload import DEFAULT_FILTER as DEFAULT_WEBHOOK_FILTER
+from spotreel.services.webhooks.payload import FILTERS as WEBHOOK_FILTERS
 from spotreel.webhook_targets import url_refusal
 
 # The job's retry and time policy (domain/limits.py), with the domain's limits and SubmitJob's defaults.
@@ -27,7 +29,8 @@ POLICY_LIMITS = {"timeout_seconds": (limits.MIN_TIMEOUT_MS // 1000, limits.MAX_T
                  "backoff_base_seconds": (0, limits.MAX_BACKOFF_MS // 1000),
                  "backoff_max_seconds": (0, limits.MAX_BACKOFF_MS // 1000)}
 KNOWN = frozenset({"prompt", "model", "gpu_type", "duration", "resolution", "fps", "seed", "priority",
-                   "callback_url", "run_at", "delay_seconds", "parents", "dag_policy", "num_steps", *POLICY_DEFAULTS})
+                   "callback_url", "run_at", "delay_seconds", "parents", "dag_policy", "num_steps", *POLICY_DEFAULTS,
+                   "webhook_events"})
 # Matched whole (fullmatch): `$` alone would let a trailing newline through. openapi.py anchors these.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
 RESOLUTION = re.compile(r"([1-9][0-9]{1,3})x([1-9][0-9]{1,3})")
@@ -86,6 +89,22 @@ def _callback(body: dict[str, Any], allow_private: bool) -> str | None:
     if why is not None:
         raise invalid("callback_url", f"callback_url can never be delivered: {why}")
     return v
+
+
+def _webhook_events(body: dict[str, Any], callback: str | None) -> dict[str, Any]:
+    """`webhook_events`: which notifications the callback gets (services/webhooks/payload.py). Kept in the
+    body (and so in the request hash) only when it differs from the default, so bodies without it, or
+    spelling out the default, hash as before."""
+    v = body.get("webhook_events")
+    if v is None:
+        return {}
+    if not isinstance(v, list) or not v or any(not isinstance(e, str) or e not in WEBHOOK_FILTERS for e in v) \
+            or len(set(v)) != len(v):
+        raise invalid("webhook_events", f"webhook_events must be a non-empty list of distinct values from "
+                                        f"{list(WEBHOOK_FILTERS)}")
+    if callback is None:
+        raise invalid("webhook_events", "webhook_events needs a callback_url")
+    return {} if set(v) == DEFAULT_WEBHOOK_FILTER else {"webhook_events": sorted(v)}
 
 
 def _int(body: dict[str, Any], name: str, lo: int, hi: int) -> int | None:
@@ -181,6 +200,7 @@ def normalize(body: Any, cfg: GatewayConfig, *, allow_private_callbacks: bool = 
         "parents": parents,
         "dag_policy": dag_policy,
         **_policy(body),
+        **_webhook_events(body, callback),
     }
     if cfg.models is not None:
         # The operator's registry (spotreel.model_registry): sizes, frames and steps this model takes.

@@ -3,7 +3,8 @@
 Per record, in order:
 - JobSubmitted with a callback_url → a webhook_subscriptions row (written before the offset can be
   committed, so a restart long after the submission still knows where to send);
-- a terminal event of a subscribed job → a delivery task (concurrent; retried with backoff);
+- an event a subscribed job asked to hear about (payload.py: terminal states by default; leases and
+  progress milestones with `webhook_events`) → a delivery task (concurrent; retried with backoff);
 - the offset becomes committable once every delivery at or below it has a final outcome in
   webhook_deliveries (offsets.py). Kill -9 at any moment: the next run re-reads from the committed offset,
   skips what the table says was delivered, and delivers the rest.
@@ -25,7 +26,7 @@ from spotreel.domain import events as ev
 from spotreel.services.webhooks.backoff import RetryPolicy
 from spotreel.services.webhooks.metrics import WebhookMetrics
 from spotreel.services.webhooks.offsets import OffsetTracker
-from spotreel.services.webhooks.payload import Notification, notification_for
+from spotreel.services.webhooks.payload import DEFAULT_FILTER, Notification, notification_for
 from spotreel.services.webhooks.sender import Attempt, Sender, Stopping
 from spotreel.services.webhooks.store import FINAL, Outcome, Subscription, WebhookStore
 
@@ -60,6 +61,13 @@ class Notifier:
         self.codec = codec or Codec.default()
         self.offsets = OffsetTracker()
         self._subs: OrderedDict[str, Subscription] = OrderedDict()
+        # Jobs known to have no subscription: a job's JobSubmitted comes before its other events, and its
+        # subscription row is written before that offset can be committed, so "none" never changes. Spares
+        # a read per lease and progress event of every job without a callback.
+        self._unsubscribed: OrderedDict[str, None] = OrderedDict()
+        # The highest progress milestone sent (or skipped by the filter) per job, so a milestone is handled
+        # once per job and not on every later progress report; the deliveries table dedupes after a restart.
+        self._milestones: OrderedDict[str, int] = OrderedDict()
         self._secrets: dict[str, tuple[float, str | None]] = {}
         self._tasks: set[asyncio.Task] = set()
         self._assigned: set[tuple[str, int]] = set()
@@ -137,17 +145,27 @@ class Notifier:
                 log.warning("skipping undecodable record %s@%d: %s", tp, offset, exc)
                 event = None
             if isinstance(event, ev.JobSubmitted) and event.callback_url:
-                sub = Subscription(event.job_id, event.tenant, event.callback_url)
-                new_subs.append(sub)
-                self._remember(sub)
+                new_subs.append(Subscription(event.job_id, event.tenant, event.callback_url))
             decoded.append((tp, offset, event))
         if new_subs:
             await self._retry(lambda: asyncio.gather(*(asyncio.to_thread(self.store.subscribe, s) for s in new_subs)),
                               stop, "write subscriptions")
+            # Read back: the row now also holds the event filter the gateway wrote before the submission.
+            read = await self._retry(lambda: asyncio.gather(*(asyncio.to_thread(self.store.subscription, s.job_id)
+                                                              for s in new_subs)), stop, "read subscriptions")
+            for s, row in zip(new_subs, read):
+                self._remember(row or s)
         for tp, offset, event in decoded:
             note = notification_for(event, self.config.gateway_url) if event is not None else None
+            if note is not None and note.milestone is not None \
+                    and note.milestone <= self._milestones.get(note.job_id, 0):
+                note = None  # this milestone (or a later one) was already handled
             if note is not None:
                 sub = await self._subscription(note.job_id, stop)
+                if note.milestone is not None and sub is not None:
+                    self._bounded(self._milestones, note.job_id, note.milestone)
+                if sub is not None and note.kind not in (sub.events or DEFAULT_FILTER):
+                    sub = None  # the job did not ask for this kind
                 if sub is not None:
                     self.offsets.begin(tp, offset)
                     task = asyncio.create_task(self._deliver(note, sub, tp, offset, sender, stop))
@@ -155,17 +173,25 @@ class Notifier:
                     task.add_done_callback(self._tasks.discard)
             self.offsets.read(tp, offset)
 
+    def _bounded(self, cache: OrderedDict, key: str, value: Any) -> None:
+        cache[key] = value
+        cache.move_to_end(key)
+        while len(cache) > self.config.subscription_cache:
+            cache.popitem(last=False)
+
     def _remember(self, sub: Subscription) -> None:
-        self._subs[sub.job_id] = sub
-        self._subs.move_to_end(sub.job_id)
-        while len(self._subs) > self.config.subscription_cache:
-            self._subs.popitem(last=False)
+        self._unsubscribed.pop(sub.job_id, None)
+        self._bounded(self._subs, sub.job_id, sub)
 
     async def _subscription(self, job_id: str, stop: asyncio.Event) -> Subscription | None:
         sub = self._subs.get(job_id)
-        if sub is None:
+        if sub is None and job_id not in self._unsubscribed:
             sub = await self._retry(lambda: asyncio.to_thread(self.store.subscription, job_id), stop,
                                     "read a subscription")
+            if sub is None:
+                self._bounded(self._unsubscribed, job_id, None)
+            else:
+                self._remember(sub)
         return sub
 
     async def _secret(self, tenant: str, stop: asyncio.Event) -> str | None:

@@ -2,7 +2,14 @@
 
 The body depends only on the event (never on when it is sent), so a re-delivery is byte-identical and
 receivers can dedupe on `id` (= the Spotreel-Event-Id header): `<job_id>.v<version>`, unique per event
-because versions are per job and never reused.
+because versions are per job and never reused. Progress milestones are the exception: their id is
+`<job_id>.progress-<N>` (N = 25, 50, 75), so a milestone crossed again (a resumed run redoing steps, or a
+notifier re-reading after a restart) is the same notification, sent once.
+
+A job chooses what it hears with `webhook_events` (POST /v1/videos): `started` (each lease: the job went to a
+worker, `video.started`), `progress` (25/50/75 % milestones, `video.progress`), `completed`
+(`video.succeeded`) and `failed` (every other end: `video.failed`, `video.cancelled`,
+`video.dead_lettered`). Without it: completed and failed, the terminal states only.
 """
 
 from __future__ import annotations
@@ -12,6 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from spotreel.domain import events as ev
+
+# The kinds a job may ask for, and what it gets when it names none.
+FILTERS = ("started", "progress", "completed", "failed")
+DEFAULT_FILTER = frozenset({"completed", "failed"})
+MILESTONES = (25, 50, 75)
 
 TERMINAL_TYPES: dict[type, tuple[str, str]] = {
     ev.JobSucceeded: ("video.succeeded", "succeeded"),
@@ -28,10 +40,20 @@ class Notification:
     job_id: str
     body: bytes
     version: int = 0
+    # Which of FILTERS it belongs to; a job's subscription decides whether it is sent.
+    kind: str = "completed"
+    # Progress: the milestone (percent) it announces; the notifier sends each one once per job.
+    milestone: int | None = None
 
 
 def event_id(job_id: str, version: int) -> str:
     return f"{job_id}.v{version}"
+
+
+def milestone(progress_pct: float) -> int | None:
+    """The highest milestone reached at `progress_pct`, or None below the first."""
+    reached = [m for m in MILESTONES if progress_pct >= m]
+    return reached[-1] if reached else None
 
 
 def _data(event: Any, status: str, gateway_url: str) -> dict[str, Any]:
@@ -48,12 +70,31 @@ def _data(event: Any, status: str, gateway_url: str) -> dict[str, Any]:
     return data
 
 
+def _encode(doc: dict[str, Any]) -> bytes:
+    return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+
 def notification_for(event: Any, gateway_url: str) -> Notification | None:
+    if isinstance(event, ev.JobLeased):
+        eid = event_id(event.job_id, event.version)
+        data = {"job_id": event.job_id, "status": "leased", "version": event.version, "attempt": event.attempt,
+                "resume_step": event.resume_step}
+        doc = {"id": eid, "type": "video.started", "occurred_at_ms": event.at_ms, "data": data}
+        return Notification(eid, "video.started", event.job_id, _encode(doc), event.version, "started")
+    if isinstance(event, ev.ProgressReported):
+        m = milestone(event.progress_pct)
+        if m is None:
+            return None
+        eid = f"{event.job_id}.progress-{m}"
+        data = {"job_id": event.job_id, "status": "running", "version": event.version, "milestone_percent": m,
+                "progress_percent": round(event.progress_pct, 2), "step": event.step}
+        doc = {"id": eid, "type": "video.progress", "occurred_at_ms": event.at_ms, "data": data}
+        return Notification(eid, "video.progress", event.job_id, _encode(doc), event.version, "progress", m)
     kind = TERMINAL_TYPES.get(type(event))
     if kind is None:
         return None
     event_type, status = kind
     eid = event_id(event.job_id, event.version)
     doc = {"id": eid, "type": event_type, "occurred_at_ms": event.at_ms, "data": _data(event, status, gateway_url)}
-    return Notification(eid, event_type, event.job_id, json.dumps(doc, sort_keys=True, separators=(",", ":")).encode(),
-                        event.version)
+    return Notification(eid, event_type, event.job_id, _encode(doc), event.version,
+                        "completed" if status == "succeeded" else "failed")

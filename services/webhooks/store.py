@@ -51,6 +51,8 @@ class Subscription:
     job_id: str
     tenant_id: str
     callback_url: str
+    # The job's webhook_events (payload.FILTERS), written by the gateway; None: payload.DEFAULT_FILTER.
+    events: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,7 @@ class WebhookStore:
         self.session = session
         p = session.prepare
         self._subscribe = p("INSERT INTO webhook_subscriptions (job_id, tenant_id, callback_url) VALUES (?, ?, ?)")
-        self._subscription = p("SELECT tenant_id, callback_url FROM webhook_subscriptions WHERE job_id = ?")
+        self._subscription = p("SELECT tenant_id, callback_url, events FROM webhook_subscriptions WHERE job_id = ?")
         self._secret = p("SELECT webhook_secret FROM tenants WHERE tenant_id = ?")
         self._outcome = p("SELECT status, attempts, last_status, last_error FROM webhook_deliveries "
                           "WHERE event_id = ?")
@@ -84,7 +86,10 @@ class WebhookStore:
 
     def subscription(self, job_id: str) -> Subscription | None:
         row = self.session.execute(self._subscription, (job_id,)).one()
-        return None if row is None else Subscription(job_id, row.tenant_id, row.callback_url)
+        if row is None or row.callback_url is None:
+            return None  # none, or only the gateway's filter and the JobSubmitted not read yet
+        return Subscription(job_id, row.tenant_id, row.callback_url,
+                            frozenset(row.events) if row.events is not None else None)
 
     def secret(self, tenant_id: str) -> str | None:
         row = self.session.execute(self._secret, (tenant_id,)).one()

@@ -19,6 +19,7 @@ from confluent_kafka import Producer
 from spotreel.adapters.kafka import delete_topics
 from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
+from spotreel.domain import events as ev
 from spotreel.infra.migrate import migrate
 from spotreel.infra.topics import ensure_topics, events_topic
 from spotreel.services.gateway.cassandra_store import CassandraReads
@@ -225,3 +226,37 @@ async def test_undelivered_webhook_survives_a_restart_and_delivered_ones_are_not
     # The restarted notifier counted attempts from 1 again; its final outcome still replaced the old row.
     assert store.job_state(b[-1].job_id).state == "delivered"
     assert first.ids() == [event_id(a[-1].job_id, a[-1].version)]  # not sent again
+
+
+async def test_event_filters_choose_what_a_job_hears(wh_settings, cql, secret):
+    """A job that asked for started and progress hears its lease and each milestone once (a resumed run
+    re-crossing 25 % sends nothing new) and not its success; a job with the default hears only the end.
+    The filter is written as the gateway writes it, before the submission is on the topic."""
+    rx = Receiver(secret)
+    await rx.server.start_server()
+    chosen = history("chosen", [("grant", 0, 0), ("progress", 30, 6), ("progress", 60, 12), ("progress", 40, 8),
+                                ("progress", 80, 16), ("complete", 0, 0)], tenant="hooks", callback_url=rx.url)
+    default = history("default", [("grant", 0, 0), ("progress", 60, 12), ("complete", 0, 0)], tenant="hooks",
+                      callback_url=rx.url)
+    await CassandraReads(cql).write_webhook_events(chosen[0].job_id, ["progress", "started"])
+    produce(wh_settings, chosen + default)
+    store = WebhookStore(cql)
+    done = event_id(default[-1].job_id, default[-1].version)
+    last = f"{chosen[0].job_id}.progress-75"
+    _, halt = await run_notifier(wh_settings, cql)
+    try:
+        await wait_until(lambda: all((store.outcome(e) or False) and store.outcome(e).status == "delivered"
+                                     for e in (done, last)), what="both jobs' last notifications")
+    finally:
+        await halt()
+        await rx.server.close()
+    assert rx.bad == []
+    got = {(c["body"]["data"]["job_id"], c["type"], c["id"]) for c in rx.calls}
+    leased = next(e for e in chosen if isinstance(e, ev.JobLeased))
+    c = chosen[0].job_id
+    assert got == {(c, "video.started", event_id(c, leased.version)), (c, "video.progress", f"{c}.progress-25"),
+                   (c, "video.progress", f"{c}.progress-50"), (c, "video.progress", last),
+                   (default[0].job_id, "video.succeeded", done)}
+    assert len(rx.calls) == len(got)
+    assert store.subscription(c).events == frozenset({"progress", "started"})
+    assert store.subscription(default[0].job_id).events is None

@@ -44,6 +44,7 @@ class FakeReads:
     pools: dict[str, PoolLoad] = field(default_factory=dict)
     unfinished: int = 0
     webhooks: dict[str, Any] = field(default_factory=dict)
+    webhook_filters: dict[str, list[str]] = field(default_factory=dict)
 
     async def get_job(self, job_id):
         return self.jobs.get(job_id)
@@ -80,6 +81,9 @@ class FakeReads:
 
     async def write_placeholder(self, claim):
         self.jobs.setdefault(claim.job_id, job_view(claim.job_id, claim.tenant_id, "accepted", version=0))
+
+    async def write_webhook_events(self, job_id, events):
+        self.webhook_filters[job_id] = list(events)
 
     async def webhook_state(self, job_id):
         return self.webhooks.get(job_id)

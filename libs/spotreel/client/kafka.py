@@ -105,6 +105,10 @@ class KafkaJobClient:
         if not KEY.fullmatch(idempotency_key) or idempotency_key.startswith(RESERVED_KEY_PREFIX):
             raise InvalidRequest("Idempotency-Key", "1-200 printable ASCII characters, not starting with "
                                  f"{RESERVED_KEY_PREFIX!r}", 400)
+        if body.get("webhook_events") is not None:
+            # The filter lives in the gateway's Cassandra row, which this client does not write.
+            raise InvalidRequest("webhook_events", "webhook_events is only taken by the gateway (POST /v1/videos); "
+                                 "over Kafka a callback gets the default: completed and failed")
         try:
             normalized = normalize(body, self.cfg, allow_private_callbacks=bool(self.settings.webhook_allow_private))
         except ApiError as exc:
