@@ -105,6 +105,13 @@ class Settings:
     # minute (0: no preemption), never one granted less than `preempt_min_run_s` seconds ago.
     preempt_per_minute: int = 2
     preempt_min_run_s: int = 60
+    # Bounded state (domain/retention.py): a terminal job leaves the scheduler's table (a tombstone in its
+    # compacted changelog) this many seconds after its last change; a summary of it (outcome, version,
+    # request hash) stays until `scheduler_summary_retention_s` after that change, for idempotent
+    # resubmission and late DAG children. The events topic keeps the whole history either way. Memory: about
+    # 5 KB per job in the table, 0.7 KB per summary (bench/README.md, "Bounded state").
+    scheduler_retention_s: int = 86_400
+    scheduler_summary_retention_s: int = 3 * 86_400
 
     @property
     def kafka_bootstrap(self) -> str:

@@ -32,6 +32,7 @@ from spotreel.domain.leases import PREEMPTED_FOR, UNCLAIMED
 from spotreel.domain.schedules import ScheduleState
 from spotreel.domain.state import JobState
 from spotreel.domain.renewals import after_handover
+from spotreel.domain.retention import Retention
 from spotreel.infra.topics import (commands_topic, deadletter_topic, events_topic, pool_stats_topic,
                                    replies_topic, scheduler_app_id, tenant_usage_topic, worker_leases_topic)
 from spotreel.settings import Settings
@@ -47,6 +48,9 @@ from spotreel.services.scheduler.preempting import PoolStatsView, budget_of, dec
 from spotreel.services.scheduler.workerleases import WorkerLeaseIndex, later_grant, record_key
 
 log = logging.getLogger("spotreel.scheduler")
+# Jobs (and summaries) evicted per partition per stats tick at most (domain/retention.py): a backlog of due
+# evictions (a restart after a long stop) is spread over ticks instead of blocking the loop.
+EVICT_PER_TICK = 5000
 
 
 def now_ms() -> int:
@@ -109,14 +113,26 @@ class Scheduler:
                                usage=self.global_usage, policies=self.fair.policies)
         self.commands = commands_topic(settings)
         self.events = events_topic(settings)
+        # Bounded state (domain/retention.py, eviction.py): the sweep never runs inside a batch or a rebuild.
+        self.retention = Retention(settings.scheduler_retention_s * 1000, settings.scheduler_summary_retention_s * 1000)
+        self.batch_lock = asyncio.Lock()
+        self.rebuilding = False
         self.app = self._build_app(data_dir, timer_interval, stats_interval)
 
     # -- the table ---------------------------------------------------------------------------------------
 
     def get(self, job_id: str) -> JobState | None:
-        if job_id not in self.cache:
-            self.cache[job_id] = statecodec.loads(self.table.data.get(job_id.encode()))
-        return self.cache[job_id]
+        if job_id in self.cache:
+            return self.cache[job_id]
+        raw = self.table.data.get(job_id.encode())
+        if raw is None:
+            # An evicted job is its summary (domain/retention.py), under its own key. Not cached: a summary is
+            # rarely asked for, and as a JobState object it would cost as much memory as a whole job.
+            summary = statecodec.loads_summary(job_id, self.table.data.get(statecodec.summary_key(job_id)))
+            if summary is not None:
+                return summary
+        state = self.cache[job_id] = statecodec.loads(raw)
+        return state
 
     def get_schedule(self, schedule_id: str) -> ScheduleState | None:
         if schedule_id not in self.schedule_cache:
@@ -133,7 +149,19 @@ class Scheduler:
 
     def put_state(self, p: int, state: JobState) -> None:
         self.cache[state.job_id] = state
-        self._put(p, state.job_id.encode(), statecodec.dumps(state))
+        self._put_job(p, state)
+
+    def _put_job(self, p: int, state: JobState) -> None:
+        if state.evicted:  # a summary that a late command changed (its version): it stays a summary
+            self._put(p, statecodec.summary_key(state.job_id), statecodec.dumps_summary(state))
+        else:
+            self._put(p, state.job_id.encode(), statecodec.dumps(state))
+
+    def _delete(self, p: int, key: bytes) -> None:
+        """Remove a key from the table: a tombstone in the compacted changelog."""
+        self.table.data.pop(key, None)
+        getattr(self.table.data, "_key_partition", {}).pop(key, None)  # the memory store's restore index
+        self.table.send_changelog(p, key, None)
 
     def put_marker(self, part: PartitionState) -> None:
         self._put(part.partition, _meta_key(part.partition), json.dumps({"events_offset": part.events_offset}).encode())
@@ -173,7 +201,7 @@ class Scheduler:
         self.table = JobTable(app, name="jobs", partitions=s.partitions, key_type=bytes,
                               value_type=bytes, beacon=app.tables.beacon)
         app.tables.add(self.table)
-        self.table.on_restored = self.on_assigned
+        self.table.on_restored = self._restored
         topic = app.topic(self.commands, key_type=bytes, value_type=bytes, partitions=s.partitions)
 
         async def process(stream):
@@ -182,11 +210,13 @@ class Scheduler:
             # idle scheduler at 0.12 core; at 10 ms it is 0.05, and dispatch latency did not move
             # (bench/README.md, Scheduler).
             async for batch in stream.take_events(self.batch_max, within=self.batch_within):
-                await self.on_batch(batch)
+                async with self.batch_lock:
+                    await self.on_batch(batch)
 
         app.agent(topic, name=f"{scheduler_app_id(s)}.commands")(process)
         app.timer(timer_interval)(self.fire_timers)
         app.timer(stats_interval)(self.publish_stats)
+        app.timer(stats_interval)(self.evict)
 
         async def start_metrics() -> None:
             taskdump.install(asyncio.get_running_loop(), self.flow_state)
@@ -197,6 +227,13 @@ class Scheduler:
         return app
 
     # -- assignment ----------------------------------------------------------------------------------------
+
+    async def _restored(self) -> None:
+        self.rebuilding = True
+        try:
+            await self.on_assigned()
+        finally:
+            self.rebuilding = False
 
     async def on_assigned(self) -> None:
         if self.worker_leases._thread is None:  # noqa: SLF001 - started once, before the first rebuild
@@ -246,6 +283,7 @@ class Scheduler:
     async def _rebuild(self, p: int) -> PartitionState:
         part = PartitionState(p)
         part.ledger.half_life_ms = self.half_life_ms
+        part.evictions.policy = self.retention
         raw_meta = self.table.data.get(_meta_key(p))
         marker = json.loads(raw_meta)["events_offset"] if raw_meta else -1
         caught, part.deadlettered, committed = await asyncio.to_thread(self._read_back, p, marker)
@@ -271,6 +309,11 @@ class Scheduler:
                 schedule_id = key[3:].decode()
                 if partition_for(schedule_id, n) == p:
                     part.observe_schedule(None, self.get_schedule(schedule_id))
+                continue
+            if key.startswith(statecodec.SUMMARY_PREFIX):
+                job_id = key[len(statecodec.SUMMARY_PREFIX):].decode()
+                if partition_for(job_id, n) == p:
+                    part.evictions.observe(self.get(job_id))
                 continue
             if key.startswith(b"~") or partition_for(key, n) != p:
                 continue
@@ -418,7 +461,7 @@ class Scheduler:
         await self._send_all(after_acks)
         for p, state in writes:
             if isinstance(state, JobState):
-                self._put(p, state.job_id.encode(), statecodec.dumps(state))
+                self._put_job(p, state)
             else:
                 self._put(p, _schedule_key(state.schedule_id), statecodec.dumps_schedule(state))
         for p in marked:
@@ -509,6 +552,36 @@ class Scheduler:
                 f"committed={dict(consumer._committed_offset)} positions={positions}")  # noqa: SLF001
 
     # -- timers and stats ------------------------------------------------------------------------------------
+
+    async def evict(self) -> None:
+        """Bounded state (domain/retention.py): terminal jobs past their retention leave the table (summary
+        first, then the job's tombstone, in one changelog partition), summaries past theirs follow. Not an
+        event: the table is derived, and catch-up treats a summary as the job's state, so it never folds an
+        evicted job's JobSubmitted again. Runs between batches (the lock), never during a rebuild, and only on
+        partitions this process owns now; at most `EVICT_PER_TICK` of each per tick."""
+        if self.rebuilding or self.batch_lock.locked():
+            return
+        async with self.batch_lock:
+            owned = self._owned()
+            for p, part in list(self.parts.items()):
+                if p in owned:
+                    self._evict_partition(p, part, now_ms())
+
+    def _owned(self) -> set[int]:
+        return {tp.partition for tp in self.app.consumer.assignment() if tp.topic == self.commands}
+
+    def _evict_partition(self, p: int, part: PartitionState, now: int) -> None:
+        stubs, forgotten = part.evictions.sweep(self.get, now, EVICT_PER_TICK)
+        for stub in stubs:
+            self._put(p, statecodec.summary_key(stub.job_id), statecodec.dumps_summary(stub))
+            self._delete(p, stub.job_id.encode())
+            self.cache.pop(stub.job_id, None)
+            part.fired.pop(stub.job_id, None)
+        for job_id in forgotten:
+            self._delete(p, statecodec.summary_key(job_id))
+            self.cache.pop(job_id, None)
+        self.metrics.evicted.labels("job").inc(len(stubs))
+        self.metrics.evicted.labels("summary").inc(len(forgotten))
 
     async def fire_timers(self) -> None:
         now = now_ms()

@@ -35,6 +35,9 @@ class Metrics:
         self.renewals_absorbed = Counter("spotreel_scheduler_renewals_absorbed",
                                          "renewals answered on the replies topic without an event", registry=r)
         self.skipped = Counter("spotreel_scheduler_redelivered_skipped", "already-applied commands", registry=r)
+        self.evicted = Counter("spotreel_scheduler_evicted", "terminal jobs evicted from the table after their "
+                               "retention (kind=job), and their summaries forgotten (kind=summary)", ["kind"],
+                               registry=r)
         self.queue_wait = Histogram(
             "spotreel_scheduler_queue_wait_seconds", "first lease of a job: submitted (or run_at) -> granted",
             ["pool", "tier"], registry=r,

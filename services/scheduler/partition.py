@@ -18,6 +18,7 @@ from spotreel.domain.state import JobState, Status
 from spotreel.domain.schedules import ScheduleState
 from spotreel.domain.timers import Timer, TimerKind, schedule_timers, timers_for
 
+from spotreel.services.scheduler.eviction import Evictions
 from spotreel.services.scheduler.fairshare import DEFAULT_EST_MS, TenantLedger
 
 
@@ -86,6 +87,8 @@ class PartitionState:
     # worker -> when it released a lease of this partition for them (free until it takes its next lease).
     preempt_asked: dict[str, deque] = field(default_factory=dict)
     freed: dict[str, int] = field(default_factory=dict)
+    # Terminal jobs and summaries by when they leave the table (eviction.py, domain/retention.py).
+    evictions: Evictions = field(default_factory=Evictions)
 
     def __post_init__(self) -> None:
         self.ledger.est_ms = self.est_run_ms
@@ -115,6 +118,7 @@ class PartitionState:
         if after is None:
             return
         job_id = after.job_id
+        self.evictions.observe(after)
         self.ledger.observe(before, after)
         if after.status == Status.QUEUED:
             self.index.add(QueuedJob(job_id, after.tenant, after.priority, after.model, after.gpu_type,

@@ -4,6 +4,7 @@ state compared with what its table (the compacted changelog) holds."""
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -12,6 +13,7 @@ from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
 from spotreel.domain.evolve import evolve
+from spotreel.domain.retention import Retention, summarize
 from spotreel.domain.state import JobState
 from spotreel.infra.topics import changelog_topic, events_topic
 from spotreel.settings import Settings
@@ -88,29 +90,41 @@ def fold_events(settings: Settings, codec: Codec) -> dict[str, JobState]:
 
 
 def read_table(settings: Settings) -> dict[str, JobState]:
+    """The table as its changelog holds it now: the latest record per key, a tombstone removing the key. An
+    evicted job (domain/retention.py) is its summary (`evicted=True`)."""
     table: dict[str, JobState] = {}
+    summaries: dict[str, JobState] = {}
+    prefix = statecodec.SUMMARY_PREFIX.decode()
     for p in range(settings.partitions):
         for msg in read_partition(settings.kafka_bootstrap, changelog_topic(settings, "jobs"), p):
             key = msg.key().decode()
-            if key.startswith("~") or msg.value() is None:
+            if key.startswith(prefix):
+                job_id = key[len(prefix):]
+                summaries.pop(job_id, None)
+                if msg.value() is not None:
+                    summaries[job_id] = statecodec.loads_summary(job_id, msg.value())
                 continue
-            state = statecodec.loads(msg.value())
+            if key.startswith("~"):
+                continue
+            table.pop(key, None)
+            state = statecodec.loads(msg.value()) if msg.value() is not None else None
             if state is not None:
                 table[key] = state
-    return table
+    return {**summaries, **table}
 
 
 @dataclass
 class RebuildReport:
     jobs: int
     differences: list[str] = field(default_factory=list)
+    evicted: int = 0  # terminal jobs the table keeps only as a summary, or no longer at all
 
     @property
     def ok(self) -> bool:
         return not self.differences
 
     def summary(self) -> str:
-        head = f"rebuilt {self.jobs} jobs from the events topic: " + (
+        head = f"rebuilt {self.jobs} jobs from the events topic ({self.evicted} evicted): " + (
             "the table agrees" if self.ok else f"{len(self.differences)} differ from the table")
         return "\n".join([head, *self.differences[:50]])
 
@@ -122,8 +136,16 @@ def rebuild(settings: Settings, codec: Codec | None = None) -> RebuildReport:
     folded = fold_events(settings, codec)
     table = read_table(settings)
     report = RebuildReport(len(folded))
+    policy = Retention(settings.scheduler_retention_s * 1000, settings.scheduler_summary_retention_s * 1000)
+    now = int(time.time() * 1000)
     for job_id in sorted(set(folded) | set(table)):
         a, b = folded.get(job_id), table.get(job_id)
+        if a is not None and b is not None and b.evicted and a.is_terminal:
+            report.evicted += 1
+            a = summarize(a)  # the table keeps only the summary of an evicted job
+        elif a is not None and b is None and a.is_terminal and a.updated_at_ms + policy.summary_retention_ms <= now:
+            report.evicted += 1  # evicted, and its summary forgotten too (domain/retention.py)
+            continue
         if a != b:
             why = ("missing from the table" if b is None else "not in the events topic" if a is None
                    else f"events v{a.version} {a.status} vs table v{b.version} {b.status}")

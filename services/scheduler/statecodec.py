@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from spotreel.domain import events as ev
+from spotreel.domain import retention
 from spotreel.domain.schedules import ScheduleState
 from spotreel.domain.state import Checkpoint, JobState, Lease
 
@@ -15,6 +16,8 @@ _TUPLE_FIELDS = ("parents", "recent_failures_ms", "pending_parents", "watchers")
 
 
 def dumps(state: JobState) -> bytes:
+    if state.evicted:
+        raise ValueError(f"{state.job_id} is a summary: store it with dumps_summary under summary_key")
     return json.dumps(dataclasses.asdict(state), separators=(",", ":")).encode()
 
 
@@ -43,3 +46,26 @@ def loads_schedule(raw: bytes | None) -> ScheduleState | None:
     d["created"] = ev.ScheduleCreated(**d["created"])
     d["running"] = tuple(d.get("running", ()))
     return ScheduleState(**d)
+
+
+# Summaries of evicted jobs (domain/retention.py) live in the same table under "~e:<job_id>" (same changelog
+# partition as the job), as a JSON list: the few fields a summary holds, ~100 bytes instead of the ~1.5 KB of a
+# whole state.
+SUMMARY_PREFIX = b"~e:"
+
+
+def summary_key(job_id: str) -> bytes:
+    return SUMMARY_PREFIX + job_id.encode()
+
+
+def dumps_summary(state: JobState) -> bytes:
+    return json.dumps([state.status, state.version, state.request_hash, state.updated_at_ms, state.tenant,
+                       state.epoch],
+                      separators=(",", ":")).encode()
+
+
+def loads_summary(job_id: str, raw: bytes | None) -> JobState | None:
+    if not raw:
+        return None
+    status, version, request_hash, updated_at_ms, tenant, epoch = json.loads(raw)
+    return retention.summary(job_id, status, version, request_hash, updated_at_ms, tenant, epoch)

@@ -39,11 +39,12 @@ def submit(tenant: str, key: str, **overrides: Any) -> c.SubmitJob:
 
 
 class SchedulerProc:
-    def __init__(self, settings: Settings, tmp: Path, name: str = "a", args: tuple[str, ...] = ()):
+    def __init__(self, settings: Settings, tmp: Path, name: str = "a", args: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None):
         self.settings = settings
         self.log_path = tmp / f"scheduler-{name}.log"
         env = dict(os.environ, SPOTREEL_TOPIC_PREFIX=settings.topic_prefix,
-                   SPOTREEL_PARTITIONS=str(settings.partitions), PYTHONUNBUFFERED="1")
+                   SPOTREEL_PARTITIONS=str(settings.partitions), PYTHONUNBUFFERED="1", **(env or {}))
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "spotreel.cli", "scheduler", "--data-dir", str(tmp / f"faust-{name}"), *args],

@@ -8,6 +8,8 @@ Order of judgement:
    repeated submission must stay a no-op even after the job finished (the caller gets the same job).
 2. Any other command for an unknown job: unknown_job.
 3. Terminal states absorb: everything but RequeueJob of a failed/dead-lettered job is refused (terminal).
+   A job evicted from the scheduler's table after its retention (retention.py) answers first of all: a
+   repeated submission is still a no-op, WatchParent gets its outcome, the rest is refused (evicted).
 4. The command's own rules (this module for lifecycle, timers and DAG; leases.py for leases).
 """
 
@@ -18,7 +20,7 @@ from typing import Any
 
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
-from spotreel.domain import dag, ids, leases, limits
+from spotreel.domain import dag, ids, leases, limits, retention
 from spotreel.domain.outcomes import Head, Reason, number, rejected
 from spotreel.domain.state import JobState, Status
 
@@ -29,6 +31,9 @@ def decide(state: JobState | None, command: object, now_ms: int) -> Events:
     if not isinstance(command, cmd.JOB_COMMANDS):
         return rejected(state, command, now_ms, Reason.UNKNOWN_COMMAND)
     h = Head(command.job_id, now_ms, command.command_id)
+    if state is not None and state.evicted:
+        # A finished job's summary (retention.py): idempotency and its outcome for late children only.
+        return number(state, retention.decide_evicted(state, command, h, now_ms))
     if isinstance(command, cmd.SubmitJob):
         return number(state, _submit(state, command, h, now_ms))
     if state is None:

@@ -19,6 +19,8 @@ class Reason:
     UNKNOWN_JOB = "unknown_job"
     UNKNOWN_COMMAND = "unknown_command"
     TERMINAL = "terminal"
+    # The job ended and left the scheduler's table after its retention (retention.py).
+    EVICTED = "evicted"
     INVALID_REQUEST = "invalid_request"
     JOB_ID_MISMATCH = "job_id_mismatch"
     IDEMPOTENCY_KEY_REUSED = "idempotency_key_reused"

@@ -150,6 +150,10 @@ class JobState:
     artifact_checksum: str | None = None
     artifact_size_bytes: int | None = None
 
+    # A summary left in the scheduler's table after a terminal job was evicted from it (retention.py): only
+    # status, version, epoch, request_hash, tenant and updated_at_ms are set.
+    evicted: bool = False
+
     @property
     def is_terminal(self) -> bool:
         return self.status in Status.TERMINAL
