@@ -256,3 +256,23 @@ async def test_public_callbacks_pass(api):
         r = await client.post("/v1/videos", json={"prompt": "x", "callback_url": url},
                               headers={**A, "Idempotency-Key": f"k{i}"})
         assert r.status == 202, url
+
+
+# -- 7. whole numbers written as floats ----------------------------------------------------------------------
+
+async def test_a_whole_number_written_as_a_float_is_an_integer(api):
+    """JSON Schema counts 9.0 as an integer; the document says integer, so the gateway takes it (as 9)."""
+    client, deps = await api()
+    r = await client.post("/v1/videos", data=b'{"prompt": "x", "fps": 8.0, "priority": 2e0}', headers=JSON)
+    assert r.status == 202, await r.text()
+    submit = deps.commands.sent[-1]
+    assert (submit.fps, submit.priority) == (8, 2)
+    r2 = await client.post("/v1/videos", data=b'{"prompt": "x", "fps": 8, "priority": 2}',
+                           headers={**JSON, "Idempotency-Key": r.headers["Idempotency-Key"]})
+    assert (await r2.json())["replayed"] is True  # the same request, the same hash
+    job = submit.job_id
+    with_status(deps, job, "queued")
+    r = await client.patch(f"/v1/videos/{job}", data=b'{"priority": 9.0}', headers=JSON)
+    assert r.status == 202, await r.text()
+    r = await client.post("/v1/videos", data=b'{"prompt": "x", "fps": 8.5}', headers=JSON)
+    assert (await error_of(r, 422))["field"] == "fps"
