@@ -153,8 +153,8 @@ class CassandraAuth:
     def __init__(self, session: Session) -> None:
         self.session = session
         self._key = session.prepare("SELECT tenant_id, kind, name, revoked_at FROM api_keys WHERE key_hash = ?")
-        self._tenant = session.prepare("SELECT rate_per_minute, max_in_flight, disabled, max_priority, plan "
-                                       "FROM tenants WHERE tenant_id = ?")
+        self._tenant = session.prepare("SELECT rate_per_minute, max_in_flight, disabled, max_priority, plan, "
+                                       "webhook_secret FROM tenants WHERE tenant_id = ?")
 
     async def tenant_for_key_hash(self, key_hash: str) -> Tenant | None:
         row = (await _call(self.session.execute, self._key, (key_hash,))).one()
@@ -162,8 +162,9 @@ class CassandraAuth:
             return None
         t = (await _call(self.session.execute, self._tenant, (row.tenant_id,))).one()
         if t is None:
-            return Tenant(row.tenant_id)
-        return Tenant(row.tenant_id, t.rate_per_minute, t.max_in_flight, bool(t.disabled), t.max_priority, t.plan)
+            return Tenant(row.tenant_id, webhook_secret_set=False)
+        return Tenant(row.tenant_id, t.rate_per_minute, t.max_in_flight, bool(t.disabled), t.max_priority, t.plan,
+                      webhook_secret_set=bool(t.webhook_secret))
 
     async def worker_key_name(self, key_hash: str) -> str | None:
         row = (await _call(self.session.execute, self._key, (key_hash,))).one()

@@ -58,6 +58,9 @@ def _waited(c: Client, job_id: str, quiet: bool) -> tuple[Watch, int]:
 def submit(c: Client, args: argparse.Namespace) -> Outcome:
     body = {api: getattr(args, dest) for dest, api in SUBMIT_FIELDS.items() if getattr(args, dest) is not None}
     answer = c.submit({"prompt": args.prompt, **body}, args.idempotency_key)
+    if not args.json:  # on stderr: stdout stays the one line scripts read the id from
+        for w in answer.get("warnings") or []:
+            print(f"spotreel submit: warning: {w.get('message')}", file=sys.stderr)
     if not args.wait:
         return Outcome(answer, show.submitted_text(answer))
     if not args.json:  # the id first, so a person can act on it while the bar runs

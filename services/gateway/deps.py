@@ -30,6 +30,9 @@ class Tenant:
     # The highest priority its plan allows (domain/plans.py); None: every tier.
     max_priority: int | None = None
     plan: str | None = None
+    # Whether the tenant has a webhook signing secret (the notifier sends nothing without one); None: not
+    # known (fakes), so nothing is said about it.
+    webhook_secret_set: bool | None = None
 
 
 @dataclass(frozen=True)

@@ -178,7 +178,13 @@ ACCEPTED = {"type": "object", "required": ["job_id", "status", "queue_position",
                            "idempotency_key": {"type": "string"}, "replayed": {"type": "boolean"},
                            "queue_position": {"type": ["integer", "null"]},
                            "estimated_wait_seconds": {"type": ["integer", "null"]},
-                           "estimate_unavailable_reason": {"type": "string"}}}
+                           "estimate_unavailable_reason": {"type": "string"},
+                           "warnings": {"type": "array", "description": "accepted, but: no_webhook_secret (a "
+                                        "callback_url for a tenant without a signing secret gets no webhooks)",
+                                        "items": {"type": "object", "required": ["code", "message"],
+                                                  "properties": {"code": {"type": "string"},
+                                                                 "field": {"type": "string"},
+                                                                 "message": {"type": "string"}}}}}}
 DAG_ACCEPTED = {"type": "object", "required": ["videos", "order"], "properties": {
     "idempotency_key": {"type": "string"}, "dag_policy": {"type": "string"},
     "order": {"type": "array", "items": {"type": "string"}},

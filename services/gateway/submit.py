@@ -61,6 +61,12 @@ async def check_parents(gw: Gateway, tenant: Tenant, parents: list[str], known: 
     await asyncio.gather(*(one(p) for p in parents if p not in known))
 
 
+NO_SECRET_WARNING = {
+    "code": "no_webhook_secret", "field": "callback_url",
+    "message": "this tenant has no webhook signing secret, so no webhook is sent (the job's webhook state "
+               "ends no_secret) unless one is made before the video ends: spotreel tenant webhook-secret NAME"}
+
+
 async def accept(gw: Gateway, tenant: Tenant, key: str, body: dict[str, Any], *, admitted: bool = False,
                  known_parents: frozenset[str] = frozenset()) -> dict[str, Any]:
     """Claim, admit, write the placeholder and produce the SubmitJob; the 202 body. `admitted`: the caller
@@ -115,4 +121,7 @@ async def accept(gw: Gateway, tenant: Tenant, key: str, body: dict[str, Any], *,
               "queue_position": estimate.queue_position, "estimated_wait_seconds": estimate.wait_seconds}
     if estimate.wait_seconds is None:
         answer["estimate_unavailable_reason"] = estimate.reason
+    if body["callback_url"] and tenant.webhook_secret_set is False:
+        # Accepted (a secret made now still signs this job's webhooks), but said, not left to be found out.
+        answer["warnings"] = [NO_SECRET_WARNING]
     return answer

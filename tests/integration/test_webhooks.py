@@ -22,7 +22,8 @@ from spotreel.codec import Codec
 from spotreel.domain import events as ev
 from spotreel.infra.migrate import migrate
 from spotreel.infra.topics import ensure_topics, events_topic
-from spotreel.services.gateway.cassandra_store import CassandraReads
+from spotreel.infra.seed import api_key_hash
+from spotreel.services.gateway.cassandra_store import CassandraAuth, CassandraReads
 from spotreel.services.gateway.tenants import create_tenant, create_webhook_secret
 from spotreel.services.webhooks import signing
 from spotreel.services.webhooks.backoff import RetryPolicy
@@ -260,3 +261,9 @@ async def test_event_filters_choose_what_a_job_hears(wh_settings, cql, secret):
     assert len(rx.calls) == len(got)
     assert store.subscription(c).events == frozenset({"progress", "started"})
     assert store.subscription(default[0].job_id).events is None
+
+    # The gateway tells a submitter whose tenant has no signing secret (202 with a warning): its auth row.
+    auth = CassandraAuth(cql)
+    with_secret = await auth.tenant_for_key_hash(api_key_hash(create_tenant(cql, "hooks")))
+    without = await auth.tenant_for_key_hash(api_key_hash(create_tenant(cql, "nosecret")))
+    assert (with_secret.webhook_secret_set, without.webhook_secret_set) == (True, False)

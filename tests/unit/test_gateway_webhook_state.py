@@ -97,3 +97,25 @@ def test_the_state_row_keeps_the_newest_outcome(a, b):
         assert (ta < tb) == fb
     elif min(na, nb) < (1 << 20) - 1:
         assert (ta < tb) == (na < nb) or na == nb
+
+
+async def test_a_callback_without_a_signing_secret_is_accepted_with_a_warning():
+    from spotreel.services.gateway.deps import Tenant
+
+    deps = fake_deps()
+    client = TestClient(TestServer(create_app(Settings(), deps)))
+    await client.start_server()
+    try:
+        deps.auth.tenants["tenant-a"] = Tenant("tenant-a", webhook_secret_set=False)
+        r = await client.post("/v1/videos", json={"prompt": "x", "callback_url": HOOK}, headers=A)
+        assert r.status == 202
+        [warning] = (await r.json())["warnings"]
+        assert warning["code"] == "no_webhook_secret" and warning["field"] == "callback_url"
+        r = await client.post("/v1/videos", json={"prompt": "y"}, headers=A)
+        assert "warnings" not in await r.json()
+        deps.auth.tenants["tenant-b"] = Tenant("tenant-b", webhook_secret_set=True)
+        r = await client.post("/v1/videos", json={"prompt": "z", "callback_url": HOOK},
+                              headers={"Authorization": "Bearer key-b"})
+        assert "warnings" not in await r.json()
+    finally:
+        await client.close()
