@@ -18,6 +18,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     rep = sub.add_parser("replay", help="print a job's timeline, or rebuild state from the events topic")
     rep.add_argument("job_id", nargs="?", help="the job whose timeline to print")
     rep.add_argument("--rebuild", action="store_true", help="fold the events topic and compare with the table")
+    rep.add_argument("--why", action="store_true",
+                     help="for each grant of JOB_ID, why dispatch chose it then (tier, aging, share, warm model)")
     rep.set_defaults(func=_replay)
 
 
@@ -45,9 +47,9 @@ def _replay(args: argparse.Namespace, settings) -> int:
     if not args.job_id:
         print("replay: give a JOB_ID or --rebuild", file=sys.stderr)
         return 2
-    lines = replay.timeline(settings, args.job_id)
+    lines = replay.why(settings, args.job_id) if args.why else replay.timeline(settings, args.job_id)
     if not lines:
-        print(f"replay: no events for {args.job_id}", file=sys.stderr)
+        print(f"replay: no {'grants' if args.why else 'events'} for {args.job_id}", file=sys.stderr)
         return 1
     print("\n".join(lines))
     return 0

@@ -15,6 +15,7 @@ from spotreel.domain.decide import decide
 from spotreel.domain.dispatch import DispatchConfig
 from spotreel.domain.evolve import fold
 from spotreel.domain.fairness import TenantPolicy, TenantUsage
+from spotreel.domain.grant_reasons import GrantReasons, reasons
 from spotreel.domain.ids import pool_key
 from spotreel.domain.leases import judged_at
 from spotreel.domain.pools import WorkerOffer
@@ -152,8 +153,11 @@ class Handler:
             if job_id is None:
                 return none("no_queued_job")
             state = self.get(job_id)
+            queued = part.index.get(job_id)
+            why = reasons(queued, offer, part.index.heads(offer), usage, policies, now_ms, self.config) \
+                if queued is not None else None
             grant = cmd.GrantLease(f"rw:{c.command_id}", job_id, c.worker_id, state.pool if state else "",
-                                   c.lease_ttl_ms)
+                                   c.lease_ttl_ms, **why_fields(why))
             out = self._apply(grant, now_ms)
             leased = next((e for e in out.events if isinstance(e, ev.JobLeased)), None)
             if leased is None:
@@ -191,3 +195,12 @@ def work_assigned(request_id: str, leased: ev.JobLeased, s: JobState, partition:
         gpu_type=s.gpu_type, prompt=s.prompt, duration_s=s.duration_s, resolution=s.resolution,
         fps=s.fps, seed=s.seed, num_steps=s.num_steps, resume_checkpoint_key=leased.resume_checkpoint_key,
         resume_step=leased.resume_step, resume_progress_pct=leased.resume_progress_pct, partition=partition)
+
+
+def why_fields(r: GrantReasons | None) -> dict[str, Any]:
+    """The GrantLease / JobLeased `why_*` fields of a grant's reasons (domain/grant_reasons.py)."""
+    if r is None:
+        return {}
+    return {"why_priority": r.effective_priority, "why_overdue": r.overdue, "why_waited_ms": r.waited_ms,
+            "why_share": r.share, "why_next_share": r.next_share, "why_weight": r.weight, "why_warm": r.warm,
+            "why_candidates": r.candidates}

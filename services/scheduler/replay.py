@@ -13,6 +13,7 @@ from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
 from spotreel.domain.evolve import evolve
+from spotreel.domain.grant_reasons import GrantReasons, explain
 from spotreel.domain.retention import Retention, summarize
 from spotreel.domain.state import JobState
 from spotreel.infra.topics import changelog_topic, events_topic
@@ -76,6 +77,31 @@ def timeline(settings: Settings, job_id: str, codec: Codec | None = None) -> lis
                      f" preemptions {state.preemptions}, attempts_used {state.attempts_used}, "
                      f"checkpoints {[c.key for c in state.checkpoints]}")
     return lines
+
+
+def why(settings: Settings, job_id: str, codec: Codec | None = None) -> list[str]:
+    """`spotreel replay --why JOB_ID`: for each grant of the job, why dispatch chose it then (the JobLeased
+    `why_*` fields, domain/grant_reasons.py), with the tier it had at that moment."""
+    codec = codec or Codec.default()
+    p = partition_for(job_id, settings.partitions)
+    lines = []
+    state: JobState | None = None
+    for msg in read_partition(settings.kafka_bootstrap, events_topic(settings), p):
+        if msg.key() != job_id.encode():
+            continue
+        e = codec.decode_message(msg.value())
+        if isinstance(e, ev.JobLeased) and state is not None:
+            head = f"epoch {e.epoch} {human_time(e.at_ms)} to {e.worker_id} (lease {e.attempt}, cause={e.causation_id}):"
+            lines.append(f"{head} {grant_why(state.priority, e)}")
+        state = evolve(state, e)
+    return lines
+
+
+def grant_why(priority: int, e: ev.JobLeased) -> str:
+    if e.why_priority is None:
+        return "no reasons recorded (a grant from before they were, or not made by dispatch)"
+    return explain(priority, GrantReasons(e.why_priority, e.why_overdue, e.why_waited_ms or 0, e.why_share or 0.0,
+                                          e.why_next_share, e.why_weight or 1.0, e.why_warm, e.why_candidates))
 
 
 def fold_events(settings: Settings, codec: Codec) -> dict[str, JobState]:

@@ -1,6 +1,7 @@
 """Priority preemption end to end: a priority-9 job submitted to a pool whose only worker renders priority-1
 work starts after one checkpoint-and-release and a lease round trip; the priority-1 job resumes afterwards,
-with no attempt spent, and its video is bit-identical to an uninterrupted render.
+with no attempt spent, and its video is bit-identical to an uninterrupted render. Every grant's reasons are
+on its JobLeased (`replay --why`).
 
 Real scheduler, gateway and `spotreel worker` (HTTP transport, tiny model) from workerkit. The scheduler is
 started with a 1 s minimum run (SPOTREEL_PREEMPT_MIN_RUN_S) so the test need not wait a minute; the worker
@@ -15,6 +16,7 @@ import uuid
 import pytest
 
 from spotreel.domain import events as ev
+from spotreel.services.scheduler.replay import why
 from spotreel.worker.pipeline import TEST_HANG_ENV
 from tests.integration.workerkit import events_of, reference_checksum, start_plane, video_frames_checksum, wait_done
 
@@ -71,3 +73,8 @@ def test_a_priority_9_job_preempts_priority_1_work_which_resumes_bit_identical(p
     assert low_leases[1].resume_step is not None and low_leases[1].resume_step >= 6
     assert done_low.epoch == 2
     assert video_frames_checksum(plane, done_low.artifact_key) == reference_checksum(plane.model_dir, low, SAMPLER)
+    # Each grant carries why it was made (`spotreel replay --why`): the real dispatch path records it.
+    why_high, why_low = why(plane.settings, high.job_id), why(plane.settings, low.job_id)
+    print("\n".join(why_high + why_low))
+    assert len(why_high) == 1 and "priority 9" in why_high[0] and "only one with a candidate" in why_high[0]
+    assert len(why_low) == 2 and all("priority 1" in line for line in why_low)

@@ -115,6 +115,15 @@ class GrantLease:
     worker_id: str
     pool: str
     lease_ttl_ms: int
+    # Why dispatch chose this job (grant_reasons.py), copied onto the JobLeased; None/False/0 when unknown.
+    why_priority: float | None = None
+    why_overdue: bool = False
+    why_waited_ms: int | None = None
+    why_share: float | None = None
+    why_next_share: float | None = None
+    why_weight: float | None = None
+    why_warm: bool = False
+    why_candidates: int = 0
 
 
 @dataclass(frozen=True)

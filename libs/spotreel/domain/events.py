@@ -236,6 +236,18 @@ class JobLeased:
     resume_checkpoint_key: str | None
     resume_step: int | None
     resume_progress_pct: float | None
+    # Why this job won the grant (domain/grant_reasons.py; `spotreel replay --why`): the effective priority
+    # (tier + aging credit), overdue, time waited, the tenant's fair share and weight, the smallest share of
+    # the other tenants with a candidate, whether the model was warm, queue heads considered. Defaults: a
+    # grant recorded before these fields, or made without dispatch.
+    why_priority: float | None = None
+    why_overdue: bool = False
+    why_waited_ms: int | None = None
+    why_share: float | None = None
+    why_next_share: float | None = None
+    why_weight: float | None = None
+    why_warm: bool = False
+    why_candidates: int = 0
 
 
 @dataclass(frozen=True)

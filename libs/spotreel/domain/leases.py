@@ -111,6 +111,9 @@ def grant(state: JobState, c: cmd.GrantLease, h: Head, now_ms: int) -> Events:
             resume_checkpoint_key=resume.key if resume else None,
             resume_step=resume.step if resume else None,
             resume_progress_pct=resume.progress_pct if resume else None,
+            why_priority=c.why_priority, why_overdue=c.why_overdue, why_waited_ms=c.why_waited_ms,
+            why_share=c.why_share, why_next_share=c.why_next_share, why_weight=c.why_weight,
+            why_warm=c.why_warm, why_candidates=c.why_candidates,
         ),
     )
 
