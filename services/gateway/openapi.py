@@ -224,8 +224,9 @@ VIDEO_SCHEMA = {
                            "the read model and the pool's pool-stats over all partitions (about a second old): "
                            "accepted (not recorded by the scheduler yet), paused, parents_unfinished, "
                            "retry_backoff or run_at_future (with run_at), tenant_at_ceiling (tenant_leases >= "
-                           "max_in_flight of its plan), behind_higher_tier (higher_tier_jobs queued in the pool "
-                           "go first), waiting_for_worker (the next worker of the pool; among jobs of its "
+                           "max_in_flight of its plan), behind_higher_tier (higher_tier_jobs of a higher priority "
+                           "queued in the pool, all tenants: the tenant's own go first, another tenant's when it "
+                           "is further below its fair share), waiting_for_worker (the next worker of the pool; among jobs of its "
                            "priority fair share and age decide, which this cannot rank). pool_stats is null "
                            "when no recent statistics exist for the pool",
             "properties": {"code": {"type": "string", "enum": [

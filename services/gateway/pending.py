@@ -11,8 +11,10 @@ tenant's own leased/running jobs in the read model. In order:
 - `retry_backoff` / `run_at_future`: not runnable before `run_at` (a failed attempt's backoff, or the
   submitted run_at);
 - `tenant_at_ceiling`: the tenant holds `max_in_flight` leases already; dispatch passes over its jobs;
-- `behind_higher_tier`: N jobs of a higher priority are queued in the pool and go first (tiers are served
-  first on every partition; a full pool may preempt lower-tier work for them, scheduler README);
+- `behind_higher_tier`: N jobs of a higher priority are queued in the pool (over all partitions and
+  tenants). The tenant's own go before this one; another tenant's go first when that tenant is further
+  below its fair share (priority does not cross tenants in dispatch), and a full pool may preempt
+  lower-tier work for them (scheduler README). Pool-stats do not split tiers by tenant, so N counts both;
 - `waiting_for_worker`: none of the above: the next worker of pool X takes it, subject to fair share
   between tenants and aging (not modelled here).
 
@@ -93,7 +95,8 @@ def pending_reason(job: JobView | None, status: str, now_ms: int, pool: PoolQueu
              "busy_workers": pool.busy_workers, "idle_workers": pool.idle_workers}
     if higher > 0:
         return {"code": "behind_higher_tier", "pool": job.pool, "higher_tier_jobs": higher, "pool_stats": stats,
-                "message": f"behind {higher} queued job(s) of a higher priority in pool {job.pool}"}
+                "message": f"{higher} job(s) of a higher priority are queued in pool {job.pool}: the tenant's own "
+                           f"go first, other tenants' when they are further below their fair share"}
     return {"code": "waiting_for_worker", "pool": job.pool, "pool_stats": stats,
             "message": f"waiting for a worker of pool {job.pool} ({pool.busy_workers} busy, {pool.idle_workers} "
                        f"idle); among jobs of its priority, fair share and age decide"}
