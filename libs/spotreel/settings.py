@@ -105,6 +105,10 @@ class Settings:
     # minute (0: no preemption), never one granted less than `preempt_min_run_s` seconds ago.
     preempt_per_minute: int = 2
     preempt_min_run_s: int = 60
+    # Fair-share preemption (domain/preemption.plan_fair): a lease of a tenant whose share is at least this many
+    # times that of a tenant waiting in the pool (and larger) is asked back for it, within the same budget.
+    # 0 (default): off.
+    preempt_fair_share_ratio: int = 0
     # Bounded state (domain/retention.py): a terminal job leaves the scheduler's table (a tombstone in its
     # compacted changelog) this many seconds after its last change; a summary of it (outcome, version,
     # request hash) stays until `scheduler_summary_retention_s` after that change, for idempotent

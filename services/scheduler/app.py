@@ -28,6 +28,7 @@ from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
 from spotreel.domain.commands import PreemptLease, ReleaseLease, RequestWork
+from spotreel.domain.fairness import TenantPolicy, share
 from spotreel.domain.leases import PREEMPTED_FOR, UNCLAIMED
 from spotreel.domain.schedules import ScheduleState
 from spotreel.domain.state import JobState
@@ -640,14 +641,18 @@ class Scheduler:
         parts = dict(self.parts)
         pools = {pool for part in parts.values() for pool in part.holders.values()}
         others = self.pool_view.records()
+        usage, policies = self.global_usage(None, now), self.fair.policies()
         for pool in sorted(pools):
             chosen = decide_pool(pool, parts, others, now, self.preempt_budget, self.get,
-                                 lambda w: bool(self.worker_leases.held_by(w)))
+                                 lambda w: bool(self.worker_leases.held_by(w)), self.settings.preempt_fair_share_ratio,
+                                 lambda t: share_if_room(usage.get(t), policies.get(t)),
+                                 lambda t: share(usage.get(t), policies.get(t) or TenantPolicy()))
             for p, c in chosen:
                 note_asked(parts[p], pool, now)
-                command = PreemptLease(f"preempt:{c.job_id}:e{c.epoch}", c.job_id, c.epoch, c.for_priority)
-                log.info("pool %s: asking %s (epoch %d) to checkpoint and release for waiting priority %d",
-                         pool, c.job_id, c.epoch, c.for_priority)
+                command = PreemptLease(f"preempt:{c.job_id}:e{c.epoch}", c.job_id, c.epoch, c.for_priority, c.reason)
+                log.info("pool %s: asking %s (epoch %d) to checkpoint and release (%s) for waiting priority %d%s",
+                         pool, c.job_id, c.epoch, c.reason, c.for_priority,
+                         f", tenant {c.for_tenant}" if c.for_tenant else "")
                 self.metrics.preempt_requests.labels(pool, command.reason).inc()
                 await self.app.producer.send(self.commands, c.job_id.encode(), self.codec.encode_message(command),
                                              p, None, None)

@@ -36,7 +36,7 @@ from typing import Any
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
 from spotreel.domain.ids import pool_key
-from spotreel.domain.preemption import MINUTE_MS, Budget, Demand, Preemption, Running, plan
+from spotreel.domain.preemption import MINUTE_MS, Budget, Demand, Preemption, Running, plan, plan_fair
 from spotreel.domain.state import JobState, Status
 from spotreel.infra.topics import pool_stats_topic
 from spotreel.settings import Settings
@@ -75,7 +75,7 @@ def running_of(part: PartitionState, pool: str, get: Callable[[str], JobState | 
             continue
         out.append(Running(job_id, s.lease.epoch, s.priority, s.lease.granted_at_ms,
                            asked=s.cancel_requested or s.pause_requested or s.preempt_requested,
-                           preempted_last=s.preempted_last))
+                           preempted_last=s.preempted_last, tenant=s.tenant))
     return out
 
 
@@ -116,16 +116,23 @@ def free_workers(parts: Iterable[PartitionState], pool: str, now_ms: int, holds:
 
 
 def decide_pool(pool: str, parts: dict[int, PartitionState], others: Iterable[ev.PoolStats], now_ms: int,
-                budget: Budget, get: Callable[[str], JobState | None],
-                holds: Callable[[str], bool]) -> list[tuple[int, Preemption]]:
-    """(partition, preemption) for the leases of this instance's partitions to ask back for `pool` now."""
+                budget: Budget, get: Callable[[str], JobState | None], holds: Callable[[str], bool],
+                fair_ratio: int = 0, share_if_room: Callable[[str], float | None] = lambda t: None,
+                share_of: Callable[[str], float] = lambda t: 0.0) -> list[tuple[int, Preemption]]:
+    """(partition, preemption) for the leases of this instance's partitions to ask back for `pool` now: for
+    higher tiers first, then (with `fair_ratio` >= 1) for under-served tenants within what is left of the
+    budget. `share_if_room(tenant)`: its share over all partitions, None at its in-flight ceiling;
+    `share_of(tenant)`: its share whatever its ceiling."""
     waiting: Counter = Counter()
+    tenants: set[str] = set()
     free = free_workers(parts.values(), pool, now_ms, holds)
     yielding, recent = 0, []
     running: list[tuple[int, Running]] = []
     for p, part in parts.items():
-        waiting.update(j.priority for j in list(part.index._jobs.values())  # noqa: SLF001 - read-only walk
-                       if pool_key(j.model, j.gpu_type) == pool)
+        queued = [j for j in list(part.index._jobs.values())  # noqa: SLF001 - read-only walk
+                  if pool_key(j.model, j.gpu_type) == pool]
+        waiting.update(j.priority for j in queued)
+        tenants.update(j.tenant for j in queued)
         yielding += yielding_of(part, pool, get)
         recent += asked_1m(part, pool, now_ms)
         running += [(p, r) for r in running_of(part, pool, get)]
@@ -133,12 +140,31 @@ def decide_pool(pool: str, parts: dict[int, PartitionState], others: Iterable[ev
         if stats.pool != pool or stats.partition in parts or now_ms - stats.at_ms > STALE_MS:
             continue
         waiting.update(tiers_of(stats.queued_by_tier))
+        tenants.update(t for t, n in tiers_of_tenants(stats.queued_by_tenant).items() if n > 0)
         free += stats.idle_workers
     if not running or not waiting:
         return []
     where = {r.job_id: p for p, r in running}
     chosen = plan(Demand(dict(waiting), free, yielding), [r for _, r in running], recent, now_ms, budget)
+    if fair_ratio >= 1:
+        asked = {c.job_id for c in chosen}
+        under = {t: s for t in tenants if (s := share_if_room(t)) is not None}
+        holders = {r.tenant: share_of(r.tenant) for _, r in running}
+        chosen += plan_fair(under, holders, [r for _, r in running if r.job_id not in asked], free,
+                            yielding + len(chosen), recent + [now_ms] * len(chosen), now_ms, budget, fair_ratio)
     return [(where[c.job_id], c) for c in chosen]
+
+
+def tiers_of_tenants(entries: Iterable[str]) -> Counter:
+    """`queued_by_tenant` entries (`tenant=count`) as a Counter (split at the last `=`)."""
+    out: Counter = Counter()
+    for entry in entries:
+        tenant, _, n = entry.rpartition("=")
+        try:
+            out[tenant] += int(n)
+        except ValueError:
+            continue
+    return out
 
 
 class PoolStatsView:

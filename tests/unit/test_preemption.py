@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spotreel.domain import commands as c
-from spotreel.domain.preemption import MINUTE_MS, Budget, Demand, Running, eligible, plan, room, unserved
+from spotreel.domain.preemption import (MINUTE_MS, Budget, Demand, Running, eligible, may_yield, plan, plan_fair, room,
+                                        unserved)
 from spotreel.domain.state import Status
 from tests.unit.jobkit import leased_job, rejection, kinds
 
@@ -140,3 +141,51 @@ def test_plan_asks_for_a_lease_whenever_an_unserved_job_outranks_an_eligible_one
     top = unserved(demand)[:1]
     if budget.per_minute > 0 and top and any(eligible(r, top[0], NOW, budget) for r in running):
         assert got and got[0].for_priority == top[0]
+
+
+# -- fair-share preemption -------------------------------------------------------------------------------
+
+
+def test_a_fair_share_preemption_needs_no_lower_tier_and_requeues_as_preempted_for() -> None:
+    d = leased_job(priority=9)
+    out = d.send(c.PreemptLease("fs", d.job_id, 1, -1, "fair_share"))
+    assert kinds(out) == ["PreemptRequested"] and out[0].reason == "fair_share"
+    out = d.release(reason="paused")
+    assert out[0].reason == out[1].reason == "preempted_for" and d.s.preempted_last
+
+
+def test_plan_fair_takes_the_most_over_served_tenants_youngest_lowest_tier_lease() -> None:
+    running = [run("a1", 5, tenant="a"), run("a2", 1, 40_000, tenant="a"), run("b1", 0, tenant="b")]
+    shares = {"a": 300.0, "b": 50.0}
+    got = plan_fair({"c": 0.0}, shares, running, 0, 0, [], NOW, B, 2)
+    assert [(p.job_id, p.reason, p.for_tenant) for p in got] == [("a2", "fair_share", "c")]
+    # Not far enough below (ratio), a free worker, or the feature off: nothing.
+    assert plan_fair({"c": 200.0}, shares, running, 0, 0, [], NOW, B, 2) == ()
+    assert plan_fair({"c": 0.0}, shares, running, 1, 0, [], NOW, B, 2) == ()
+    assert plan_fair({"c": 0.0}, shares, running, 0, 0, [], NOW, B, 0) == ()
+    # A tenant's own leases are never taken for it.
+    assert plan_fair({"a": 0.0}, {"a": 300.0}, running[:2], 0, 0, [], NOW, B, 2) == ()
+
+
+fair_leases = st.lists(st.builds(Running, job_id=st.text("abcdef", min_size=1, max_size=3), epoch=st.integers(1, 5),
+                                 priority=tiers, started_ms=st.integers(NOW - 3 * MINUTE_MS, NOW),
+                                 asked=st.booleans(), preempted_last=st.booleans(),
+                                 tenant=st.sampled_from(["a", "b", "c", "d"])),
+                       max_size=12, unique_by=lambda r: r.job_id)
+share_maps = st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), st.floats(0, 1000), max_size=4)
+
+
+@settings(max_examples=300, deadline=None)
+@given(share_maps, share_maps, fair_leases, st.integers(0, 3), recents, budgets, st.integers(0, 4))
+def test_plan_fair_stays_in_budget_and_only_takes_from_a_tenant_far_above_the_waiting_one(
+        waiting, held, running, free, recent, budget, ratio) -> None:
+    got = plan_fair(waiting, held, running, free, 0, recent, NOW, budget, ratio)
+    in_window = sum(1 for t in recent if NOW - MINUTE_MS < t <= NOW)
+    assert len(got) <= max(0, budget.per_minute - in_window) and len({p.job_id for p in got}) == len(got)
+    assert len({p.for_tenant for p in got}) == len(got) <= max(0, len(waiting) - free)
+    by_id = {r.job_id: r for r in running}
+    for p in got:
+        r = by_id[p.job_id]
+        victim, mine = held.get(r.tenant, 0.0), waiting[p.for_tenant]
+        assert ratio >= 1 and r.tenant != p.for_tenant and victim > mine and victim >= ratio * mine
+        assert may_yield(r, NOW, budget) and p.reason == "fair_share"

@@ -60,6 +60,21 @@ def test_a_worker_freed_by_a_preemption_counts_as_free_until_it_holds_a_lease_ag
     assert len(decide_pool(POOL, {1: part}, others, now, BUDGET, states.get, lambda w: True)) == 1
 
 
+def test_an_under_served_tenant_waiting_elsewhere_gets_a_lease_of_the_over_served_one_when_enabled() -> None:
+    held = leased_job(key="held", priority=5)  # tenant acme
+    part, states = _owner(held)
+    now = T0 + 30_000
+    newcomer = ev.PoolStats(pool=POOL, partition=0, at_ms=now, queued=1, leased=0, oldest_wait_ms=0,
+                            queued_by_tier=("5=1",), queued_by_tenant=("newco=1",))
+    shares = {"acme": 120.0, "newco": 0.0}
+    args = (POOL, {1: part}, [newcomer], now, BUDGET, states.get, lambda w: True)
+    assert decide_pool(*args) == []  # same tier: no priority preemption, and fair share is off
+    got = decide_pool(*args, 2, shares.get, shares.get)
+    assert [(p, c.job_id, c.reason, c.for_tenant) for p, c in got] == [(1, held.job_id, "fair_share", "newco")]
+    # A newcomer at its ceiling (share_if_room None) takes nothing.
+    assert decide_pool(*args, 2, lambda t: None if t == "newco" else shares[t], shares.get) == []
+
+
 def test_queued_by_tier_entries_and_routing_to_the_highest_tier_first() -> None:
     assert tiers_of(["1=2", "9=1", "bad"]) == {1: 2, 9: 1}
     assert top_tier(["1=3", "9=0", "5=1"]) == 5 and top_tier([]) == -1

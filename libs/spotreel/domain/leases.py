@@ -41,6 +41,9 @@ UNCLAIMED = "unclaimed"
 # LeaseReleased / JobRequeued reason of a lease handed back because the scheduler asked for it
 # (PreemptLease: higher-tier work waits in the pool, preemption.py).
 PREEMPTED_FOR = "preempted_for"
+# PreemptLease.reason of a lease asked back for a tenant far below its fair share (preemption.py): no tier
+# check; its release is recorded as PREEMPTED_FOR all the same.
+FAIR_SHARE = "fair_share"
 
 
 # Commands whose validity depends on when they were sent rather than on when they were read.
@@ -174,7 +177,8 @@ def worker_command(state: JobState, c: Any, h: Head, now_ms: int) -> Events:
 
 
 def preempt(state: JobState, c: cmd.PreemptLease, h: Head, now_ms: int) -> Events:
-    """Ask the holder to checkpoint and release for waiting work of a higher tier. The holder learns it on its
+    """Ask the holder to checkpoint and release for waiting work of a higher tier (or, reason `fair_share`,
+    for a tenant far below its fair share: no tier check). The holder learns it on its
     next renewal (`drain_requested`, as for a pause); its release requeues the job at once, costing neither
     an attempt nor its preemption budget (`lease_ended`). A completion that races it is still accepted."""
     reason = _fence(state, c.epoch)
@@ -187,7 +191,7 @@ def preempt(state: JobState, c: cmd.PreemptLease, h: Head, now_ms: int) -> Event
                        (state.preempt_requested, Reason.PREEMPT_REQUESTED)):
         if asked:
             return rejected(state, c, now_ms, why, f"{why.replace('_', ' ')} already")
-    if state.priority >= c.for_priority:
+    if c.reason != FAIR_SHARE and state.priority >= c.for_priority:
         return rejected(state, c, now_ms, Reason.NOT_LOWER_TIER,
                         f"priority {state.priority} is not below the waiting {c.for_priority}")
     return (h.event(ev.PreemptRequested, reason=c.reason, epoch=state.epoch, for_priority=c.for_priority),)

@@ -16,12 +16,23 @@ eagerly, that would thrash the pool, so every request is bounded by a budget:
 own partitions and the pool-stats records of the others) and sends the PreemptLease commands it returns.
 Waiting work that a free worker or a lease already yielding will take needs no victim: the waiting jobs
 are served highest tier first, so those highest tiers are discounted first.
+
+**Fair-share preemption** (`plan_fair`, off unless a ratio is set): a tenant with queued work in the pool
+and room under its ceiling, whose share (GPU-seconds / weight) is far below that of a tenant holding leases
+there (the holder's share at least `ratio` times the waiting one's, and larger), gets one of that tenant's
+leases asked back (reason `fair_share`): the most over-served holder's lowest tier, most recently started.
+The same budget bounds it (shared with priority preemption), and the same eligibility (age, not asked, not
+twice in a row); tiers are not compared, as dispatch does not compare them across tenants. The waiting
+tenants furthest below their share are discounted first for the free workers and leases already yielding.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from spotreel.domain.leases import FAIR_SHARE
+from spotreel.domain.leases import PREEMPTED_FOR as FOR_TIER
 
 MINUTE_MS = 60_000
 
@@ -42,6 +53,7 @@ class Running:
     started_ms: int  # when this lease was granted
     asked: bool = False  # a cancel, pause or preemption was already asked of it
     preempted_last: bool = False  # the job's previous lease ended by preemption
+    tenant: str = ""
 
 
 @dataclass(frozen=True)
@@ -58,7 +70,9 @@ class Demand:
 class Preemption:
     job_id: str
     epoch: int
-    for_priority: int
+    for_priority: int  # the waiting tier; -1 for a fair-share preemption
+    reason: str = FOR_TIER
+    for_tenant: str = ""  # the under-served tenant of a fair-share preemption
 
 
 def room(recent_ms: Sequence[int], now_ms: int, budget: Budget) -> int:
@@ -67,9 +81,13 @@ def room(recent_ms: Sequence[int], now_ms: int, budget: Budget) -> int:
     return max(0, budget.per_minute - used)
 
 
+def may_yield(r: Running, now_ms: int, budget: Budget) -> bool:
+    """Old enough, nothing asked of it yet, and its previous lease did not end by preemption."""
+    return not r.asked and not r.preempted_last and now_ms - r.started_ms >= budget.min_run_ms
+
+
 def eligible(r: Running, for_priority: int, now_ms: int, budget: Budget) -> bool:
-    return (r.priority < for_priority and not r.asked and not r.preempted_last
-            and now_ms - r.started_ms >= budget.min_run_ms)
+    return r.priority < for_priority and may_yield(r, now_ms, budget)
 
 
 def unserved(demand: Demand) -> list[int]:
@@ -95,4 +113,31 @@ def plan(demand: Demand, running: Sequence[Running], recent_ms: Sequence[int], n
         victim = min(candidates, key=lambda r: (r.priority, -r.started_ms, r.job_id))
         taken.add(victim.job_id)
         chosen.append(Preemption(victim.job_id, victim.epoch, tier))
+    return tuple(chosen)
+
+
+def plan_fair(waiting: Mapping[str, float], shares: Mapping[str, float], running: Sequence[Running], free_workers: int,
+              yielding: int, recent_ms: Sequence[int], now_ms: int, budget: Budget,
+              ratio: int) -> tuple[Preemption, ...]:
+    """`waiting`: tenant -> share, for the tenants with queued work in the pool and room under their ceiling;
+    `shares`: the share of every tenant holding a lease in `running`. At most one lease per waiting tenant,
+    within the budget; nothing when `ratio` < 1."""
+    if ratio < 1:
+        return ()
+    left = room(recent_ms, now_ms, budget)
+    order = sorted(waiting, key=lambda t: (waiting[t], t))[max(0, free_workers) + max(0, yielding):]
+    chosen: list[Preemption] = []
+    taken: set[str] = set()
+    for tenant in order:
+        if len(chosen) >= left:
+            break
+        mine = waiting[tenant]
+        candidates = [r for r in running
+                      if r.job_id not in taken and r.tenant != tenant and may_yield(r, now_ms, budget)
+                      and shares.get(r.tenant, 0.0) > mine and shares.get(r.tenant, 0.0) >= ratio * mine]
+        if not candidates:
+            continue
+        victim = max(candidates, key=lambda r: (shares.get(r.tenant, 0.0), -r.priority, r.started_ms, r.job_id))
+        taken.add(victim.job_id)
+        chosen.append(Preemption(victim.job_id, victim.epoch, -1, FAIR_SHARE, tenant))
     return tuple(chosen)
