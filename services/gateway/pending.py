@@ -27,7 +27,7 @@ in-flight ceiling the scheduler enforces is read from the tenant's plan as the g
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,18 +106,27 @@ def pending_reason(job: JobView | None, status: str, now_ms: int, pool: PoolQueu
 STALE_MS = 30_000
 
 
-async def explain(deps: Deps, tenant: Tenant, found: Any, now_ms: int, run_at_iso: str | None) -> dict[str, Any] | None:
-    """`pending_reason` for a job (JobView) or a claim, from the pool-stats view and the read model."""
+async def tenant_leases(deps: Deps, tenant: Tenant) -> int | None:
+    """The tenant's leased + running jobs in the read model, counted up to its ceiling (None: no ceiling)."""
+    if tenant.max_in_flight is None:
+        return None
+    n = 0
+    for held in ("leased", "running"):  # bounded: the ceiling is all it needs to see
+        n += len((await deps.reads.list_jobs(tenant.tenant_id, held, max(1, tenant.max_in_flight), None)).items)
+    return n
+
+
+async def explain(deps: Deps, tenant: Tenant, found: Any, now_ms: int, run_at_iso: str | None,
+                  leases: Callable[[], Awaitable[int | None]] | None = None) -> dict[str, Any] | None:
+    """`pending_reason` for a job (JobView) or a claim, from the pool-stats view and the read model.
+    `leases`: how to count the tenant's leases (the SSE stream passes a cached count); default: read now."""
     job = found if isinstance(found, JobView) else None
     status = job.status if job is not None else "accepted"
     if status in NOT_PENDING:
         return None
     records = getattr(deps.pools, "records", None)
     pool = pool_queue(records(job.pool), now_ms, STALE_MS) if job is not None and records is not None else None
-    leases = None
+    held = None
     if job is not None and status == "queued" and tenant.max_in_flight is not None:
-        leases = 0
-        for held in ("leased", "running"):  # bounded: the ceiling is all it needs to see
-            page = await deps.reads.list_jobs(tenant.tenant_id, held, max(1, tenant.max_in_flight), None)
-            leases += len(page.items)
-    return pending_reason(job, status, now_ms, pool, leases, tenant.max_in_flight, run_at_iso)
+        held = await (leases() if leases is not None else tenant_leases(deps, tenant))
+    return pending_reason(job, status, now_ms, pool, held, tenant.max_in_flight, run_at_iso)

@@ -20,11 +20,13 @@ from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import gateway
 from spotreel.services.gateway.errors import ApiError
 from spotreel.services.gateway.lookup import conflict, find, job_id_of, status_of
-from spotreel.services.gateway.pending import explain
+from spotreel.services.gateway.pending import explain, tenant_leases
 from spotreel.services.gateway.views import TERMINAL, claim_json, job_json
 from spotreel.services.projector.queries import JobView
 
 HEARTBEAT_SECONDS = 15.0
+# How often a stream re-counts the tenant's leases for `pending_reason` (tenant_at_ceiling).
+LEASES_EVERY_SECONDS = 5.0
 
 
 def _snapshot(found) -> dict:
@@ -52,9 +54,17 @@ async def stream_video(request: web.Request) -> web.StreamResponse:
     last_sent = time.monotonic()
     deadline = time.monotonic() + gw.cfg.stream_max_seconds
     told: tuple | None = None  # the reason last told; a resumed client is not told again what it had
+    counted: list = [None, -LEASES_EVERY_SECONDS]  # the tenant's lease count and when it was read
+
+    async def leases() -> int | None:
+        # Two read-model queries: at most every few seconds per stream, not every poll.
+        if time.monotonic() - counted[1] >= LEASES_EVERY_SECONDS:
+            counted[:] = [await tenant_leases(gw.deps, request[TENANT]), time.monotonic()]
+        return counted[0]
+
     while True:
         snap = _snapshot(found)
-        reason = await explain(gw.deps, request[TENANT], found, gw.deps.clock_ms(), snap["run_at"])
+        reason = await explain(gw.deps, request[TENANT], found, gw.deps.clock_ms(), snap["run_at"], leases)
         snap["pending_reason"] = reason
         if sse.is_new(snap["version"], seen):
             await response.write(sse.frame("status", snap, snap["version"]))
