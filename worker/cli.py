@@ -44,6 +44,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--guidance-scale", type=float, help="classifier-free guidance of this pool's renders "
                    "(>= 1; default: the registry entry's with --model, else 1.0: off)")
     p.add_argument("--negative-prompt", default="", help="negative prompt of this pool's renders (with guidance)")
+    p.add_argument("--vae-tiling", choices=("auto", "on", "off"), default="auto",
+                   help="decode in the VAE's tiles and slices, so long or large videos fit in memory: on, off, or "
+                        "auto: above --vae-tile-above output pixels x frames (default %(default)s)")
+    p.add_argument("--vae-tile-above", type=int, default=None, metavar="VOXELS",
+                   help="width x height x frames above which auto tiles (default 832x480x81)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--once", action="store_true", help="exit after one job")
     p.add_argument("--max-jobs", type=int, help="exit after this many jobs")
@@ -96,7 +101,7 @@ def _pools(raw: list[str] | None) -> tuple[str, tuple[str, ...]] | str:
 def _check(args: argparse.Namespace) -> str | None:
     if not 0 <= args.metrics_port <= 65535:
         return "--metrics-port must be a TCP port (0: off)"
-    for name in ("max_jobs", "threads", "lease_ttl_ms"):
+    for name in ("max_jobs", "threads", "lease_ttl_ms", "vae_tile_above"):
         value = getattr(args, name)
         if value is not None and value < 1:
             return f"--{name.replace('_', '-')} must be >= 1"
@@ -155,7 +160,6 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         if args.model_dir is not None and (len(names) > 1 or args.model_dir != Path(entry.directory)):
             return _fail(f"--model {entry.name} is in {entry.directory} (registry); --model-dir says {args.model_dir}")
         args.model_dir = Path(entry.directory)
-        args.dtype = entry.dtype
     pools = _pools(args.pool)
     if isinstance(pools, str) or problem:
         return _fail(problem or str(pools))
@@ -206,16 +210,19 @@ def _serve(args: argparse.Namespace, settings: Settings, notice: Any, worker_id:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    def loader(directory: Path, dtype_name: str | None):
+    tiling = {"vae_tiling": args.vae_tiling, **({"tile_above_voxels": args.vae_tile_above}
+                                                  if args.vae_tile_above else {})}
+
+    def loader(directory: Path, entry: Any = None):
         # the registry's dtype on cuda; on a CPU the worker renders in float32
-        dtype = getattr(torch, dtype_name) if device.startswith("cuda") and dtype_name else None
-        return lambda: quietly(lambda: Renderer(directory, device=device, dtype=dtype))
+        dtype = getattr(torch, entry.dtype) if device.startswith("cuda") and entry is not None else None
+        return lambda: quietly(lambda: Renderer(directory, device=device, dtype=dtype, limits=entry, **tiling))
 
     served = {e.name: ServedModel(e.name, args.sampler or e.sampler,
                                   e.guidance_scale if args.guidance_scale is None else args.guidance_scale,
-                                  loader(Path(e.directory), e.dtype)) for e in args.entries}
+                                  loader(Path(e.directory), e)) for e in args.entries}
     try:
-        renderer = loader(model_dir(settings, args.model_dir), getattr(args, "dtype", None))()
+        renderer = loader(model_dir(settings, args.model_dir), args.entries[0] if args.entries else None)()
     except (FileNotFoundError, FileExistsError, NotADirectoryError, RuntimeError, ValueError) as exc:
         return _fail(f"cannot load the model: {exc}")
     first = args.entries[0] if args.entries else None

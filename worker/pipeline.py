@@ -31,6 +31,10 @@ from spotreel.worker.hf_logging import quietly
 # Bump when the loop changes in a way that makes old checkpoints resume differently.
 # 2: families; the checkpoint carries the scheduler's whole state.
 LOOP_VERSION = 2
+VAE_TILING = ("off", "on", "auto")
+# `--vae-tiling auto` tiles above this many output pixels × frames: Wan 2.1 1.3B's largest output (832 × 480
+# × 81 frames) still decodes whole. A guess, not a measurement: no GPU has been lent to check what fits.
+DEFAULT_TILE_ABOVE_VOXELS = 832 * 480 * 81
 # Every sampler some family offers; each family accepts its own subset (Renderer.check says which).
 SAMPLERS = ("ddim", "euler_a", "unipc", "dpmpp", "flow_euler")
 _RESOLUTION = re.compile(r"^([1-9][0-9]{0,4})x([1-9][0-9]{0,4})$")
@@ -123,8 +127,18 @@ def _test_hang_spec(value: str | None) -> tuple[int, float | None] | None:
 class Renderer:
     """A loaded model. Build once per worker; every job runs through start/resume → step* → finish."""
 
-    def __init__(self, model_dir: str | Path, device: str = "cpu", dtype: torch.dtype | None = None) -> None:
+    def __init__(self, model_dir: str | Path, device: str = "cpu", dtype: torch.dtype | None = None,
+                 vae_tiling: str = "auto", tile_above_voxels: int = DEFAULT_TILE_ABOVE_VOXELS,
+                 limits: Any = None) -> None:
+        """`vae_tiling`: off, on, or auto (on above `tile_above_voxels` = width × height × frames); see
+        `tiled`. `limits`: the model's registry entry (model_registry.ModelEntry), whose sizes, frame range
+        and step range `check` holds a request to; None: only what the family itself can render."""
         from diffusers import DiffusionPipeline
+
+        if vae_tiling not in VAE_TILING or not tile_above_voxels > 0:
+            raise ValueError(f"vae_tiling must be one of {VAE_TILING} and tile_above_voxels > 0, got "
+                             f"{vae_tiling!r}, {tile_above_voxels!r}")
+        self.vae_tiling, self.tile_above_voxels, self.limits = vae_tiling, tile_above_voxels, limits
 
         self.model_dir = Path(model_dir)
         if not (self.model_dir / "model_index.json").is_file():
@@ -151,6 +165,8 @@ class Renderer:
         settings = req.frame_settings()
         if self.family.fps_changes_frames:
             settings["fps"] = req.fps
+        if self.tiled(req):
+            settings["vae"] = "tiled"  # tiles blend at their seams: other frames than one whole decode
         doc = {"loop": LOOP_VERSION, "family": self.family.name, "model": self.model_id, "dtype": str(self.dtype),
                "numerics": self.numerics, "request": settings}
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
@@ -246,13 +262,43 @@ class Renderer:
     @torch.no_grad()
     def finish(self, state: RenderState) -> np.ndarray:
         """Decode the latents to uint8 frames (T, H, W, 3); may be called before the last step (preview)."""
+        vae = self.family.pipe.vae
+        if self.tiled(state.request):
+            vae.enable_tiling()
+            vae.enable_slicing()
+        else:
+            vae.disable_tiling()
+            vae.disable_slicing()
         return self.family.decode(state.request, state.latents)
+
+    def tiled(self, req: RenderRequest) -> bool:
+        """Whether the VAE decodes `req` in tiles (and slices): the whole video at once needs memory in
+        proportion to width × height × frames, which a long or large video may not have. Tiles (spatial,
+        and temporal for LTX-Video) are the VAE's own (`enable_tiling`, every family's VAE has it; a frame
+        smaller than one tile decodes whole); slicing decodes a batch one item at a time, which for UNet3D
+        (frames folded into the batch) means frame by frame. Tiled frames differ a little from a whole
+        decode, so the choice is in the fingerprint; it depends only on the request and this worker's
+        settings, so every worker with the same settings decides the same."""
+        if self.vae_tiling != "auto":
+            return self.vae_tiling == "on"
+        return req.width * req.height * req.num_frames > self.tile_above_voxels
 
     # -- helpers -------------------------------------------------------------------------------------------
 
     def check(self, req: RenderRequest) -> None:
-        """ValueError when this model cannot render `req` at all (a request error: retrying cannot help)."""
+        """ValueError when this model cannot render `req` at all (a request error: retrying cannot help): what
+        the family can render, and, with the registry's entry, what the operator allows (the gateway refuses
+        such a submission already; this holds a job submitted another way, or before the entry changed)."""
         self.family.check(req)
+        e = self.limits
+        if e is None:
+            return
+        if f"{req.width}x{req.height}" not in e.sizes:
+            raise ValueError(f"model {e.name} renders resolutions {', '.join(e.sizes)}; got {req.width}x{req.height}")
+        if not e.frames_allowed(req.num_frames):
+            raise ValueError(f"model {e.name} takes frames {e.frame_rule()}; the job asks for {req.num_frames}")
+        if not e.steps_min <= req.num_steps <= e.steps_max:
+            raise ValueError(f"model {e.name} takes num_steps from {e.steps_min} to {e.steps_max}; got {req.num_steps}")
 
 
 def _model_identity(model_dir: Path) -> str:

@@ -14,7 +14,8 @@ import torch
 from spotreel.worker.checkpoints import decode, encode
 from spotreel.worker.families import scheduler_state
 from spotreel.worker.hf_logging import quietly
-from spotreel.worker.pipeline import Renderer, RenderRequest
+from spotreel.model_registry import parse
+from spotreel.worker.pipeline import DEFAULT_TILE_ABOVE_VOXELS, Renderer, RenderRequest
 
 pytestmark = pytest.mark.unit
 
@@ -181,3 +182,93 @@ def test_wan22_two_experts_match_the_stock_pipeline_and_resume(tmp_path):
     while not again.done:
         again = r.step(again)
     assert not torch.equal(again.latents, state.latents)
+
+
+# -- VAE tiling and slicing (the VAE's own enable_tiling / enable_slicing), and the registry's caps ---------
+# The tiny builds' tiles are set smaller than their frames where the VAE's default tile would cover the
+# whole frame, so the tiled path really runs; slicing decodes a batch item by item (UNet3D: frame by frame).
+
+# family -> (width, height, frames) at least two of its tiles wide, sampler, tile settings for its VAE
+TILE_CASES = {
+    "unet3d": ((32, 32, 2), "unipc", dict(tile_sample_min_size=16, tile_latent_min_size=8)),
+    "wan": ((32, 32, 5), "unipc", dict(tile_sample_min_height=16, tile_sample_min_width=16,
+                                         tile_sample_stride_height=8, tile_sample_stride_width=8)),
+    "ltx": ((64, 64, 9), "flow_euler", dict(tile_sample_min_height=32, tile_sample_min_width=32,
+                                            tile_sample_stride_height=16, tile_sample_stride_width=16)),
+    "cogvideox": ((32, 32, 9), "ddim", dict(tile_sample_min_height=16, tile_sample_min_width=16,
+                                            tile_latent_min_height=8, tile_latent_min_width=8,
+                                            tile_overlap_factor_height=0.5, tile_overlap_factor_width=0.5)),
+}
+
+
+def _tile_request(family: str, **over) -> RenderRequest:
+    (w, h, f), sampler, _ = TILE_CASES[family]
+    return RenderRequest(**{**dict(prompt="a fox", seed=3, num_steps=2, width=w, height=h, num_frames=f, fps=8,
+                                   sampler=sampler), **over})
+
+
+@pytest.mark.parametrize("family", list(TILE_CASES))
+def test_a_tiled_decode_has_the_shape_of_a_whole_one_and_really_tiles(renderers, family) -> None:
+    r = renderers[family]
+    vae = r.family.pipe.vae
+    saved = {name: getattr(vae, name) for name in TILE_CASES[family][2]}
+    try:
+        _tiled_vs_whole(r, family)
+    finally:
+        r.vae_tiling = "auto"
+        for name, value in saved.items():
+            setattr(vae, name, value)
+
+
+def _tiled_vs_whole(r: Renderer, family: str) -> None:
+    r.vae_tiling = "off"
+    for name, value in TILE_CASES[family][2].items():
+        setattr(r.family.pipe.vae, name, value)
+    req = _tile_request(family)
+    state = r.start(req)
+    while not state.done:
+        state = r.step(state)
+    whole = r.finish(state)
+    r.vae_tiling = "on"
+    tiled = r.finish(state)
+    assert r.family.pipe.vae.use_tiling and r.family.pipe.vae.use_slicing
+    assert tiled.shape == whole.shape == (req.num_frames, req.height, req.width, 3)
+    assert not np.array_equal(tiled, whole)  # the seams blend: the tiled path ran
+    r.vae_tiling = "off"
+    assert np.array_equal(r.finish(state), whole) and not r.family.pipe.vae.use_tiling
+
+
+def test_auto_tiles_above_the_size_and_the_choice_is_in_the_fingerprint(renderers, model_dirs) -> None:
+    r = renderers["wan"]
+    try:
+        r.vae_tiling, r.tile_above_voxels = "auto", 32 * 32 * 5
+        small, long = _tile_request("wan"), _tile_request("wan", num_frames=9)
+        assert not r.tiled(small) and r.tiled(long)
+        auto_small, auto_long = r.fingerprint(small), r.fingerprint(long)
+        r.vae_tiling = "off"
+        # a checkpoint of a tiled render is not resumed into a whole decode, nor the other way round; an
+        # untiled render keeps the fingerprint it always had
+        assert r.fingerprint(long) != auto_long and r.fingerprint(small) == auto_small
+    finally:
+        r.vae_tiling, r.tile_above_voxels = "auto", DEFAULT_TILE_ABOVE_VOXELS
+    with pytest.raises(ValueError, match="vae_tiling"):
+        Renderer(model_dirs["wan"], vae_tiling="sometimes")
+
+
+def test_the_worker_holds_a_job_to_its_registry_entry(renderers) -> None:
+    entry = parse({"models": {"tiny-wan": {"directory": "/m", "family": "wan", "sizes": ["16x16"],
+                                           "frames": {"min": 5, "max": 9, "step": 4},
+                                           "steps": {"max": 10}}}}).models["tiny-wan"]
+    r = renderers["wan"]
+    r.check(_tile_request("wan", width=16, height=16, num_frames=13))  # the family alone takes 13 frames
+    r.limits = entry
+    try:
+        r.check(_tile_request("wan", width=16, height=16, num_frames=9))
+        with pytest.raises(ValueError, match="frames 4n\\+1 from 5 to 9; the job asks for 13"):
+            r.check(_tile_request("wan", width=16, height=16, num_frames=13))
+        with pytest.raises(ValueError, match="resolutions 16x16"):
+            r.check(_tile_request("wan", num_frames=9))
+        with pytest.raises(ValueError, match="num_steps from 1 to 10"):
+            r.check(_tile_request("wan", width=16, height=16, num_frames=9, num_steps=11))
+    finally:
+        r.limits = None
