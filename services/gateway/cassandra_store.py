@@ -61,7 +61,7 @@ class CassandraReads:
                        "WHERE pool = ?")
         self._statuses = p("SELECT status FROM jobs_by_tenant WHERE tenant_id = ?")
         self._webhook_state: Any = None
-        self._webhook_events = p("UPDATE webhook_subscriptions SET events = ? WHERE job_id = ?")
+        self._webhook_events: Any = None
 
     async def get_job(self, job_id: str) -> JobView | None:
         return await _call(self.models.get_job, job_id)
@@ -80,7 +80,17 @@ class CassandraReads:
         return await _call(self.models.job_attempts, job_id)
 
     async def write_webhook_events(self, job_id: str, events: list[str]) -> None:
-        await _call(self.session.execute, self._webhook_events, (set(events), job_id))
+        def write() -> None:
+            # Prepared on first use, like webhook_state: a keyspace from before migration 0008 still serves
+            # every request that asks for no filter (one that does gets 503 until it is migrated).
+            if self._webhook_events is None:
+                self._webhook_events = self.session.prepare(
+                    "UPDATE webhook_subscriptions SET events = ? WHERE job_id = ?")
+            self.session.execute(self._webhook_events, (set(events), job_id))
+        try:
+            await _call(write)
+        except RequestValidationException as exc:
+            raise StoreUnavailable(f"webhook_subscriptions.events is missing (migration 0008): {exc}") from exc
 
     async def webhook_state(self, job_id: str) -> JobWebhookState | None:
         def read() -> JobWebhookState | None:

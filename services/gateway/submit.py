@@ -104,11 +104,11 @@ async def accept(gw: Gateway, tenant: Tenant, key: str, body: dict[str, Any], *,
         status = status_of(existing) if existing is not None else ACCEPTED
     else:
         await deps.reads.write_placeholder(held)
-    if body.get("webhook_events"):
-        # Before the SubmitJob: the notifier reads the filter when it reads the JobSubmitted. A replay
-        # writes it again (same value: it is part of the request hash).
-        await deps.reads.write_webhook_events(submit.job_id, body["webhook_events"])
     try:
+        if body.get("webhook_events"):
+            # Before the SubmitJob: the notifier reads the filter when it reads the JobSubmitted. A replay
+            # writes it again (same value: it is part of the request hash); a failed write frees the key.
+            await deps.reads.write_webhook_events(submit.job_id, body["webhook_events"])
         await deps.commands.send(submit)
     except Exception:
         if not replay:

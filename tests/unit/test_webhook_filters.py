@@ -124,3 +124,17 @@ def test_the_document_states_the_filter():
     assert body["dependentRequired"] == {"webhook_events": ["callback_url"]}
     sched = doc["paths"]["/v1/schedules"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert "webhook_events" not in sched["properties"]["job"]["properties"]
+
+
+async def test_a_filter_that_cannot_be_stored_is_503_and_frees_the_key(api):
+    from spotreel.services.gateway.deps import StoreUnavailable
+
+    client, deps = api
+
+    async def down(job_id, events):
+        raise StoreUnavailable("cassandra down")
+    deps.reads.write_webhook_events = down
+    body = {"prompt": "x", "callback_url": HOOK, "webhook_events": ["started"]}
+    r = await client.post("/v1/videos", json=body, headers={**A, "Idempotency-Key": "f3"})
+    assert r.status == 503
+    assert deps.commands.sent == [] and deps.reads.claims == {}
