@@ -76,6 +76,8 @@ async def test_workers_lease_heartbeat_progress_release_complete_and_stale_epoch
     a = await lease.json()
     assert a["job_id"] == job_id and a["worker_id"] == "w-a" and a["epoch"] >= 1 and a["model"] == model
     assert time.monotonic() - t0 < 20
+    # the pool's measured lease losses ride along (a new pool: none lost yet)
+    assert a["pool_lease_losses_1h"] == 0 and a["pool_leased_seconds_1h"] >= 0
 
     fence = {"epoch": a["epoch"], "worker_id": "w-a"}
     hb = await client.post(f"/internal/leases/{job_id}/heartbeat", json=fence, headers=w)
