@@ -560,7 +560,7 @@ class Scheduler:
         event: the table is derived, and catch-up treats a summary as the job's state, so it never folds an
         evicted job's JobSubmitted again. Runs between batches (the lock), never during a rebuild, and only on
         partitions this process owns now; at most `EVICT_PER_TICK` of each per tick."""
-        if self.rebuilding or self.batch_lock.locked():
+        if self.rebuilding or self.batch_lock.locked() or not self.parts:
             return
         async with self.batch_lock:
             owned = self._owned()
