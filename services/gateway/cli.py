@@ -181,10 +181,10 @@ def _usage(args: argparse.Namespace, settings: Settings) -> int:
         for row in rows:
             print(json.dumps(row, sort_keys=True))
         return 0
-    print(f"{'tenant':<24} {'used GPU-s':>12} {'fair-share GPU-s':>17} {'leases held':>12}")
+    print(f"{'tenant':<24} {'used GPU-s':>12} {'wasted GPU-s':>13} {'fair-share GPU-s':>17} {'leases held':>12}")
     for row in rows:
-        print(f"{row['tenant']:<24} {row['used_gpu_seconds']:>12.1f} {row['fair_share_gpu_seconds']:>17.1f} "
-              f"{row['leases_held']:>12}")
+        print(f"{row['tenant']:<24} {row['used_gpu_seconds']:>12.1f} {row['wasted_gpu_seconds']:>13.1f} "
+              f"{row['fair_share_gpu_seconds']:>17.1f} {row['leases_held']:>12}")
     if not rows:
         print("(no usage reported yet)")
     return 0

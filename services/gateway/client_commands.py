@@ -121,7 +121,8 @@ def attempts(c: Client, args: argparse.Namespace) -> Outcome:
 
 def my_usage(c: Client, args: argparse.Namespace) -> Outcome:
     doc = c.usage()
-    text = (f"tenant {doc.get('tenant')}: used {doc.get('used_gpu_seconds', 0):.1f} GPU-s, fair share "
+    text = (f"tenant {doc.get('tenant')}: used {doc.get('used_gpu_seconds', 0):.1f} GPU-s (wasted "
+            f"{doc.get('wasted_gpu_seconds', 0):.1f}), fair share "
             f"{doc.get('fair_share_gpu_seconds', 0):.1f} GPU-s, leases held {doc.get('leases_held', 0)}")
     if doc.get("as_of") is None:
         text += " (no usage reported yet)"

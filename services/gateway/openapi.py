@@ -42,6 +42,9 @@ RULES = f"""Rules every operation follows:
 USAGE = {"type": "object", "required": ["tenant", "used_gpu_seconds", "fair_share_gpu_seconds", "leases_held",
                                         "half_life_seconds", "as_of"],
          "properties": {"tenant": {"type": "string"}, "used_gpu_seconds": {"type": "number"},
+                        "wasted_gpu_seconds": {"type": "number", "description": "of used_gpu_seconds, the time "
+                                               "after a lease's newest checkpoint when it ended without success "
+                                               "(work redone by a next lease, or lost with the job)"},
                         "fair_share_gpu_seconds": {"type": "number"}, "leases_held": {"type": "integer"},
                         "half_life_seconds": {"type": ["integer", "null"]}, "as_of": {"type": ["integer", "null"]}}}
 

@@ -7,8 +7,10 @@ Answered from memory: `KafkaTenantUsage` follows the topic from its start in one
   GPU was busy), summed over partitions, without decay; a lease that was never picked up counts nothing;
 - `fair_share_gpu_seconds`: what dispatch weighs the tenant by: the decayed total plus the estimate of the
   leases it holds (domain `fairness.combined_usage`, the scheduler's half-life);
+- `wasted_gpu_seconds`: of `used_gpu_seconds`, the time after a lease's newest checkpoint when it ended
+  without success (lost, failed, released or cancelled: work a next lease redoes, or lost with the job);
 - `leases_held`, and `as_of` (the newest report's time, epoch ms; null with no report yet).
-Time a lease is held counts only once it ends. Work redone after a lost lease is not told apart.
+Time a lease is held counts only once it ends.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ def summarize(tenant: str, reports: Iterable[Any], now_ms: int, half_life_ms: in
     reports = list(reports)
     share = combined_usage(tenant, reports, now_ms, half_life_ms)
     return {"tenant": tenant, "used_gpu_seconds": round(sum(r.used_gpu_seconds for r in reports), 3),
+            "wasted_gpu_seconds": round(sum(getattr(r, "wasted_gpu_seconds", 0.0) for r in reports), 3),
             "fair_share_gpu_seconds": round(share.gpu_seconds, 3), "leases_held": share.in_flight,
             "half_life_seconds": None if half_life_ms is None else half_life_ms // 1000,
             "as_of": max((r.at_ms for r in reports), default=None)}

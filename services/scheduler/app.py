@@ -252,6 +252,8 @@ class Scheduler:
             if p not in assigned:
                 for tenant in self.parts[p].ledger.used_s:  # its new owner exports them now
                     self.metrics.tenant_gpu_seconds.remove(tenant, str(p))
+                for tenant, pool in self.parts[p].ledger.wasted_by_pool:
+                    self.metrics.tenant_wasted_gpu_seconds.remove(tenant, pool, str(p))
                 del self.parts[p]
         self.cache.clear()
         self.schedule_cache.clear()
@@ -620,6 +622,8 @@ class Scheduler:
             await self._release_double_grants(p, part)
             for tenant, used in part.ledger.used_s.items():
                 self.metrics.tenant_gpu_seconds.labels(tenant, str(p)).set(used)
+            for (tenant, pool), wasted in part.ledger.wasted_by_pool.items():
+                self.metrics.tenant_wasted_gpu_seconds.labels(tenant, pool, str(p)).set(wasted)
             usage, policies = self.global_usage(part, now), self.fair.policies()
             for stats in pool_stats(part, now, lambda t: share_if_room(usage.get(t), policies.get(t))):
                 self.metrics.queue_depth.labels(stats.pool, str(p)).set(stats.queued)

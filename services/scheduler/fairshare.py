@@ -64,6 +64,10 @@ class TenantLedger:
         self.est_ms = est_ms
         self.consumed: dict[str, DecayingTotal] = {}
         self.used_s: dict[str, float] = {}
+        # GPU-seconds of ended leases lost after their newest checkpoint (JobState.wasted_ms), per tenant and
+        # per (tenant, pool); no decay.
+        self.wasted_s: dict[str, float] = {}
+        self.wasted_by_pool: dict[tuple[str, str], float] = {}
         self.running: dict[str, tuple[str, int, float]] = {}  # job_id -> (tenant, granted_at_ms, est seconds)
         self.in_flight: dict[str, tuple[int, float]] = {}  # tenant -> (leases held, their estimates' sum)
         self.dirty: set[str] = set()  # tenants whose report changed since the last publication
@@ -99,6 +103,12 @@ class TenantLedger:
                                            self.half_life_ms)
             self.used_s[tenant] = self.used_s.get(tenant, 0.0) + amount
             self.dirty.add(tenant)
+        wasted_ms = after.wasted_ms - (before.wasted_ms if before is not None else 0)
+        if wasted_ms > 0:
+            self.wasted_s[tenant] = self.wasted_s.get(tenant, 0.0) + wasted_ms / 1000.0
+            key = (tenant, after.pool)
+            self.wasted_by_pool[key] = self.wasted_by_pool.get(key, 0.0) + wasted_ms / 1000.0
+            self.dirty.add(tenant)
 
     def tenants(self) -> set[str]:
         return set(self.consumed) | set(self.in_flight)
@@ -106,7 +116,8 @@ class TenantLedger:
     def report(self, tenant: str, partition: int, now_ms: int) -> ev.TenantUsageReport:
         total = self.consumed.get(tenant, DecayingTotal()).at(now_ms, self.half_life_ms)
         n, charge = self.in_flight.get(tenant, (0, 0.0))
-        return ev.TenantUsageReport(tenant, partition, now_ms, total.value, n, charge, self.used_s.get(tenant, 0.0))
+        return ev.TenantUsageReport(tenant, partition, now_ms, total.value, n, charge, self.used_s.get(tenant, 0.0),
+                                    self.wasted_s.get(tenant, 0.0))
 
     def take_reports(self, partition: int, now_ms: int) -> list[ev.TenantUsageReport]:
         """Reports of the tenants whose usage changed since the last call; clears the changes."""

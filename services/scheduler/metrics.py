@@ -47,6 +47,11 @@ class Metrics:
             "spotreel_scheduler_tenant_gpu_seconds", "GPU-seconds of a tenant's ended leases on a partition this "
             "process owns, without decay (from the job table; sum over partitions for the tenant's total)",
             ["tenant", "partition"], registry=r)
+        self.tenant_wasted_gpu_seconds = Gauge(
+            "spotreel_scheduler_tenant_wasted_gpu_seconds", "of those, GPU-seconds after a lease's newest checkpoint "
+            "when it ended without success (work redone by a next lease, or lost with the job), per tenant and pool, "
+            "without decay (JobState.wasted_ms, so a new owner exports the same figure)",
+            ["tenant", "pool", "partition"], registry=r)
         # Preemptions are counted here, not by workers: a worker that vanishes cannot count its own loss.
         self.preemptions = Counter(
             "spotreel_scheduler_preemptions", "leases lost to preemption (the domain's count): lease_expired "

@@ -188,3 +188,35 @@ def test_a_paused_worker_past_its_lease_writes_nothing_referenced_and_exits(plan
     left = plane.s3.list_objects_v2(Bucket=plane.settings.s3_bucket_checkpoints, Prefix=f"ckpt/{job.job_id}/")
     assert left.get("KeyCount", 0) == 0, left.get("Contents")
     assert video_frames_checksum(plane, done.artifact_key) == reference_checksum(plane.model_dir, job, "ddim")
+
+
+def test_a_worker_of_two_registry_models_switches_when_only_the_other_has_work(plane, settings, monkeypatch):
+    """`--model A --model B`: A is loaded and declared warm; a job of B (and none of A) makes the worker
+    switch to B while holding the lease, render it, and declare B warm; a job of A then switches it back.
+    Both videos equal the uninterrupted reference renders."""
+    from spotreel.worker.model_tiny import ensure_tiny_model
+
+    dirs = {f: ensure_tiny_model(settings.cache_dir, family=f) for f in ("wan", "ltx")}
+    tag = uuid.uuid4().hex[:8]
+    names = {f: f"{f}-{tag}" for f in dirs}
+    registry = plane.tmp / f"switch-{tag}.toml"
+    registry.write_text("".join(
+        f'[models.{names[f]}]\ndirectory = "{d}"\nfamily = "{f}"\nsizes = ["16x16", "32x32"]\n'
+        f'frames = {{ max = 9 }}\nsteps = {{ max = 50 }}\npool = "cpu"\n' for f, d in dirs.items()))
+    with monkeypatch.context() as m:
+        m.setenv("SPOTREEL_MODEL_REGISTRY", str(registry))
+        w = plane.worker("sw", names["wan"], "http", "--max-jobs", "2", "--model", names["wan"],
+                         "--model", names["ltx"], "--pool", f"{names['ltx']}@cpu")
+    try:
+        w.wait_ready()
+        first = plane.submit(names["ltx"], "switch", resolution="32x32", duration_s=0.625)  # 5 frames
+        done_ltx = wait_done(plane.bus, first.job_id)
+        second = plane.submit(names["wan"], "switch", resolution="16x16", duration_s=0.625)
+        done_wan = wait_done(plane.bus, second.job_id)
+        assert w.wait_exit(60) == 0, w.logs()
+    finally:
+        w.stop()
+    switched = [line["model"] for line in w.lines() if line.get("event") == "switched"]
+    assert switched == [names["ltx"], names["wan"]], w.logs()
+    assert video_frames_checksum(plane, done_ltx.artifact_key) == reference_checksum(dirs["ltx"], first, "flow_euler")
+    assert video_frames_checksum(plane, done_wan.artifact_key) == reference_checksum(dirs["wan"], second, "unipc")

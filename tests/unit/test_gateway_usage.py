@@ -14,7 +14,7 @@ from tests.unit.test_gateway_api import A, B, api  # noqa: F401  (api: the fixtu
 pytestmark = pytest.mark.unit
 
 HOUR = 3_600_000
-REPORTS = {"tenant-a": [ev.TenantUsageReport("tenant-a", 0, HOUR, 100.0, 1, 60.0, 150.0),
+REPORTS = {"tenant-a": [ev.TenantUsageReport("tenant-a", 0, HOUR, 100.0, 1, 60.0, 150.0, 12.5),
                         ev.TenantUsageReport("tenant-a", 3, 2 * HOUR, 40.0, 0, 0.0, 40.0)],
            "tenant-b": [ev.TenantUsageReport("tenant-b", 1, 2 * HOUR, 7.0, 0, 0.0, 7.0)]}
 
@@ -31,8 +31,8 @@ class FakeUsage:
 def test_summarize_sums_partitions_and_decays_to_now():
     got = summarize("tenant-a", REPORTS["tenant-a"], 2 * HOUR, HOUR)
     # 100 consumed an hour before now counts half; the held lease's estimate counts in full.
-    assert got == {"tenant": "tenant-a", "used_gpu_seconds": 190.0, "fair_share_gpu_seconds": 150.0,
-                   "leases_held": 1, "half_life_seconds": 3600, "as_of": 2 * HOUR}
+    assert got == {"tenant": "tenant-a", "used_gpu_seconds": 190.0, "wasted_gpu_seconds": 12.5,
+                   "fair_share_gpu_seconds": 150.0, "leases_held": 1, "half_life_seconds": 3600, "as_of": 2 * HOUR}
     empty = summarize("nobody", [], 2 * HOUR, None)
     assert (empty["used_gpu_seconds"], empty["leases_held"], empty["as_of"], empty["half_life_seconds"]) == (
         0, 0, None, None)

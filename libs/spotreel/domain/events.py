@@ -718,7 +718,9 @@ class TenantUsageReport:
     instance sums the reports of a tenant for the fair share across partitions.
     `consumed_gpu_seconds`: GPU-seconds of the ended leases, decayed to `at_ms` by the scheduler's half-life;
     `in_flight_gpu_seconds`: the held leases' estimated GPU-seconds (each its pool's mean run time);
-    `used_gpu_seconds`: the ended leases' GPU-seconds without decay. Not part of any job's history."""
+    `used_gpu_seconds`: the ended leases' GPU-seconds without decay; `wasted_gpu_seconds`: of those, the time
+    after a lease's newest checkpoint when it ended without success (`JobState.wasted_ms`: work redone by a
+    next lease, or lost with the job), without decay. Not part of any job's history."""
 
     tenant: str
     partition: int
@@ -727,6 +729,7 @@ class TenantUsageReport:
     in_flight: int
     in_flight_gpu_seconds: float
     used_gpu_seconds: float = 0.0
+    wasted_gpu_seconds: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -89,8 +89,11 @@ def _lease_over(before: JobState, after: JobState, e: object) -> JobState:
     used = 0 if isinstance(e, ev.LeaseReleased) and e.reason == leases.UNCLAIMED else \
         max(0, e.at_ms - lease.granted_at_ms)  # type: ignore[attr-defined]
     yielded = isinstance(e, ev.LeaseReleased) and e.reason == leases.PREEMPTED_FOR
-    return replace(after, render_ms=after.render_ms + used, step_mark=None, step_origin=0, preempt_requested=False,
-                   preempted_last=yielded)
+    # Work after the lease's newest checkpoint is lost unless the lease delivered the result.
+    kept = max([lease.granted_at_ms, *(c.at_ms for c in before.checkpoints if c.epoch == lease.epoch)])
+    wasted = 0 if used == 0 or isinstance(e, ev.JobSucceeded) else max(0, e.at_ms - kept)  # type: ignore[attr-defined]
+    return replace(after, render_ms=after.render_ms + used, wasted_ms=after.wasted_ms + min(used, wasted),
+                   step_mark=None, step_origin=0, preempt_requested=False, preempted_last=yielded)
 
 
 def _apply(s: JobState, e: object) -> JobState:  # noqa: C901 - one flat dispatch reads best here

@@ -107,6 +107,10 @@ class JobState:
     # the current lease: the step it started at, and (step, at_ms) of its latest step advance (the grant
     # until a step advances; None in the finishing phases or without a lease).
     render_ms: int = 0
+    # Of that, the time of ended leases after their newest checkpoint, when they ended without success (a lost,
+    # failed, released or cancelled lease): work a next lease redoes, or that was lost with the job. Never
+    # reset (a manual requeue keeps it: it was spent).
+    wasted_ms: int = 0
     step_origin: int = 0
     step_mark: tuple[int, int] | None = None
 
