@@ -11,8 +11,12 @@ For each mode, on its own topics (3 partitions) with a real scheduler process:
      the first produced to the last verdict read (events topic or replies topic) gives renewals/s.
 Modes: `absorb` (the default scheduler: renewals that change only the deadline are answered on the replies
 topic, domain/renewals.py) and `persist` (SPOTREEL_SCHEDULER_PERSIST_RENEWALS=1: every renewal is a
-LeaseRenewed event, a changelog write of the job state, and a row for the projector). A bare confluent-kafka
-consume -> produce loop over the same records is the baseline; each rate is reported as a ratio to it.
+LeaseRenewed event, a changelog write of the job state, and a row for the projector). With `--progress` the
+renewals are progress reports that move the step every round, and the modes are `every-step`
+(SPOTREEL_SCHEDULER_PROGRESS_PERSIST_S=0: each one an event) and `throttled` (30 s, the default: within the
+interval they are answered on the replies topic and written in front of the job's next event). A bare
+confluent-kafka consume -> produce loop over the same records is the baseline; each rate is reported as a
+ratio to it, with the scheduler process's CPU seconds per renewal (from /proc).
 """
 
 from __future__ import annotations
@@ -58,6 +62,11 @@ def _leases(bus: Bus, n: int, tag: str) -> list[tuple[str, int, str]]:
     return held
 
 
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def run_mode(mode: str, leases: int, rounds: int) -> dict:
     s = scheduler_settings(f"rb{uuid.uuid4().hex[:8]}")
     make_topics(s)
@@ -65,6 +74,8 @@ def run_mode(mode: str, leases: int, rounds: int) -> dict:
     sink = f"{s.topic_prefix}.sink"  # the bare loop's output
     admin.create_topics([NewTopic(sink, s.partitions, 1)])[sink].result(30)
     os.environ["SPOTREEL_SCHEDULER_PERSIST_RENEWALS"] = "1" if mode == "persist" else "0"
+    os.environ["SPOTREEL_SCHEDULER_PROGRESS_PERSIST_S"] = "0" if mode == "every-step" else "30"
+    progress = mode in ("every-step", "throttled")
     tmp = Path(tempfile.mkdtemp(prefix="renewal-bench-"))
     proc = SchedulerProc(s, tmp, mode)
     bus = Bus(s)
@@ -74,12 +85,15 @@ def run_mode(mode: str, leases: int, rounds: int) -> dict:
         verdicts = [consumer(s, events_topic(s), OFFSET_END), consumer(s, replies_topic(s), OFFSET_END)]
         time.sleep(1.0)  # let the consumers resolve their end offsets before the burst
         wanted: set[str] = set()
+        cpu0 = _cpu_s(proc.proc.pid)
         t0 = time.perf_counter()
         for r in range(rounds):
             for job_id, epoch, worker in held:
                 cid = f"rn-{r}-{job_id}"
                 wanted.add(cid)
-                produce_command(bus.prod, s, bus.codec, c.RenewLease(cid, job_id, epoch, worker))
+                command = c.ReportProgress(cid, job_id, epoch, worker, r + 1, 100.0 * (r + 1) / (rounds + 1)) \
+                    if progress else c.RenewLease(cid, job_id, epoch, worker)
+                produce_command(bus.prod, s, bus.codec, command)
                 bus.prod.poll(0)
         bus.prod.flush(60)
         counts = {"events": 0, "replies": 0}
@@ -92,10 +106,11 @@ def run_mode(mode: str, leases: int, rounds: int) -> dict:
                     verdict = bus.codec.decode_message(m.value())
                     cid = getattr(verdict, "causation_id", None)
                     if cid in wanted:
-                        assert isinstance(verdict, ev.LeaseRenewed), verdict
+                        assert isinstance(verdict, ev.ProgressReported if progress else ev.LeaseRenewed), verdict
                         wanted.discard(cid)
                         counts[name] += 1
                         last = time.perf_counter()
+        cpu = _cpu_s(proc.proc.pid) - cpu0
         if wanted:
             raise SystemExit(f"{mode}: {len(wanted)} renewals unanswered\n{proc.log()[-3000:]}")
         for cons in verdicts:
@@ -105,7 +120,8 @@ def run_mode(mode: str, leases: int, rounds: int) -> dict:
         bare = baseline(s, n + 2 * leases)
         return {"mode": mode, "renewals": n, "seconds": round(last - t0, 2),
                 "renewals_per_s": round(n / (last - t0)), "bare_records_per_s": round(bare),
-                "ratio": round(n / (last - t0) / bare, 4), "answered_by": counts}
+                "ratio": round(n / (last - t0) / bare, 4), "answered_by": counts,
+                "scheduler_cpu_ms_per_renewal": round(1000 * cpu / n, 3)}
     finally:
         bus.close()
         proc.stop()
@@ -118,12 +134,15 @@ def main() -> None:
     ap.add_argument("--leases", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--progress", action="store_true", help="progress reports that move the step every round")
     args = ap.parse_args()
-    results = [run_mode(mode, args.leases, args.rounds) for mode in ("persist", "absorb")]
+    modes = ("every-step", "throttled") if args.progress else ("persist", "absorb")
+    results = [run_mode(mode, args.leases, args.rounds) for mode in modes]
     for r in results:
-        print(f"{r['mode']:8s} {r['renewals_per_s']:7d} renewals/s  bare {r['bare_records_per_s']:7d}/s  "
-              f"ratio {r['ratio']:.4f}  answered by {r['answered_by']}")
-    print(f"absorb / persist: {results[1]['renewals_per_s'] / results[0]['renewals_per_s']:.2f}x  "
+        print(f"{r['mode']:10s} {r['renewals_per_s']:7d} renewals/s  bare {r['bare_records_per_s']:7d}/s  "
+              f"ratio {r['ratio']:.4f}  scheduler {r['scheduler_cpu_ms_per_renewal']:.3f} CPU ms each  "
+              f"answered by {r['answered_by']}")
+    print(f"{modes[1]} / {modes[0]}: {results[1]['renewals_per_s'] / results[0]['renewals_per_s']:.2f}x  "
           f"({platform.machine()}, {os.cpu_count()} cpus)")
     if args.out:
         args.out.write_text(json.dumps(results, indent=2))
