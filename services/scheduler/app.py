@@ -75,6 +75,16 @@ def _schedule_key(schedule_id: str) -> bytes:
     return b"~s:" + schedule_id.encode()
 
 
+def key_partition(key: bytes, partitions: int) -> int | None:
+    """The changelog partition of a table key: a job's, a summary's (~e:), a schedule's (~s:), a marker's."""
+    if key.startswith(b"~meta:"):
+        return int(key[6:])
+    for prefix in (b"~s:", statecodec.SUMMARY_PREFIX):
+        if key.startswith(prefix):
+            return partition_for(key[len(prefix):], partitions)
+    return None if key.startswith(b"~") else partition_for(key, partitions)
+
+
 class JobTable(faust.Table):
     """The job table; tells the scheduler when Faust finished restoring it after a rebalance."""
 
@@ -255,6 +265,7 @@ class Scheduler:
                 for tenant, pool in self.parts[p].ledger.wasted_by_pool:
                     self.metrics.tenant_wasted_gpu_seconds.remove(tenant, pool, str(p))
                 del self.parts[p]
+        self._forget_unowned(assigned)
         self.cache.clear()
         self.schedule_cache.clear()
         started = time.monotonic()
@@ -262,6 +273,15 @@ class Scheduler:
             self.parts[p] = await self._rebuild(p)
         await self._seek_uncommitted(assigned)
         log.info("scheduler owns partitions %s (rebuilt in %.2fs)", sorted(assigned), time.monotonic() - started)
+
+    def _forget_unowned(self, assigned: set[int]) -> None:
+        """Drop the keys of partitions this process does not own from its memory. Faust's memory store forgets
+        only the keys it restored, not those this process wrote; a stale copy kept while another owner
+        evicted the job would outlive the tombstone once compaction drops it (delete.retention.ms), and come
+        back to life if the partition returns here. The changelog restores an owned partition whole."""
+        n = self.settings.partitions
+        for key in [k for k in self.table.data.keys() if key_partition(k, n) not in assigned]:
+            self.table.data.pop(key, None)
 
     async def _seek_uncommitted(self, assigned: set[int]) -> None:
         """Put every commands partition without a committed offset back to the start of its log.

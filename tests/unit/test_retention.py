@@ -156,3 +156,28 @@ def test_a_summary_that_a_late_watch_changed_stays_a_summary():
     assert after.evicted and after.version == stub.version + 1
     assert isinstance(out[0], ev.ParentWatched)
     assert statecodec.loads_summary(stub.job_id, statecodec.dumps_summary(after)).version == after.version
+
+
+def test_a_process_forgets_the_keys_of_partitions_it_no_longer_owns():
+    """Faust's memory store drops only what it restored; a key this process wrote for a partition it lost
+    would outlive that key's tombstone once compaction removes it, and resurrect an evicted job if the
+    partition came back. Every kind of key maps to its changelog partition and unowned ones are dropped."""
+    from types import SimpleNamespace
+
+    from spotreel.adapters.partitioning import partition_for
+    from spotreel.services.scheduler.app import Scheduler, key_partition
+
+    n = 6
+    jobs = [f"j{i}" for i in range(40)]
+    data = {j.encode(): b"{}" for j in jobs}
+    data.update({statecodec.summary_key(j): b"[]" for j in jobs})
+    data.update({b"~s:sched-%d" % i: b"{}" for i in range(10)})
+    data.update({b"~meta:%d" % p: b"{}" for p in range(n)})
+    for key in data:
+        assert key_partition(key, n) in range(n)
+    assert key_partition(statecodec.summary_key("jx"), n) == partition_for("jx", n) == key_partition(b"jx", n)
+    assert key_partition(b"~meta:4", n) == 4
+    owner = SimpleNamespace(settings=SimpleNamespace(partitions=n), table=SimpleNamespace(data=dict(data)))
+    Scheduler._forget_unowned(owner, {1, 4})
+    assert owner.table.data and {key_partition(k, n) for k in owner.table.data} == {1, 4}
+    assert len(owner.table.data) == sum(key_partition(k, n) in {1, 4} for k in data)
