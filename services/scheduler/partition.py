@@ -87,6 +87,8 @@ class PartitionState:
     # worker -> when it released a lease of this partition for them (free until it takes its next lease).
     preempt_asked: dict[str, deque] = field(default_factory=dict)
     freed: dict[str, int] = field(default_factory=dict)
+    # job_id -> pool of the held leases asked to yield (PreemptRequested) and not ended yet.
+    yielding: dict[str, str] = field(default_factory=dict)
     # Terminal jobs and summaries by when they leave the table (eviction.py, domain/retention.py).
     evictions: Evictions = field(default_factory=Evictions)
 
@@ -165,6 +167,10 @@ class PartitionState:
             self.last_checkpoint_ms[job_id] = after.checkpoints[-1].at_ms
         if after.is_terminal:
             self.last_checkpoint_ms.pop(job_id, None)
+        if holding and after.preempt_requested:
+            self.yielding[job_id] = after.pool
+        else:
+            self.yielding.pop(job_id, None)
         if before is None or before.version != after.version:
             self.fired.pop(job_id, None)
         renewal = self.renewals.get(job_id)

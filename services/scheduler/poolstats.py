@@ -15,6 +15,7 @@ from spotreel.domain.quotas import has_in_flight_room
 from spotreel.domain.ids import pool_key
 
 from spotreel.services.scheduler.partition import PartitionState
+from spotreel.services.scheduler.preempting import asked_1m
 
 # A worker heard from within this window (RequestWork, or a heartbeat of its lease) counts as present.
 WORKER_WINDOW_MS = 60_000
@@ -84,5 +85,7 @@ def pool_stats(part: PartitionState, now_ms: int,
             active_workers=len(holding),
             mean_checkpoint_ms=_mean(part.checkpoint_ms_by_pool.get(pool, ())),
             lease_losses_1h=lost, lease_loss_rate_per_hour=rate, min_share=min(shares, default=None),
-            leased_seconds_1h=leased_s))
+            leased_seconds_1h=leased_s,
+            preempting=sum(1 for p in part.yielding.values() if p == pool),
+            preempted_1m=len(asked_1m(part, pool, now_ms))))
     return out

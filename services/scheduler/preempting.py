@@ -11,14 +11,16 @@ tick, per pool, from:
 - **free workers:** workers of the pool this instance heard from lately that asked for work, hold no lease
   anywhere (the worker-lease index) and are not draining, or released a lease for a preemption in the last
   `FREE_WINDOW_MS` and hold none yet, plus the other instances' `idle_workers`;
-- **leases already yielding:** its own leases with a pending PreemptRequested;
-- **the budget:** the times of its own requests for the pool in the last minute.
+- **leases already yielding:** its own leases with a pending PreemptRequested, plus the other partitions'
+  `PoolStats.preempting`;
+- **the budget:** the times of its own requests for the pool in the last minute, plus the other partitions'
+  `PoolStats.preempted_1m` (counted as made now, so they hold the budget a little longer than a minute).
 
-What this does not promise: the budget and the yielding leases are per scheduler instance. With one
-instance owning every partition (the local stack) the budget is the pool's; with k instances a pool can see
-up to k x `per_minute` requests a minute, and two instances can each ask a lease back for the same waiting
-job until the first released worker takes it (pool-stats records do not carry the requests yet). The
-request times are memory: a new owner of a partition starts with an empty minute. Demand counts every
+What this does not promise: another instance's requests are seen a stats tick (about a second) and a Kafka
+round trip late, so two instances deciding within that window can both ask a lease back for one waiting job,
+and together exceed the pool's budget by what each asked in that window. With one instance owning every
+partition (the local stack) the budget is exact. The request times are memory: a new owner of a partition
+starts with an empty minute (the previous owner's requests stop counting). Demand counts every
 queued job of a higher tier, also one whose tenant is at its in-flight ceiling and so cannot take the freed
 worker, and another instance's `idle_workers` may still count a worker that has since taken a lease
 elsewhere (fewer preemptions, not more).
@@ -79,8 +81,8 @@ def running_of(part: PartitionState, pool: str, get: Callable[[str], JobState | 
     return out
 
 
-def yielding_of(part: PartitionState, pool: str, get: Callable[[str], JobState | None]) -> int:
-    return sum(1 for j, p in part.holders.items() if p == pool and (s := get(j)) is not None and s.preempt_requested)
+def yielding_of(part: PartitionState, pool: str) -> int:
+    return sum(1 for p in part.yielding.values() if p == pool)
 
 
 def asked_1m(part: PartitionState, pool: str, now_ms: int) -> list[int]:
@@ -133,7 +135,7 @@ def decide_pool(pool: str, parts: dict[int, PartitionState], others: Iterable[ev
                   if pool_key(j.model, j.gpu_type) == pool]
         waiting.update(j.priority for j in queued)
         tenants.update(j.tenant for j in queued)
-        yielding += yielding_of(part, pool, get)
+        yielding += yielding_of(part, pool)
         recent += asked_1m(part, pool, now_ms)
         running += [(p, r) for r in running_of(part, pool, get)]
     for stats in others:
@@ -142,6 +144,8 @@ def decide_pool(pool: str, parts: dict[int, PartitionState], others: Iterable[ev
         waiting.update(tiers_of(stats.queued_by_tier))
         tenants.update(t for t, n in tiers_of_tenants(stats.queued_by_tenant).items() if n > 0)
         free += stats.idle_workers
+        yielding += getattr(stats, "preempting", 0) or 0
+        recent += [now_ms] * (getattr(stats, "preempted_1m", 0) or 0)  # made within the minute: counted as now
     if not running or not waiting:
         return []
     where = {r.job_id: p for p, r in running}

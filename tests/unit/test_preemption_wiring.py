@@ -3,13 +3,17 @@ worker to the waiting higher tier (dispatch/order.py)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from spotreel.dispatch.order import PoolQueues, top_tier
+from spotreel.domain import commands as c
 from spotreel.domain import events as ev
 from spotreel.domain.preemption import Budget
 from spotreel.services.scheduler.metrics import Metrics
 from spotreel.services.scheduler.partition import PartitionState, WorkerSeen
+from spotreel.services.scheduler.poolstats import pool_stats
 from spotreel.services.scheduler.preempting import decide_pool, note_asked, tiers_of
 from tests.unit.jobkit import POOL, T0, Driver, leased_job
 
@@ -73,6 +77,34 @@ def test_an_under_served_tenant_waiting_elsewhere_gets_a_lease_of_the_over_serve
     assert [(p, c.job_id, c.reason, c.for_tenant) for p, c in got] == [(1, held.job_id, "fair_share", "newco")]
     # A newcomer at its ceiling (share_if_room None) takes nothing.
     assert decide_pool(*args, 2, lambda t: None if t == "newco" else shares[t], shares.get) == []
+
+
+def test_other_instances_requests_and_yielding_leases_count_through_their_pool_stats() -> None:
+    low = leased_job(key="low", priority=1)
+    part, states = _owner(low)
+    now = T0 + 30_000
+    waiting = _stats(0, {9: 1}, now)
+    assert len(decide_pool(POOL, {1: part}, [waiting], now, BUDGET, states.get, lambda w: True)) == 1
+    yielding = replace(waiting, preempting=1)  # another owner's lease is already yielding for that job
+    assert decide_pool(POOL, {1: part}, [yielding], now, BUDGET, states.get, lambda w: True) == []
+    spent = replace(waiting, preempted_1m=2)  # another owner used the pool's budget this minute
+    assert decide_pool(POOL, {1: part}, [spent], now, BUDGET, states.get, lambda w: True) == []
+
+
+def test_pool_stats_report_the_leases_yielding_and_the_requests_of_the_last_minute() -> None:
+    d = leased_job(key="y", priority=1)
+    part, _ = _owner(d)
+    before = d.s
+    d.send(c.PreemptLease("p", d.job_id, 1, 9))
+    part.observe(before, d.s)
+    note_asked(part, POOL, T0 - 70_000)  # out of the minute
+    note_asked(part, POOL, T0 - 1_000)
+    (stats,) = pool_stats(part, T0)
+    assert (stats.preempting, stats.preempted_1m) == (1, 1)
+    before = d.s
+    d.release(reason="paused")
+    part.observe(before, d.s)
+    assert pool_stats(part, T0)[0].preempting == 0
 
 
 def test_queued_by_tier_entries_and_routing_to_the_highest_tier_first() -> None:

@@ -695,6 +695,11 @@ class PoolStats:
     # Of `idle_workers`, those with this pool's model loaded (RequestWork.warm_models); the others would
     # switch models (unload, load) to take a job here, which the ETA counts. None: not reported.
     warm_idle_workers: int | None = None
+    # Priority/fair-share preemption (services/scheduler/preempting.py): leases of this pool here asked to
+    # yield and not yet ended, and the requests made for this pool here in the last minute, so that every
+    # scheduler instance counts the others' requests against the pool's budget and its waiting work.
+    preempting: int = 0
+    preempted_1m: int = 0
 
 
 @dataclass(frozen=True)
