@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from concurrent.futures import ThreadPoolExecutor
 
+from spotreel.infra import sizes
 from spotreel.infra.layout import Layout
 from spotreel.infra.seed import DEV_WORKER_KEY
 from spotreel.infra.stack import components
@@ -15,6 +16,7 @@ def collect(settings: Settings, timeout: float = 3.0) -> dict[str, object]:
     comps = components(settings)
     with ThreadPoolExecutor(max_workers=len(comps), thread_name_prefix="infra-status") as pool:
         entries = list(pool.map(lambda c: c.health(timeout), comps))
+    up = {e["name"] for e in entries if e["healthy"]}
     return {
         "healthy": all(e["healthy"] for e in entries),
         "home": str(Layout.of(settings).home),
@@ -26,6 +28,8 @@ def collect(settings: Settings, timeout: float = 3.0) -> dict[str, object]:
         "cassandra_keyspace": settings.cassandra_keyspace,
         "s3_endpoint": settings.s3_endpoint,
         "topic_prefix": settings.topic_prefix,
+        # Topic, job-table and bucket sizes (sizes.py): bounded state, watched.
+        "sizes": sizes.collect(settings, timeout, kafka="kafka" in up, s3="s3" in up),
     }
 
 
@@ -41,6 +45,8 @@ def render_text(report: dict[str, object]) -> str:
         lines.append(f"  {'':<{width}}  log: {c['log']}")
     lines.append(f"  gateway URL: {report['gateway_url']}")
     lines.append(f"  dev API key: {report['dev_api_key']}")
+    if "sizes" in report:
+        lines.extend(sizes.render(report["sizes"]))  # type: ignore[arg-type]
     return "\n".join(lines)
 
 
