@@ -4,7 +4,7 @@ in the order that makes the loop exactly-once (events, then table, see README.md
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from spotreel.adapters.partitioning import partition_for
@@ -19,6 +19,7 @@ from spotreel.domain.grant_reasons import GrantReasons, reasons
 from spotreel.domain.ids import pool_key
 from spotreel.domain.leases import judged_at
 from spotreel.domain.pools import WorkerOffer
+from spotreel.domain.records import replace
 from spotreel.domain.renewals import absorbed, flushed
 from spotreel.domain.schedules import ScheduleState, decide_schedule, fold_schedule
 from spotreel.domain.state import JobState

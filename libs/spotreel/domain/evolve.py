@@ -9,7 +9,7 @@ by `decide` and written into the event.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import replace
+from spotreel.domain.records import replace
 
 from spotreel.domain import events as ev
 from spotreel.domain import leases, limits, progress

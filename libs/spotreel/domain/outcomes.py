@@ -6,7 +6,9 @@ handler can get the numbering wrong. Rejections keep the version they were judge
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+
+from spotreel.domain.records import replace
 from typing import Any, TypeVar
 
 from spotreel.domain.events import CommandRejected

@@ -26,8 +26,9 @@ These are computed in `evolve` from the figures the events carry, so replay give
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
+from spotreel.domain.records import replace
 from spotreel.domain.state import JobState
 
 

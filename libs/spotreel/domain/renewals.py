@@ -33,7 +33,7 @@ view only in a deadline that only moves later and a position that only moves for
 
 from __future__ import annotations
 
-from dataclasses import replace
+from spotreel.domain.records import replace
 from typing import Any, Sequence
 
 from spotreel.domain import events as ev

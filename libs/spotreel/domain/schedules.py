@@ -37,7 +37,9 @@ outcomes of jobs already fired are still recorded.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+
+from spotreel.domain.records import replace
 from typing import Any
 
 from spotreel.domain import commands as cmd
