@@ -134,6 +134,7 @@ def test_every_command_for_an_unknown_job_is_rejected(command: type) -> None:
         "pool": POOL,
         "lease_ttl_ms": 1,
         "priority": 1,
+        "for_priority": 9,
         "parent_id": "p",
         "outcome": "succeeded",
         "child_id": "kid",
