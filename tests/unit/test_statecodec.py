@@ -1,0 +1,32 @@
+"""The scheduler's table format: dumps writes what `dataclasses.asdict` would (the format a running table
+already holds), and loads reads every state of the golden histories back unchanged."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from spotreel.domain.evolve import evolve
+from spotreel.services.scheduler import statecodec
+from tests.unit.test_job_golden import GOLDEN, decode_event
+
+
+JOB_HISTORIES = [p for p in sorted(GOLDEN.glob("*.json"))
+                 if json.loads(p.read_text())["events"][0]["type"] == "JobSubmitted"]  # not the schedules'
+
+
+@pytest.mark.parametrize("path", JOB_HISTORIES, ids=lambda p: p.stem)
+def test_every_state_of_a_golden_history_round_trips_in_the_old_format(path) -> None:
+    state = None
+    seen = 0
+    for record in json.loads(path.read_text())["events"]:
+        state = evolve(state, decode_event(record))
+        if state is None:
+            continue
+        raw = statecodec.dumps(state)
+        assert raw == json.dumps(dataclasses.asdict(state), separators=(",", ":")).encode()
+        assert statecodec.loads(raw) == state
+        seen += 1
+    assert seen > 0
