@@ -15,8 +15,8 @@ from cassandra.protocol import ProtocolException
 
 from spotreel.services.gateway.deps import Claim, PoolLoad, StoreUnavailable, Tenant
 from spotreel.services.gateway.views import ACCEPTED, TERMINAL
-from spotreel.services.projector.queries import AttemptView, HistoryEntry, JobPage, JobView, ReadModels
-from spotreel.services.projector.schedule_queries import OccurrencePage, SchedulePage, ScheduleReads, ScheduleView
+from spotreel.readmodel.jobs import AttemptView, HistoryEntry, JobPage, JobView, ReadModels
+from spotreel.readmodel.schedules import OccurrencePage, SchedulePage, ScheduleReads, ScheduleView
 from spotreel.services.webhooks.store import JOB_STATE_CQL, JobWebhookState, job_state_from_row
 
 T = TypeVar("T")

@@ -1,8 +1,8 @@
 """What the gateway needs from the outside world, as small async interfaces.
 
 `create_app` takes them injected: production wires Kafka and Cassandra (`wiring.py`), unit tests pass the
-fakes of `fakes.py`. The read-side records are the projector's own dataclasses (services/projector/
-queries.py), so the gateway and the projector cannot drift on what a job row means.
+fakes of `fakes.py`. The read-side records are the read models' own dataclasses (libs/spotreel/readmodel/,
+shared with the projector), so the gateway and the projector cannot drift on what a job row means.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 from spotreel.dispatch.listener import DispatchUnavailable
-from spotreel.services.projector.queries import AttemptView, HistoryEntry, JobPage, JobView
-from spotreel.services.projector.schedule_queries import OccurrencePage, SchedulePage, ScheduleView
+from spotreel.readmodel.jobs import AttemptView, HistoryEntry, JobPage, JobView
+from spotreel.readmodel.schedules import OccurrencePage, SchedulePage, ScheduleView
 from spotreel.services.webhooks.store import JobWebhookState
 
 

@@ -12,7 +12,7 @@ from spotreel.services.gateway.deps import Claim, Deps
 from spotreel.services.gateway.errors import ApiError, not_found
 from spotreel.services.gateway.submission import JOB_ID
 from spotreel.services.gateway.views import ACCEPTED
-from spotreel.services.projector.queries import JobView
+from spotreel.readmodel.jobs import JobView
 
 
 def job_id_of(request: web.Request) -> str:

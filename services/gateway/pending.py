@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spotreel.services.gateway.deps import Deps, Tenant
-from spotreel.services.projector.queries import JobView
+from spotreel.readmodel.jobs import JobView
 
 RUN_AT_STATUSES = frozenset({"scheduled"})
 NOT_PENDING = frozenset({"leased", "running", "succeeded", "failed", "cancelled", "dead_lettered"})

@@ -29,7 +29,7 @@ from spotreel.services.gateway.errors import ApiError, invalid
 from spotreel.services.gateway.jsonbody import read_object
 from spotreel.services.gateway.submission import MAX_RUN_AT_MS, check_idempotency_key, normalize, policy_fields
 from spotreel.services.gateway.views import ACCEPTED, iso
-from spotreel.services.projector.schedule_queries import OccurrenceView, ScheduleView
+from spotreel.readmodel.schedules import OccurrenceView, ScheduleView
 
 SCHEDULE_ID = re.compile(r"s[0-9a-f]{32}")
 _DIGITS = re.compile(r"[0-9]{1,9}")

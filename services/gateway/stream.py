@@ -22,7 +22,7 @@ from spotreel.services.gateway.errors import ApiError
 from spotreel.services.gateway.lookup import conflict, find, job_id_of, status_of
 from spotreel.services.gateway.pending import explain, tenant_leases
 from spotreel.services.gateway.views import TERMINAL, claim_json, job_json
-from spotreel.services.projector.queries import JobView
+from spotreel.readmodel.jobs import JobView
 
 HEARTBEAT_SECONDS = 15.0
 # How often a stream re-counts the tenant's leases for `pending_reason` (tenant_at_ceiling).

@@ -19,7 +19,7 @@ from spotreel.services.gateway.submission import PRIORITY_RANGE
 from spotreel.services.gateway.submit import submit_video
 from spotreel.services.gateway.views import (ACCEPTED, TERMINAL, attempt_json, claim_json, event_json, job_json,
                                              list_item_json, webhook_json)
-from spotreel.services.projector.queries import JobView
+from spotreel.readmodel.jobs import JobView
 
 _DIGITS = re.compile(r"[0-9]{1,9}")
 STATUSES = frozenset({ACCEPTED, "scheduled", "waiting", "queued", "leased", "running", "paused", *TERMINAL})

@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from spotreel.services.gateway.deps import Claim
-from spotreel.services.projector.queries import AttemptView, HistoryEntry, JobListItem, JobView
+from spotreel.readmodel.jobs import AttemptView, HistoryEntry, JobListItem, JobView
 from spotreel.services.webhooks.store import PENDING, JobWebhookState
 
 # The status a job has between the 202 and the scheduler's first event reaching the read model.

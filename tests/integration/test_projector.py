@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from confluent_kafka import Consumer
 
-from spotreel.services.projector.queries import ReadModels
+from spotreel.readmodel.jobs import ReadModels
 from spotreel.services.projector.service import build, deadletter_topic
 from tests.integration.projector_kit import (assert_tables_are_the_fold, dump, interleave, isolated,
                                              make_histories, prepare_keyspace, produce)

@@ -9,7 +9,7 @@ from confluent_kafka import Producer
 from spotreel.codec import Codec
 from spotreel.domain import commands as c
 from spotreel.domain import ids
-from spotreel.services.projector.schedule_queries import ScheduleReads
+from spotreel.readmodel.schedules import ScheduleReads
 from spotreel.services.projector.service import build
 from tests.integration.projector_kit import (assert_tables_are_the_fold, interleave, isolated, make_histories,
                                              prepare_keyspace, produce)

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from spotreel.services.gateway.deps import Claim, Deps, PoolLoad, SinkUnavailable, Tenant
-from spotreel.services.projector.queries import JobListItem, JobPage, JobView
-from spotreel.services.projector.schedule_queries import OccurrencePage, SchedulePage
+from spotreel.readmodel.jobs import JobListItem, JobPage, JobView
+from spotreel.readmodel.schedules import OccurrencePage, SchedulePage
 
 KEYS = {"key-a": "tenant-a", "key-b": "tenant-b"}
 WORKER_KEY = "worker-key"

@@ -9,7 +9,7 @@ from typing import Any
 from cassandra.cluster import Session
 from cassandra.concurrent import execute_concurrent_with_args
 
-from spotreel.services.projector.queries import _ms
+from spotreel.readmodel.jobs import _ms
 
 
 @dataclass(frozen=True)
