@@ -17,7 +17,7 @@ from spotreel.services.gateway.deps import Claim, PoolLoad, StoreUnavailable, Te
 from spotreel.services.gateway.views import ACCEPTED, TERMINAL
 from spotreel.readmodel.jobs import AttemptView, HistoryEntry, JobPage, JobView, ReadModels
 from spotreel.readmodel.schedules import OccurrencePage, SchedulePage, ScheduleReads, ScheduleView
-from spotreel.services.webhooks.store import JOB_STATE_CQL, JobWebhookState, job_state_from_row
+from spotreel.readmodel.webhooks import JOB_STATE_CQL, JobWebhookState, job_state_from_row
 
 T = TypeVar("T")
 # The projector stamps every job-row write with the event version (≥ 1, services/projector/projection.py),

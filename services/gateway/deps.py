@@ -13,7 +13,7 @@ from typing import Any, Callable, Protocol
 from spotreel.dispatch.listener import DispatchUnavailable
 from spotreel.readmodel.jobs import AttemptView, HistoryEntry, JobPage, JobView
 from spotreel.readmodel.schedules import OccurrencePage, SchedulePage, ScheduleView
-from spotreel.services.webhooks.store import JobWebhookState
+from spotreel.readmodel.webhooks import JobWebhookState
 
 
 # The command was not acknowledged by Kafka (definitely not written, or unknown), or the dispatch consumer

@@ -14,8 +14,8 @@ from spotreel.services.gateway.submission import (DAG_POLICIES, KEY, MAX_RUN_AT_
                                                   resolution_rule)
 from spotreel.services.gateway.videos import STATUSES
 from spotreel.services.gateway import schedules as sched
-from spotreel.services.webhooks.payload import FILTERS as WEBHOOK_FILTERS
-from spotreel.services.webhooks.store import FINAL, PENDING
+from spotreel.webhook_filters import FILTERS as WEBHOOK_FILTERS
+from spotreel.readmodel.webhooks import FINAL, PENDING
 
 
 def _anchored(pattern: str) -> str:

@@ -16,8 +16,8 @@ from spotreel.domain.commands import SubmitJob
 from spotreel.domain.decide import submission_problem
 from spotreel.services.gateway.config import GatewayConfig
 from spotreel.services.gateway.errors import ApiError, invalid
-from spotreel.services.webhooks.payload import DEFAULT_FILTER as DEFAULT_WEBHOOK_FILTER
-from spotreel.services.webhooks.payload import FILTERS as WEBHOOK_FILTERS
+from spotreel.webhook_filters import DEFAULT_FILTER as DEFAULT_WEBHOOK_FILTER
+from spotreel.webhook_filters import FILTERS as WEBHOOK_FILTERS
 from spotreel.webhook_targets import url_refusal
 
 # The job's retry and time policy (domain/limits.py), with the domain's limits and SubmitJob's defaults.

@@ -7,7 +7,7 @@ from typing import Any
 
 from spotreel.services.gateway.deps import Claim
 from spotreel.readmodel.jobs import AttemptView, HistoryEntry, JobListItem, JobView
-from spotreel.services.webhooks.store import PENDING, JobWebhookState
+from spotreel.readmodel.webhooks import PENDING, JobWebhookState
 
 # The status a job has between the 202 and the scheduler's first event reaching the read model.
 ACCEPTED = "accepted"

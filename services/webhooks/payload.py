@@ -20,9 +20,7 @@ from typing import Any
 
 from spotreel.domain import events as ev
 
-# The kinds a job may ask for, and what it gets when it names none.
-FILTERS = ("started", "progress", "completed", "failed")
-DEFAULT_FILTER = frozenset({"completed", "failed"})
+# The kinds a job may ask for (FILTERS) and the default live in libs/spotreel/webhook_filters.py.
 MILESTONES = (25, 50, 75)
 
 TERMINAL_TYPES: dict[type, tuple[str, str]] = {

@@ -2,7 +2,8 @@
 
 Outcomes go to two tables: `webhook_deliveries` per event (what a restarted notifier reads to skip what was
 delivered) and `webhook_state_by_job` per job (what the gateway shows in `GET /v1/videos/{id}` as
-`webhook`; `job_state` is its reader, shared by both services so they cannot drift on the row).
+`webhook`; its reader is libs/spotreel/readmodel/webhooks.py, shared by both services so they cannot drift
+on the row).
 The driver is synchronous; the async notifier calls these through `asyncio.to_thread`."""
 
 from __future__ import annotations
@@ -12,12 +13,7 @@ from datetime import datetime, timezone
 
 from cassandra.cluster import Session
 
-DELIVERED = "delivered"
-FINAL = frozenset({DELIVERED, "failed", "gave_up", "refused", "no_secret"})
-# A subscribed job whose notifications have not been tried yet (none due, or the notifier is behind).
-PENDING = "pending"
-JOB_STATE_CQL = ("SELECT event_id, event_type, state, attempts, last_status, last_error, updated_at "
-                 "FROM webhook_state_by_job WHERE job_id = ?")
+from spotreel.readmodel.webhooks import FINAL, JOB_STATE_CQL, PENDING, JobWebhookState, job_state_from_row
 
 
 def state_timestamp(version: int, final: bool, attempts: int) -> int:
@@ -26,24 +22,6 @@ def state_timestamp(version: int, final: bool, attempts: int) -> int:
     attempts from 1 again, so only the final flag decides against it). The subscription's `pending` row
     is written at 0 and loses to all of them."""
     return (version << 21) | (int(final) << 20) | min(max(attempts, 0), (1 << 20) - 1)
-
-
-@dataclass(frozen=True)
-class JobWebhookState:
-    state: str
-    attempts: int
-    last_status: int | None
-    last_error: str | None
-    event_id: str | None
-    event_type: str | None
-    updated_at: datetime | None
-
-
-def job_state_from_row(row) -> JobWebhookState | None:
-    if row is None:
-        return None
-    return JobWebhookState(row.state or PENDING, row.attempts or 0, row.last_status, row.last_error, row.event_id,
-                           row.event_type, row.updated_at)
 
 
 @dataclass(frozen=True)

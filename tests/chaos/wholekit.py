@@ -21,7 +21,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from spotreel.codec import Codec
 from spotreel.infra.topics import events_topic
-from spotreel.services.webhooks import signing
+from spotreel import webhook_signing as signing
 from spotreel.settings import Settings
 from tests.harness.private_stack import PrivateStack
 from tests.integration.workerkit import GPU, WorkerProc

@@ -15,7 +15,8 @@ from spotreel.services.gateway.app import create_app
 from spotreel.services.gateway.config import GatewayConfig
 from spotreel.services.gateway.openapi import document
 from spotreel.services.gateway.submission import normalize
-from spotreel.services.webhooks.payload import FILTERS, milestone, notification_for
+from spotreel.services.webhooks.payload import milestone, notification_for
+from spotreel.webhook_filters import FILTERS
 from spotreel.settings import Settings
 from tests.unit.gateway_fakes import fake_deps
 
