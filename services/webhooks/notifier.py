@@ -26,7 +26,8 @@ from spotreel.domain import events as ev
 from spotreel.services.webhooks.backoff import RetryPolicy
 from spotreel.services.webhooks.metrics import WebhookMetrics
 from spotreel.services.webhooks.offsets import OffsetTracker
-from spotreel.services.webhooks.payload import DEFAULT_FILTER, Notification, notification_for
+from spotreel.services.webhooks.payload import Notification, notification_for
+from spotreel.webhook_filters import DEFAULT_FILTER
 from spotreel.services.webhooks.sender import Attempt, Sender, Stopping
 from spotreel.services.webhooks.store import FINAL, Outcome, Subscription, WebhookStore
 
