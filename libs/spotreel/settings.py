@@ -116,6 +116,9 @@ class Settings:
     # 5 KB per job in the table, 0.7 KB per summary (bench/README.md, "Bounded state").
     scheduler_retention_s: int = 86_400
     scheduler_summary_retention_s: int = 3 * 86_400
+    # The janitor (services/janitor, inside `spotreel webhooks`): how often it sweeps the checkpoint and artifact
+    # buckets for what is due only later (failed jobs' checkpoints, expired videos; domain/expiry.py).
+    janitor_sweep_every_s: int = 600
 
     @property
     def kafka_bootstrap(self) -> str:

@@ -1,4 +1,5 @@
-"""GET /v1/videos/{id}/stream (Server-Sent Events) and GET /v1/videos/{id}/content (302 to S3).
+"""GET /v1/videos/{id}/stream (Server-Sent Events) and GET /v1/videos/{id}/content (302 to S3; 410 Gone once
+the video expired under the tenant's plan, domain/expiry.py).
 
 The stream polls the read model rather than tailing Kafka: the read model is what GET shows, so the two
 can never disagree, and a gateway needs no consumer per open stream. Each `status` event is the job's
@@ -15,6 +16,7 @@ import time
 
 from aiohttp import web
 
+from spotreel.domain import expiry
 from spotreel.services.gateway import sse
 from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import gateway
@@ -97,6 +99,12 @@ async def video_content(request: web.Request) -> web.Response:
     status = status_of(found)
     if status != "succeeded" or not isinstance(found, JobView) or not found.result_key:
         raise conflict(f"the video is {status}; content exists once it has succeeded", status)
+    expires_at = expiry.video_expires_at_ms(status, found.updated_at_ms, request[TENANT].plan)
+    if expiry.due(expires_at, gw.deps.clock_ms()):
+        plan = request[TENANT].plan
+        raise ApiError(410, "video_expired", f"the video expired {expiry.VIDEO_RETENTION_DAYS[plan]} days after "
+                       f"it succeeded (plan {plan}) and is deleted; submit it again (a new Idempotency-Key) to "
+                       "render a new one", expired_at_ms=expires_at)
     if gw.deps.presign is None:
         raise ApiError(503, "storage_unavailable", "no object store is configured", retry_after=30)
     raise web.HTTPFound(gw.deps.presign(found.result_key))
