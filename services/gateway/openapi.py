@@ -57,6 +57,8 @@ def _errors(*codes: int) -> dict[str, Any]:
     text = {400: "malformed request", 401: "missing or unknown API key",
             403: "the tenant's plan does not allow this priority (error.max_priority), or the tenant is disabled",
             404: "no such video (or not yours)",
+            410: "the video expired under the tenant's plan and is deleted (error.code video_expired, "
+                 "error.expired_at_ms)",
             409: "conflict with the video's state, an earlier use of the Idempotency-Key, or a stale lease epoch",
             413: "body too large", 415: "the body is not application/json",
             422: "a field is invalid (error.field names it)",
@@ -510,7 +512,7 @@ def document(cfg: GatewayConfig | None = None) -> dict[str, Any]:
             "(id, version, pending_reason; the id of the version already sent) says the reason changed without "
             "a new version", {"200": ("text/event-stream", {})}, (401, 404), params=[LAST_EVENT_ID])},
         "/v1/videos/{id}/content": {"get": _op("the MP4", {"302": ("redirect to a presigned URL", {})},
-                                               (401, 404, 409, 503))},
+                                               (401, 404, 409, 410, 503))},
         "/v1/videos/{id}/pause": {"post": _op("pause", ok202, cmd_errors)},
         "/v1/videos/{id}/resume": {"post": _op("resume", ok202, cmd_errors)},
         "/v1/videos/{id}/retry": {"post": _op("requeue a failed or dead-lettered video", ok202, cmd_errors)},
