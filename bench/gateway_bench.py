@@ -134,7 +134,7 @@ async def _main(args: argparse.Namespace) -> dict:
     from spotreel.adapters.kafka import delete_topics
     from spotreel.infra.migrate import migrate
     from spotreel.infra.topics import ensure_topics
-    from spotreel.services.gateway.tenants import create_tenant
+    from spotreel.tenancy import create_tenant
     from spotreel.settings import Settings
 
     unique = "bench" + uuid.uuid4().hex[:10]

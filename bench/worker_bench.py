@@ -27,7 +27,7 @@ import torch
 
 from spotreel.settings import Settings
 from spotreel.worker.checkpoints import CheckpointStore, encode
-from spotreel.worker.interval import optimal_interval_s
+from spotreel.checkpoint_interval import optimal_interval_s
 from spotreel.worker.model_tiny import ensure_tiny_model
 from spotreel.worker.pipeline import Renderer, RenderRequest
 from spotreel.worker.video import available_codec, encode_mp4

@@ -15,10 +15,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from spotreel.model_registry import DEFAULT_POOL
 from spotreel.settings import Settings
 from spotreel.worker.stuck import DEFAULT_MIN_S, DEFAULT_STEPS
-
-DEFAULT_POOL = "tiny-t2v@any"
 
 
 def register(sub: argparse._SubParsersAction) -> None:

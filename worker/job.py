@@ -27,7 +27,7 @@ from typing import Any, Callable
 from spotreel.domain.leases import UNCLAIMED
 from spotreel.worker.artifacts import ArtifactStore
 from spotreel.worker.checkpoints import CheckpointError, CheckpointStore
-from spotreel.worker.interval import IntervalPolicy
+from spotreel.checkpoint_interval import IntervalPolicy
 from spotreel.worker.metrics import WorkerMetrics
 from spotreel.worker.pipeline import Renderer, RenderRequest, RenderState
 from spotreel.worker.pulse import Position, Pulse

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from spotreel.worker.artifacts import ArtifactStore
 from spotreel.worker.checkpoints import CheckpointStore
-from spotreel.worker.interval import IntervalPolicy
+from spotreel.checkpoint_interval import IntervalPolicy
 from spotreel.worker.job import JobRun, Outcome
 from spotreel.worker.metrics import WorkerMetrics
 from spotreel.worker.signals import PreemptionNotice

@@ -28,6 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# The pool a worker serves without --pool, where a submission with the gateway's defaults goes
+# (GatewayConfig.default_model @ default_gpu_type); the capacity manager's default too.
+DEFAULT_POOL = "tiny-t2v@any"
+
 FAMILIES = ("unet3d", "wan", "ltx", "cogvideox")
 DTYPES = ("float32", "float16", "bfloat16")
 SAMPLERS = {"unet3d": ("ddim", "euler_a", "unipc", "dpmpp"), "wan": ("unipc", "dpmpp"), "ltx": ("flow_euler",),

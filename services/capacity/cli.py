@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from spotreel.settings import Settings
-from spotreel.worker.cli import DEFAULT_POOL
+from spotreel.model_registry import DEFAULT_POOL
 
 # Simulated workers "complete" jobs without rendering anything, so they get a pool of their own by default:
 # pointed at the default pool they would answer real jobs with videos that do not exist.

@@ -28,7 +28,7 @@ from spotreel.dispatch.listener import DispatchUnavailable
 from spotreel.services.capacity.sim_config import SimConfig
 from spotreel.services.capacity.sim_figures import Accepted, Attempt, WorkerLife
 from spotreel.services.capacity.sim_waste import adaptive_interval_s
-from spotreel.worker.interval import estimated_mtbf_s
+from spotreel.checkpoint_interval import estimated_mtbf_s
 
 
 class Meter:

@@ -51,7 +51,7 @@ class PrivateStack:
         from spotreel.adapters.kafka import ensure_scheduler_topics
         from spotreel.infra.cassandra import cql_session
         from spotreel.infra.migrate import migrate
-        from spotreel.services.gateway.tenants import create_tenant, create_worker_key
+        from spotreel.tenancy import create_tenant, create_worker_key
 
         s = self.settings
         ensure_scheduler_topics(s)

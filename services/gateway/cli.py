@@ -74,7 +74,7 @@ def _overrides(args: argparse.Namespace) -> dict:
 
 
 def _publish(settings: Settings, name: str, plan, command: str) -> int:
-    from spotreel.services.gateway.tenants import publish_settings, settings_record
+    from spotreel.tenancy import publish_settings, settings_record
 
     try:
         publish_settings(settings, settings_record(name, plan))
@@ -91,7 +91,7 @@ def _publish(settings: Settings, name: str, plan, command: str) -> int:
 def _create_tenant(args: argparse.Namespace, settings: Settings) -> int:
     from spotreel.domain.plans import settings_for
     from spotreel.infra.cassandra import cql_session
-    from spotreel.services.gateway.tenants import create_tenant, create_webhook_secret, tenant_plan
+    from spotreel.tenancy import create_tenant, create_webhook_secret, tenant_plan
 
     try:
         plan = settings_for(args.plan, **_overrides(args))
@@ -115,7 +115,7 @@ def _set_tenant(args: argparse.Namespace, settings: Settings) -> int:
 
     from spotreel.domain.plans import plan_problem, settings_for
     from spotreel.infra.cassandra import cql_session
-    from spotreel.services.gateway.tenants import set_tenant, tenant_plan
+    from spotreel.tenancy import set_tenant, tenant_plan
 
     try:
         with cql_session(settings, keyspace=settings.cassandra_keyspace) as session:
@@ -138,7 +138,7 @@ def _set_tenant(args: argparse.Namespace, settings: Settings) -> int:
 
 def _webhook_secret(args: argparse.Namespace, settings: Settings) -> int:
     from spotreel.infra.cassandra import cql_session
-    from spotreel.services.gateway.tenants import create_webhook_secret
+    from spotreel.tenancy import create_webhook_secret
 
     try:
         with cql_session(settings, keyspace=settings.cassandra_keyspace) as session:
@@ -192,7 +192,7 @@ def _usage(args: argparse.Namespace, settings: Settings) -> int:
 
 def _create_worker_key(args: argparse.Namespace, settings: Settings) -> int:
     from spotreel.infra.cassandra import cql_session
-    from spotreel.services.gateway.tenants import create_worker_key
+    from spotreel.tenancy import create_worker_key
 
     try:
         with cql_session(settings, keyspace=settings.cassandra_keyspace) as session:

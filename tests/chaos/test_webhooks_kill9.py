@@ -18,7 +18,7 @@ from aiohttp.test_utils import TestServer
 from spotreel.adapters.kafka import delete_topics
 from spotreel.infra.migrate import migrate
 from spotreel.infra.topics import ensure_topics
-from spotreel.services.gateway.tenants import create_tenant, create_webhook_secret
+from spotreel.tenancy import create_tenant, create_webhook_secret
 from spotreel import webhook_signing as signing
 from spotreel.services.webhooks.payload import event_id
 from tests.integration.conftest import cassandra_cluster, cql  # noqa: F401

@@ -32,7 +32,7 @@ import pytest
 from spotreel.domain import events as ev
 from spotreel.infra.cassandra import cql_session
 from spotreel.infra.seed import DEV_WORKER_KEY
-from spotreel.services.gateway.tenants import create_tenant, create_webhook_secret
+from spotreel.tenancy import create_tenant, create_webhook_secret
 from spotreel.settings import Settings
 from spotreel.worker.artifacts import CONTENT_META, FRAMES_META
 from spotreel.worker.video import probe

@@ -24,7 +24,7 @@ import pytest
 
 from spotreel.domain import events as ev
 from spotreel.infra.services import settings_env
-from spotreel.worker.cli import DEFAULT_POOL
+from spotreel.model_registry import DEFAULT_POOL
 from tests.integration.capacitykit import held_at, leases, private_plane, wait_until
 from tests.integration.schedkit import ROOT, Bus
 from tests.integration.workerkit import reference_checksum

@@ -27,7 +27,7 @@ from spotreel.services.gateway import sse
 from spotreel.services.gateway.app import create_app
 from spotreel.services.gateway.client_cli import progress_line
 from spotreel.services.gateway.config import GatewayConfig
-from spotreel.services.gateway.tenants import create_tenant
+from spotreel.tenancy import create_tenant
 from spotreel.services.gateway.wiring import real_deps
 from spotreel.services.projector.projection import project
 from spotreel.services.projector.store import Store

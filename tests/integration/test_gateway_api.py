@@ -22,7 +22,7 @@ from spotreel.infra.topics import commands_topic, ensure_topics
 from spotreel.services.gateway.app import create_app
 from spotreel.services.gateway.cassandra_store import CassandraReads
 from spotreel.services.gateway.config import GatewayConfig
-from spotreel.services.gateway.tenants import create_tenant
+from spotreel.tenancy import create_tenant
 from spotreel.services.gateway.wiring import real_deps
 from spotreel.services.projector.projection import project
 from spotreel.services.projector.store import Store

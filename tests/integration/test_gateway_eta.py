@@ -17,7 +17,7 @@ from spotreel.domain import ids
 from spotreel.infra.topics import pool_stats_topic
 from spotreel.services.gateway.app import create_app
 from spotreel.services.gateway.config import GatewayConfig
-from spotreel.services.gateway.tenants import create_tenant
+from spotreel.tenancy import create_tenant
 from spotreel.services.gateway.wiring import real_deps
 from tests.integration import test_gateway_api
 from tests.integration.test_gateway_api import BODY, auth

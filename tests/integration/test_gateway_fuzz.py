@@ -29,7 +29,7 @@ from spotreel.infra.migrate import migrate
 from spotreel.infra.topics import ensure_topics
 from spotreel.services.gateway.app import create_app
 from spotreel.services.gateway.config import GatewayConfig
-from spotreel.services.gateway.tenants import create_tenant, create_worker_key
+from spotreel.tenancy import create_tenant, create_worker_key
 from spotreel.services.gateway.wiring import real_deps
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]

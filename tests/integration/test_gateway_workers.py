@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from spotreel.infra.migrate import migrate
 from spotreel.services.gateway.app import create_app
 from spotreel.services.gateway.config import GatewayConfig
-from spotreel.services.gateway.tenants import create_tenant, create_worker_key
+from spotreel.tenancy import create_tenant, create_worker_key
 from spotreel.services.gateway.wiring import real_deps
 from tests.integration.schedkit import SchedulerProc, drop_topics, make_topics
 

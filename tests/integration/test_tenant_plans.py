@@ -22,7 +22,7 @@ from spotreel.infra.migrate import migrate
 from spotreel.infra.seed import api_key_hash
 from spotreel.infra.topics import tenants_topic
 from spotreel.services.gateway.cassandra_store import CassandraAuth
-from spotreel.services.gateway.tenants import tenant_plan
+from spotreel.tenancy import tenant_plan
 from tests.integration.schedkit import ROOT, Bus, SchedulerProc, drop_topics, make_topics, submit
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]

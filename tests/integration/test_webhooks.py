@@ -24,7 +24,7 @@ from spotreel.infra.migrate import migrate
 from spotreel.infra.topics import ensure_topics, events_topic
 from spotreel.infra.seed import api_key_hash
 from spotreel.services.gateway.cassandra_store import CassandraAuth, CassandraReads
-from spotreel.services.gateway.tenants import create_tenant, create_webhook_secret
+from spotreel.tenancy import create_tenant, create_webhook_secret
 from spotreel import webhook_signing as signing
 from spotreel.services.webhooks.backoff import RetryPolicy
 from spotreel.services.webhooks.payload import event_id

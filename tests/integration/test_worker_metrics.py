@@ -14,7 +14,7 @@ from prometheus_client import generate_latest
 from spotreel.infra.ports import free_port
 from spotreel.worker.artifacts import ArtifactStore
 from spotreel.worker.checkpoints import CheckpointStore
-from spotreel.worker.interval import IntervalPolicy
+from spotreel.checkpoint_interval import IntervalPolicy
 from spotreel.worker.job import JobRun
 from spotreel.worker.metrics import PHASES, WorkerMetrics
 from spotreel.worker.pipeline import Renderer

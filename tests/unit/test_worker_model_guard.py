@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from spotreel.worker.interval import IntervalPolicy
+from spotreel.checkpoint_interval import IntervalPolicy
 from spotreel.worker.job import JobRun
 from spotreel.worker.signals import PreemptionNotice
 from spotreel.worker.transport import Lease, Verdict
