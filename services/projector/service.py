@@ -6,6 +6,7 @@ import contextlib
 import logging
 from typing import Iterator
 
+from spotreel.infra.topics import events_deadletter_topic as deadletter_topic
 from spotreel.settings import Settings
 
 log = logging.getLogger("spotreel.projector")
@@ -15,28 +16,10 @@ def group_id(settings: Settings) -> str:
     return f"{settings.topic_prefix}.projector"
 
 
-def deadletter_topic(settings: Settings) -> str:
-    return f"{settings.topic_prefix}.events.deadletter"
-
-
 def ensure_deadletter_topic(settings: Settings, timeout: float = 30.0) -> None:
-    from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import NewTopic
+    from spotreel.infra.topics import admin_client, create_missing, events_deadletter_spec
 
-    from spotreel.infra.kafka import admin_client
-
-    admin = admin_client(settings.kafka_bootstrap, timeout)
-    name = deadletter_topic(settings)
-    if name in admin.list_topics(timeout=timeout).topics:
-        return
-    # Dead letters wait for a person: they must not expire first.
-    fut = admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=1,
-                                        config={"retention.ms": "-1"})])[name]
-    try:
-        fut.result(timeout)
-    except KafkaException as exc:
-        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-            raise
+    create_missing(admin_client(settings.kafka_bootstrap, timeout), [events_deadletter_spec(settings)], timeout)
 
 
 def metrics_registry():

@@ -23,7 +23,7 @@ from typing import Any
 
 import faust
 
-from spotreel.adapters.kafka import CMD_OFFSET_HEADER, assignments_topic
+from spotreel.adapters.kafka import CMD_OFFSET_HEADER
 from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
@@ -34,8 +34,9 @@ from spotreel.domain.schedules import ScheduleState
 from spotreel.domain.state import JobState
 from spotreel.domain.renewals import after_handover
 from spotreel.domain.retention import Retention
-from spotreel.infra.topics import (commands_topic, deadletter_topic, events_topic, pool_stats_topic,
-                                   replies_topic, scheduler_app_id, tenant_usage_topic, worker_leases_topic)
+from spotreel.infra.topics import (assignments_topic, commands_topic, deadletter_topic, events_topic,
+                                   pool_stats_topic, replies_topic, scheduler_app_id, tenant_usage_topic,
+                                   worker_leases_topic)
 from spotreel.settings import Settings
 
 from spotreel.services.scheduler import followups, redelivery, statecodec, taskdump

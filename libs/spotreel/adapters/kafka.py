@@ -1,5 +1,6 @@
 """Small confluent-kafka helpers shared by the services and tests: producing a command to its owner's
-partition, reading a partition range, and the extra topics the scheduler needs beyond infra/topics.py."""
+partition and reading a partition range. Topic names and their declaration live in infra/topics.py; the
+three it used to hold are re-exported here for the callers that import them from this module."""
 
 from __future__ import annotations
 
@@ -8,60 +9,14 @@ from typing import Any
 
 from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
-from spotreel.infra.topics import COMPACTED, TopicSpec
+from spotreel.infra.topics import assignments_topic, delete_topics, ensure_scheduler_topics
 from spotreel.settings import Settings
+
+__all__ = ["CMD_OFFSET_HEADER", "assignments_topic", "delete_topics", "ensure_scheduler_topics", "producer",
+           "produce_command", "read_partition"]
 
 # Event header naming the commands-topic offset that produced the event (see services/scheduler/README.md).
 CMD_OFFSET_HEADER = "cmd-offset"
-
-
-def assignments_topic(settings: Settings) -> str:
-    return f"{settings.topic_prefix}.assignments"
-
-
-def extra_topic_specs(settings: Settings) -> list[TopicSpec]:
-    # Answers to RequestWork; short-lived, a requester that is gone does not need them.
-    return [TopicSpec(assignments_topic(settings), settings.partitions,
-                      {"cleanup.policy": "delete", "retention.ms": str(3600 * 1000)})]
-
-
-def ensure_scheduler_topics(settings: Settings, timeout: float = 30.0) -> None:
-    """Declare every topic the scheduler reads or writes (idempotent)."""
-    from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import NewTopic
-
-    from spotreel.infra.kafka import admin_client
-    from spotreel.infra.topics import ensure_topics
-
-    ensure_topics(settings, say=lambda *a, **k: None, timeout=timeout)
-    admin = admin_client(settings.kafka_bootstrap, timeout)
-    existing = admin.list_topics(timeout=timeout).topics
-    missing = [s for s in extra_topic_specs(settings) if s.name not in existing]
-    if missing:
-        futures = admin.create_topics(
-            [NewTopic(s.name, num_partitions=s.partitions, replication_factor=1, config=s.config) for s in missing])
-        for fut in futures.values():
-            try:
-                fut.result(timeout)
-            except KafkaException as exc:
-                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise
-
-
-def delete_topics(settings: Settings, timeout: float = 30.0) -> None:
-    from spotreel.infra.kafka import admin_client
-    from spotreel.infra.topics import topic_specs
-
-    admin = admin_client(settings.kafka_bootstrap, timeout)
-    names = [s.name for s in (*topic_specs(settings), *extra_topic_specs(settings))]
-    for fut in admin.delete_topics(names).values():
-        try:
-            fut.result(timeout)
-        except Exception:
-            pass
-
-
-_ = COMPACTED  # re-exported for callers that declare compacted topics of their own
 
 
 def producer(settings: Settings, **extra: Any):

@@ -24,11 +24,10 @@ import uuid
 from collections import defaultdict
 from typing import Any, Callable, Iterable
 
-from spotreel.adapters.kafka import assignments_topic
 from spotreel.codec import Codec
 from spotreel.dispatch.order import PoolQueues
 from spotreel.domain import events as ev
-from spotreel.infra.topics import events_topic, pool_stats_topic, replies_topic
+from spotreel.infra.topics import assignments_topic, events_topic, pool_stats_topic, replies_topic
 from spotreel.settings import Settings
 
 log = logging.getLogger("spotreel.dispatch")

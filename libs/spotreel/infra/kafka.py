@@ -15,6 +15,7 @@ from spotreel.infra.loggist import gist
 from spotreel.infra.maven import kafka_bundle
 from spotreel.infra.render import render, write_if_changed
 from spotreel.infra.server import Say, Server
+from spotreel.infra.topics import admin_client
 
 # Kafka's Uuid.toString: base64url of 16 bytes, no padding; ids starting with '-' confuse its CLI parser.
 CLUSTER_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{21}$")
@@ -25,14 +26,6 @@ def new_cluster_id() -> str:
         cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         if CLUSTER_ID.match(cid):
             return cid
-
-
-def admin_client(bootstrap: str, timeout: float):
-    from confluent_kafka.admin import AdminClient
-
-    # log_level 0: librdkafka would print every refused connection to stderr while the broker starts.
-    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0,
-                        "socket.timeout.ms": int(max(timeout, 1) * 1000)})
 
 
 class Kafka(Server):

@@ -26,7 +26,7 @@ def _dir_bytes(path: Path) -> int:
 def topic_sizes(settings: Settings, timeout: float = 3.0) -> list[dict[str, Any]]:
     from confluent_kafka import Consumer, TopicPartition
 
-    from spotreel.infra.kafka import admin_client
+    from spotreel.infra.topics import admin_client
 
     meta = admin_client(settings.kafka_bootstrap, timeout).list_topics(timeout=timeout)
     kraft = Layout.of(settings).data("kafka") / "kraft"

@@ -1,10 +1,16 @@
-"""The Kafka topics spotreel relies on, declared idempotently (created if missing, configs enforced).
+"""The Kafka topics spotreel relies on, declared idempotently (created if missing, configs enforced): the
+one catalogue of topic names and settings, and the one create-if-missing (`create_missing`).
 
 Names: `<prefix>.commands`, `<prefix>.events`, `<prefix>.replies`, `<prefix>.commands.deadletter`,
 `<prefix>.pool-stats`, `<prefix>.worker-leases`, `<prefix>.tenant-usage`, `<prefix>.tenants`, and
 for each scheduler table `<prefix>.scheduler-<table>-changelog`. The changelog name is what Faust itself
 derives (`{app.id}-{table}-changelog`) when the scheduler's app id is `scheduler_app_id(settings)`, so
-the topic declared here and the one Faust expects are the same.
+the topic declared here and the one Faust expects are the same. Two more are created by the service that
+needs them rather than by `infra up`: `<prefix>.assignments` (the scheduler, `ensure_scheduler_topics`) and
+the projector's `<prefix>.events.deadletter` (`events_deadletter_spec`).
+
+Runtime code, not the launcher: the services import this module, and the launcher (infra/kafka.py) imports
+it, never the reverse.
 """
 
 from __future__ import annotations
@@ -59,6 +65,15 @@ def deadletter_topic(settings: Settings) -> str:
     return f"{settings.topic_prefix}.commands.deadletter"
 
 
+def assignments_topic(settings: Settings) -> str:
+    return f"{settings.topic_prefix}.assignments"
+
+
+def events_deadletter_topic(settings: Settings) -> str:
+    """The projector's dead letters: events it could not project (not the scheduler's `deadletter_topic`)."""
+    return f"{settings.topic_prefix}.events.deadletter"
+
+
 def pool_stats_topic(settings: Settings) -> str:
     return f"{settings.topic_prefix}.pool-stats"
 
@@ -105,16 +120,34 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
     return specs
 
 
-def ensure_topics(settings: Settings, say=print, timeout: float = 30.0) -> None:
+def scheduler_extra_specs(settings: Settings) -> list[TopicSpec]:
+    # Answers to RequestWork; short-lived, a requester that is gone does not need them.
+    return [TopicSpec(assignments_topic(settings), settings.partitions,
+                      {"cleanup.policy": "delete", "retention.ms": str(3600 * 1000)})]
+
+
+def events_deadletter_spec(settings: Settings) -> TopicSpec:
+    # Dead letters wait for a person: they must not expire first.
+    return TopicSpec(events_deadletter_topic(settings), 1, {"retention.ms": "-1"})
+
+
+def admin_client(bootstrap: str, timeout: float):
+    from confluent_kafka.admin import AdminClient
+
+    # log_level 0: librdkafka would print every refused connection to stderr while the broker starts.
+    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0,
+                        "socket.timeout.ms": int(max(timeout, 1) * 1000)})
+
+
+def create_missing(admin, specs: list[TopicSpec], timeout: float = 30.0, existing=None) -> list[str]:
+    """Create those of `specs` the broker lacks (replication factor 1); return the names created. A topic
+    that another process created meanwhile counts as present. `existing`: a `list_topics().topics` already
+    read, to spare a round trip."""
     from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import (AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic,
-                                       ResourceType)
+    from confluent_kafka.admin import NewTopic
 
-    from spotreel.infra.kafka import admin_client
-
-    admin = admin_client(settings.kafka_bootstrap, timeout)
-    specs = topic_specs(settings)
-    existing = admin.list_topics(timeout=timeout).topics
+    if existing is None:
+        existing = admin.list_topics(timeout=timeout).topics
     missing = [s for s in specs if s.name not in existing]
     created = []
     if missing:
@@ -130,6 +163,16 @@ def ensure_topics(settings: Settings, say=print, timeout: float = 30.0) -> None:
                 err = exc.args[0]
                 if err.code() != KafkaError.TOPIC_ALREADY_EXISTS:  # a concurrent `up` made it first
                     raise InfraError(f"kafka: cannot create topic {name}: {err.str()}") from None
+    return created
+
+
+def ensure_topics(settings: Settings, say=print, timeout: float = 30.0) -> None:
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    admin = admin_client(settings.kafka_bootstrap, timeout)
+    specs = topic_specs(settings)
+    existing = admin.list_topics(timeout=timeout).topics
+    created = create_missing(admin, specs, timeout, existing)
 
     for spec in specs:
         if spec.name in existing and len(existing[spec.name].partitions) != spec.partitions:
@@ -161,3 +204,19 @@ def ensure_topics(settings: Settings, say=print, timeout: float = 30.0) -> None:
     if fixed:
         parts.append(f"configs corrected on {'; '.join(fixed)}")
     say(f"kafka: {'; '.join(parts)}")
+
+
+def ensure_scheduler_topics(settings: Settings, timeout: float = 30.0) -> None:
+    """Declare every topic the scheduler reads or writes (idempotent)."""
+    ensure_topics(settings, say=lambda *a, **k: None, timeout=timeout)
+    create_missing(admin_client(settings.kafka_bootstrap, timeout), scheduler_extra_specs(settings), timeout)
+
+
+def delete_topics(settings: Settings, timeout: float = 30.0) -> None:
+    admin = admin_client(settings.kafka_bootstrap, timeout)
+    names = [s.name for s in (*topic_specs(settings), *scheduler_extra_specs(settings))]
+    for fut in admin.delete_topics(names).values():
+        try:
+            fut.result(timeout)
+        except Exception:
+            pass
