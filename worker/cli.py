@@ -135,6 +135,9 @@ def model_dir(settings: Settings, given: Path | None) -> Path:
 def _run(args: argparse.Namespace, settings: Settings) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s worker %(levelname)s %(name)s %(message)s")
+    from spotreel import tracing
+
+    tracing.setup("worker")
     problem = _check(args)
     args.entries = []
     if args.model:
@@ -198,7 +201,7 @@ def _serve(args: argparse.Namespace, settings: Settings, notice: Any, worker_id:
            models: tuple[str, ...], transport_kind: str, metrics: Any) -> int:
     import torch
 
-    from spotreel.infra.seaweed import s3_client
+    from spotreel.infra.s3 import s3_client
     from spotreel.worker.artifacts import ArtifactStore
     from spotreel.worker.checkpoints import CheckpointStore
     from spotreel.worker.hf_logging import quietly

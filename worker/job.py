@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from spotreel import tracing
 from spotreel.domain.leases import UNCLAIMED
 from spotreel.worker.artifacts import ArtifactStore
 from spotreel.worker.checkpoints import CheckpointError, CheckpointStore
@@ -96,7 +97,16 @@ class JobRun:
         # At 0 from the pool's first lease on: a failure counter whose series appeared at 1 would hide its
         # first increase from increase()/rate() (SpotreelCheckpointFailures).
         self.metrics.checkpoint_failures.labels(self.lease.pool)
-        outcome = self._run_lease()
+        lease = self.lease
+        # A traced job (its lease answer names the trace): this lease, its checkpoints and upload are spans
+        # of it, and the commands sent inside them carry it (spotreel/tracing.py).
+        with tracing.joined("worker lease", lease.traceparent,
+                            {"spotreel.job_id": lease.job_id, "spotreel.epoch": lease.epoch,
+                             "spotreel.worker_id": lease.worker_id, "spotreel.pool": lease.pool}) as span:
+            outcome = self._run_lease()
+            if span is not None:
+                span.set_attribute("spotreel.outcome", outcome.kind)
+                span.set_attribute("spotreel.steps_run", outcome.steps_run)
         self.metrics.jobs.labels(self.lease.pool, outcome.kind).inc()
         return outcome
 
@@ -204,6 +214,10 @@ class JobRun:
         """Save and record a checkpoint of `state`; True once the scheduler accepted it."""
         if state.step <= self.durable_step:
             return True
+        with tracing.child("worker checkpoint", {"spotreel.step": state.step}):
+            return self._checkpoint_now(state)
+
+    def _checkpoint_now(self, state: RenderState) -> bool:
         began = time.monotonic()
         pool = self.lease.pool
         try:
@@ -273,7 +287,7 @@ class JobRun:
         if pulse.lost.is_set():
             return Outcome("stale", pulse.lost_reason, steps_run=self.steps_run)
         pulse.move(state.step, DENOISE_SHARE + 4.0, "uploading")
-        with phase.labels(pool, "upload").time():
+        with tracing.child("worker upload", {"spotreel.bytes": len(mp4)}), phase.labels(pool, "upload").time():
             up = self.artifacts.upload(self.lease.job_id, self.lease.epoch, mp4, digest)
         try:
             verdict = self._command(lambda: self.transport.complete(self.lease, up.key, up.checksum, up.size_bytes))

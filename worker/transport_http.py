@@ -13,6 +13,7 @@ import urllib.request
 import uuid
 from typing import Any
 
+from spotreel import tracing
 from spotreel.worker.transport import Lease, TransportError, Verdict, WorkerProfile, judge
 
 
@@ -33,9 +34,12 @@ class HttpTransport:
     # -- plumbing ----------------------------------------------------------------------------------------
 
     def _post(self, path: str, body: dict[str, Any], timeout_s: float | None = None) -> tuple[int, dict[str, Any]]:
-        req = urllib.request.Request(
-            self.base + path, data=json.dumps(body).encode(), method="POST",
-            headers={"Authorization": f"Bearer {self.key}", "Content-Type": "application/json"})
+        headers = {"Authorization": f"Bearer {self.key}", "Content-Type": "application/json"}
+        traced = tracing.current_traceparent()  # inside a traced lease's span (job.py) only
+        if traced is not None:
+            headers[tracing.TRACEPARENT] = traced
+        req = urllib.request.Request(self.base + path, data=json.dumps(body).encode(), method="POST",
+                                     headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=timeout_s or self.timeout_s) as resp:
                 raw = resp.read()

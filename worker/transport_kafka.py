@@ -30,6 +30,7 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
+from spotreel import tracing
 from spotreel.adapters.kafka import produce_command, producer
 from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
@@ -114,7 +115,8 @@ class KafkaTransport:
         from confluent_kafka import KafkaException
 
         try:
-            produce_command(self._producer, self.settings, self.codec, command, partition)
+            produce_command(self._producer, self.settings, self.codec, command, partition,
+                            headers=tracing.kafka_headers())
             left = self._producer.flush(10)
         except (KafkaException, BufferError) as exc:
             raise TransportError(f"kafka produce: {exc}") from None
@@ -233,7 +235,8 @@ class KafkaTransport:
                 hb, pr = self.cadence
                 losses, leased_s = self._listener.queues.lease_losses(answer.pool)
                 lease = replace(Lease.from_answer(answer), heartbeat_seconds=hb, progress_seconds=pr,
-                                pool_lease_losses_1h=losses, pool_leased_seconds_1h=leased_s)
+                                pool_lease_losses_1h=losses, pool_leased_seconds_1h=leased_s,
+                                traceparent=self._listener.lease_trace(answer.job_id, answer.epoch))
                 self._watch(lease)
                 return lease
             tried.add(answer.partition)

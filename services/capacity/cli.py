@@ -126,7 +126,7 @@ def _provider(args: argparse.Namespace, settings: Settings, pool: str) -> Any:
 
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
-    from spotreel.infra.cassandra import cql_session
+    from spotreel.infra.cql import cql_session
     from spotreel.services.capacity.manager import Manager
     from spotreel.services.capacity.policy import CapacityConfig
     from spotreel.services.capacity.stats import PoolStatsReader

@@ -49,7 +49,7 @@ class PrivateStack:
 
     def start(self, tenants: list[str], quota: int) -> None:
         from spotreel.adapters.kafka import ensure_scheduler_topics
-        from spotreel.infra.cassandra import cql_session
+        from spotreel.infra.cql import cql_session
         from spotreel.infra.migrate import migrate
         from spotreel.tenancy import create_tenant, create_worker_key
 
@@ -81,7 +81,7 @@ class PrivateStack:
                 self.say(f"{server.name}: stop failed: {exc}")
         if drop:
             from spotreel.adapters.kafka import delete_topics
-            from spotreel.infra.cassandra import cql_session
+            from spotreel.infra.cql import cql_session
 
             delete_topics(self.settings)
             with cql_session(self.settings) as session:

@@ -13,6 +13,7 @@ import time
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from spotreel import tracing
 from spotreel.services.gateway import guards, internal, openapi, schedules, usage, videos
 from spotreel.services.gateway.admission import Admission
 from spotreel.services.gateway.auth import KeyCache, make_middleware
@@ -77,6 +78,41 @@ def _error_middleware(metrics: Metrics):
     return errors
 
 
+def _trace_middleware():
+    """A server span for a request that carries a sampled `traceparent` or that SPOTREEL_TRACE_SAMPLE picks
+    (tracing.py); the commands produced inside it carry its context, and the answer names the trace
+    (`traceparent` and `X-Trace-Id`). A request with neither is passed through untouched."""
+    from opentelemetry import context as otel_context
+    from opentelemetry.trace import SpanKind, set_span_in_context
+
+    @web.middleware
+    async def traced(request: web.Request, handler):
+        given = request.headers.get(tracing.TRACEPARENT)
+        if given is None and not tracing.samples_new_traces():
+            return await handler(request)
+        route = request.match_info.route.resource
+        name = f"{request.method} {route.canonical if route is not None else 'unmatched'}"
+        span = tracing.start_span(name, given, kind=SpanKind.SERVER,
+                                  attributes={"http.request.method": request.method, "url.path": request.path})
+        token = otel_context.attach(set_span_in_context(span))
+        try:
+            response = await handler(request)
+            span.set_attribute("http.response.status_code", response.status)
+            job_id = response.headers.get("Location", "").rpartition("/")[2]
+            if job_id:
+                span.set_attribute("spotreel.job_id", job_id)
+            tp = tracing.traceparent_for(span)
+            if tp is not None and not response.prepared:
+                response.headers[tracing.TRACEPARENT] = tp
+                response.headers[tracing.TRACE_ID_HEADER] = tp[3:35]
+            return response
+        finally:
+            otel_context.detach(token)
+            span.end()
+
+    return traced
+
+
 async def healthz(request: web.Request) -> web.Response:
     return web.json_response({"status": "ok"})
 
@@ -126,7 +162,7 @@ def create_app(settings: Settings, deps: Deps, cfg: GatewayConfig | None = None)
         handler_args=guards.HANDLER_ARGS,
         # Sizes before auth (an oversized Authorization is never looked up), content type after it (an
         # anonymous caller learns nothing but 401).
-        middlewares=[_error_middleware(metrics), guards.sizes,
+        middlewares=[_trace_middleware(), _error_middleware(metrics), guards.sizes,
                      make_middleware(KeyCache(deps.auth, cfg.auth_cache_seconds)), guards.json_bodies],
     )
     app[GATEWAY] = Gateway(settings, cfg, deps, metrics, admission, PageTokens(settings.gateway_token_key))

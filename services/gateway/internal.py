@@ -281,9 +281,12 @@ async def _deliver(request: web.Request, gw: Gateway, desk: LeaseDesk, answer: e
     # The pool's measured lease losses ride along: the worker's checkpoint interval weighs them against its
     # prior MTBF (worker/interval.py).
     losses, leased_s = _bus(gw).lease_losses(answer.pool)
+    # A traced job's grant names its trace, so the worker's spans join it (spotreel/tracing.py).
+    trace = getattr(_bus(gw), "lease_trace", lambda *_: None)(answer.job_id, answer.epoch)
     response = web.json_response({**asdict(answer), "heartbeat_seconds": gw.cfg.heartbeat_seconds,
                                   "progress_seconds": gw.cfg.progress_seconds,
-                                  "pool_lease_losses_1h": losses, "pool_leased_seconds_1h": leased_s})
+                                  "pool_lease_losses_1h": losses, "pool_leased_seconds_1h": leased_s,
+                                  **({"traceparent": trace} if trace else {})})
     written = False
     try:
         if _connected(request):

@@ -7,6 +7,7 @@ import logging
 
 from aiohttp import web
 
+from spotreel import tracing
 from spotreel.services.gateway.app import create_app, serve_metrics
 from spotreel.services.gateway.wiring import real_deps
 from spotreel.settings import Settings
@@ -14,6 +15,7 @@ from spotreel.settings import Settings
 
 def serve(settings: Settings, port: int | None = None, metrics_port: int = 0) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s gateway %(levelname)s %(message)s")
+    tracing.setup("gateway")
     with real_deps(settings) as deps:
         app = create_app(settings, deps)
         if metrics_port:

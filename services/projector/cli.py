@@ -27,6 +27,9 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     from spotreel.services.projector.service import build, deadletter_topic, ensure_deadletter_topic
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s projector %(levelname)s %(message)s")
+    from spotreel import tracing
+
+    tracing.setup("projector")
     if args.truncate and not args.rebuild:
         print("spotreel projector: --truncate only goes with --rebuild", file=sys.stderr)
         return 2

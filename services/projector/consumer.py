@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from spotreel import tracing
 from spotreel.codec import Codec, CodecError
 from spotreel.codec.mapping import mapping_for
 from spotreel.domain import events as ev
@@ -166,6 +167,7 @@ class Projector:
     def _batch(self, msgs: list[Any], stop: threading.Event) -> None:
         items: list[tuple[Any, Envelope]] = []
         offsets: dict[tuple[str, int], int] = {}
+        traced: list[tuple[str, Any, int]] = []  # (traceparent, event, read at ns): spans ended once written
         for m in msgs:
             err = m.error()
             if err is not None:
@@ -179,9 +181,12 @@ class Projector:
             decoded = self._decode(m)
             if decoded is not None:
                 items.append(decoded)
+                tp = tracing.traceparent_of(m.headers())
+                if tp is not None:
+                    traced.append((tp, decoded[0], time.time_ns()))
         ops = self._project(items, stop)  # meanwhile the previous batch's writes are under way
         self._settle(stop)
-        self._pending = _Pending(ops, offsets, self._submit(ops))
+        self._pending = _Pending(ops, offsets, self._submit(ops), traced)
 
     def _submit(self, ops: list[RowOp]) -> Any:
         try:
@@ -207,6 +212,9 @@ class Projector:
         self.producer.flush(30)
         self._commit(pending.offsets)
         self.stats.batches += 1
+        for tp, event, read_ns in pending.traced:  # the trace's projector hop: read -> its rows written
+            tracing.start_span(f"projector {type(event).__name__}", tp, start_time=read_ns,
+                               attributes={"spotreel.job_id": getattr(event, "job_id", "") or ""}).end()
 
     def _commit(self, offsets: dict[tuple[str, int], int]) -> None:
         """Commit what this batch projected. A failed commit loses nothing: the rows are written, and the
@@ -366,6 +374,7 @@ class _Pending:
     ops: list[RowOp]
     offsets: dict[tuple[str, int], int]
     writes: Any  # store.PendingWrites, or _Refused
+    traced: list = field(default_factory=list)  # events that carried a traceparent (tracing.py)
 
 
 class _Refused:

@@ -44,7 +44,7 @@ def _metrics(port: int):
 def build(settings: Settings, *, rebuild: bool = False, until_idle: bool = False, truncate: bool = False,
           metrics_port: int = 0, batch_size: int = 2000) -> Iterator["Projector"]:  # noqa: F821
     from spotreel.codec import Codec
-    from spotreel.infra.cassandra import cluster_for
+    from spotreel.infra.cql import cluster_for
     from spotreel.infra.migrate import migrate
     from spotreel.infra.topics import events_topic
     from spotreel.services.projector.consumer import Projector, ProjectorConfig

@@ -38,6 +38,7 @@ from spotreel.infra.topics import (assignments_topic, commands_topic, deadletter
                                    pool_stats_topic, replies_topic, scheduler_app_id, tenant_usage_topic,
                                    worker_leases_topic)
 from spotreel.settings import Settings
+from spotreel.tracing import TRACEPARENT
 
 from spotreel.services.scheduler import followups, redelivery, statecodec, taskdump
 from spotreel.services.scheduler.catchup import catch_up
@@ -47,6 +48,7 @@ from spotreel.services.scheduler.metrics import Metrics
 from spotreel.services.scheduler.partition import PartitionState
 from spotreel.services.scheduler.poolstats import pool_stats, share_if_room
 from spotreel.services.scheduler.preempting import PoolStatsView, budget_of, decide_pool, note_asked
+from spotreel.services.scheduler.traces import JobTraces
 from spotreel.services.scheduler.workerleases import WorkerLeaseIndex, later_grant, record_key
 
 log = logging.getLogger("spotreel.scheduler")
@@ -118,6 +120,8 @@ class Scheduler:
         # Priority preemption (preempting.py): the other partitions' pool-stats, and the budget.
         self.pool_view = PoolStatsView(settings, self.codec)
         self.preempt_budget = budget_of(settings)
+        # Tracing (traces.py): traced jobs only; empty, and never looked at, while nothing is traced.
+        self.traces = JobTraces()
         self.handler = Handler(self.codec, settings.partitions, self.get, get_schedule=self.get_schedule,
                                absorb_renewals=not settings.scheduler_persist_renewals,
                                progress_persist_ms=settings.scheduler_progress_persist_s * 1000,
@@ -410,10 +414,15 @@ class Scheduler:
                 # Its events are durable, but its answer may not be: a RequestWork is answered again.
                 again = self.handler.reanswer(part, msg.value, now_ms())
                 if again is not None:
-                    answers.append((again, msg))
+                    answers.append((again, msg, None))
                 continue
+            given = msg.headers
+            started = time.time_ns() if given else None  # a span's start, only if the record may be traced
             out = self.handler.handle(part, msg.topic, msg.offset, msg.key, msg.value, now_ms(), appended)
             self.metrics.commands.inc()
+            traced = None
+            if given or self.traces.by_job:  # the only per-command cost of tracing when nothing is traced
+                traced = self.traces.on_command(given, out, p, msg.offset, started)
             if out.deadletter is not None:
                 if msg.offset in part.deadlettered:  # redelivered after a crash: its dead letter is there
                     self.metrics.skipped.inc()
@@ -434,6 +443,8 @@ class Scheduler:
                 self.metrics.renewals_absorbed.inc()
             if out.events:
                 headers = [(CMD_OFFSET_HEADER, str(msg.offset).encode())]
+                if traced is not None:
+                    headers.append((TRACEPARENT, traced.encode()))
                 for e in out.events:
                     key = (getattr(e, "job_id", None) or e.schedule_id).encode()
                     sends.append((p, await producer.send(self.events, key, self.codec.encode_message(e), p, None,
@@ -473,7 +484,7 @@ class Scheduler:
                 after_acks.append((self.commands, key.encode(), self.codec.encode_message(command),
                                    partition_for(key, self.settings.partitions)))
             if out.answer is not None:
-                answers.append((out.answer, msg))
+                answers.append((out.answer, msg, traced))
                 if isinstance(out.answer, ev.WorkAssigned):
                     # Faust rereads the uncommitted tail after a rebalance: answer it from here again.
                     part.remember_grant(out.answer.request_id,
@@ -491,11 +502,12 @@ class Scheduler:
         for p in marked:
             self.put_marker(self.parts[p])
         answered = []
-        for answer, msg in answers:
+        for answer, msg, traced in answers:
             worker = answer.worker_id
             partition = partition_for(worker, self.settings.partitions)
             answered.append((msg, await producer.send(assignments_topic(self.settings), worker.encode(),
-                                                      self.codec.encode_message(answer), partition, None, None)))
+                                                      self.codec.encode_message(answer), partition, None,
+                                                      [(TRACEPARENT, traced.encode())] if traced else None)))
         for fut in replies:
             await fut
         for part in self.parts.values():

@@ -27,8 +27,10 @@ def _run(args: argparse.Namespace, settings) -> int:
     from faust import Worker
 
     from spotreel.adapters.kafka import ensure_scheduler_topics
+    from spotreel import tracing
     from spotreel.services.scheduler.app import Scheduler
 
+    tracing.setup("scheduler")
     ensure_scheduler_topics(settings)
     scheduler = Scheduler(settings, data_dir=args.data_dir, metrics_port=args.metrics_port)
     worker = Worker(scheduler.app, loglevel=args.loglevel, quiet=True)

@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
+from spotreel import tracing
 from spotreel.adapters.kafka import read_partition
 from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
@@ -62,20 +63,26 @@ def timeline(settings: Settings, job_id: str, codec: Codec | None = None) -> lis
     lines = []
     state: JobState | None = None
     first_ms: int | None = None
+    traces: list[str] = []  # the trace ids its events carry (spotreel/tracing.py), in order of appearance
     for msg in read_partition(settings.kafka_bootstrap, events_topic(settings), p):
         if msg.key() != job_id.encode():
             continue
         e = codec.decode_message(msg.value())
+        trace_id = tracing.trace_id_of(tracing.traceparent_of(msg.headers()))
+        if trace_id is not None and trace_id not in traces:
+            traces.append(trace_id)
         state = evolve(state, e)
         tag = "REJECTED " if isinstance(e, ev.CommandRejected) else ""
         first_ms = e.at_ms if first_ms is None else first_ms
         since = f"+{human_duration(max(0, e.at_ms - first_ms))}"
         lines.append(f"v{e.version:<3} {human_time(e.at_ms)} {since:>8} {tag}{type(e).__name__:<18} cause={e.causation_id} "
-                     f"[{msg.topic()}:{p}@{msg.offset()} cmd@{header_offset(msg.headers())}] {_describe(e)}")
+                     f"[{msg.topic()}:{p}@{msg.offset()} cmd@{header_offset(msg.headers())}] {_describe(e)}"
+                     + (f" trace={trace_id}" if trace_id else ""))
     if state is not None:
         lines.append(f"-- now {state.status}, version {state.version}, epoch {state.epoch}, attempt {state.attempt},"
                      f" preemptions {state.preemptions}, attempts_used {state.attempts_used}, "
                      f"checkpoints {[c.key for c in state.checkpoints]}")
+        lines.append(f"-- trace ids: {', '.join(traces)}" if traces else "-- trace ids: none (no event was traced)")
     return lines
 
 

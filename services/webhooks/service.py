@@ -46,7 +46,7 @@ def build(settings: Settings, policy: RetryPolicy | None = None, metrics_port: i
         serve_metrics()
         yield Notifier(config_for(settings, policy), WebhookStore(session), metrics)
         return
-    from spotreel.infra.cassandra import cluster_for
+    from spotreel.infra.cql import cluster_for
     from spotreel.infra.migrate import migrate
 
     cluster = cluster_for(settings)

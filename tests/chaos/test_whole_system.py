@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from spotreel.domain import events as ev
-from spotreel.infra.cassandra import cql_session
+from spotreel.infra.cql import cql_session
 from spotreel.infra.seed import DEV_WORKER_KEY
 from spotreel.tenancy import create_tenant, create_webhook_secret
 from spotreel.settings import Settings
@@ -374,7 +374,7 @@ def verify(sc: Scenario) -> list[str]:
 
 
 def _s3(s: Settings):
-    from spotreel.infra.seaweed import s3_client
+    from spotreel.infra.s3 import s3_client
 
     return s3_client(s, timeout=30.0)
 

@@ -182,9 +182,9 @@ def test_topics_buckets_and_schema_exist(settings):
     ensure_up()
     from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
-    from spotreel.infra.cassandra import cql_session
+    from spotreel.infra.cql import cql_session
     from spotreel.infra.migrate import migrate
-    from spotreel.infra.seaweed import s3_client
+    from spotreel.infra.s3 import s3_client
     from spotreel.infra.seed import api_key_hash
     from spotreel.infra.topics import topic_specs
 

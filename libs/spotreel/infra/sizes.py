@@ -50,7 +50,7 @@ def topic_sizes(settings: Settings, timeout: float = 3.0) -> list[dict[str, Any]
 
 
 def bucket_sizes(settings: Settings, timeout: float = 3.0) -> list[dict[str, Any]]:
-    from spotreel.infra.seaweed import s3_client
+    from spotreel.infra.s3 import s3_client
 
     s3 = s3_client(settings, timeout)
     out = []
