@@ -19,7 +19,7 @@ def _registrars() -> list[Registrar]:
     from spotreel.services.capacity.sim_cli import register as simulate
     from spotreel.services.capacity.slo_cli import register as slo
     from spotreel.services.gateway.cli import register as gateway
-    from spotreel.services.gateway.client_cli import register as client
+    from spotreel.client.cli import register as client
     from spotreel.services.projector.cli import register as projector
     from spotreel.services.capacity.cli import register as capacity
     from spotreel.services.scheduler.cli import register as scheduler

@@ -165,8 +165,8 @@ def _usage(args: argparse.Namespace, settings: Settings) -> int:
             print("spotreel usage: --url and --key go with --mine, which answers for the key's own tenant "
                   "(no --tenant)", file=sys.stderr)
             return 2
-        from spotreel.services.gateway.client_cli import _runner
-        from spotreel.services.gateway.client_commands import my_usage
+        from spotreel.client.cli import _runner
+        from spotreel.client.commands import my_usage
 
         return _runner("usage", my_usage)(args, settings)
     hl = settings.fair_share_half_life_s * 1000 if settings.fair_share_half_life_s > 0 else None

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from spotreel.infra.seed import DEV_WORKER_KEY
-from spotreel.services.gateway.client import Client
+from spotreel.client.http import Client
 from spotreel.settings import Settings
 from spotreel.worker.video import decode_frames
 from tests.chaos.wholekit import api, download, sha256, wait_until

@@ -23,9 +23,9 @@ from spotreel.domain import commands as c
 from spotreel.domain import ids
 from spotreel.infra.migrate import migrate
 from spotreel.infra.topics import ensure_topics
-from spotreel.services.gateway import sse
+from spotreel import sse
 from spotreel.services.gateway.app import create_app
-from spotreel.services.gateway.client_cli import progress_line
+from spotreel.client.cli import progress_line
 from spotreel.services.gateway.config import GatewayConfig
 from spotreel.tenancy import create_tenant
 from spotreel.services.gateway.wiring import real_deps

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from spotreel.infra.ports import free_port
-from spotreel.services.gateway.client import Client
+from spotreel.client.http import Client
 from spotreel.worker.video import decode_frames
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

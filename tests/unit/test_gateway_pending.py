@@ -10,7 +10,7 @@ import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
 
 from spotreel.domain import events as ev
-from spotreel.services.gateway import sse
+from spotreel import sse
 from spotreel.services.gateway.app import create_app
 from spotreel.services.gateway.config import GatewayConfig
 from spotreel.services.gateway.deps import Tenant

@@ -13,10 +13,10 @@ import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
 
 from spotreel.demo.feed import StatusFeed
-from spotreel.services.gateway import sse
+from spotreel import sse
 from spotreel.services.gateway.app import create_app
-from spotreel.services.gateway.client import ClientError
-from spotreel.services.gateway.client_watch import Watch
+from spotreel.client.http import ClientError
+from spotreel.client.watch import Watch
 from spotreel.services.gateway.config import GatewayConfig
 from spotreel.settings import Settings
 from tests.unit.gateway_fakes import fake_deps, job_view

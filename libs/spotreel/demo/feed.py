@@ -10,8 +10,8 @@ import threading
 import time
 from typing import Any
 
-from spotreel.services.gateway.client import Client, ClientError
-from spotreel.services.gateway.client_cli import TERMINAL
+from spotreel.client.http import Client, ClientError
+from spotreel.client.cli import TERMINAL
 
 RECONNECTS = 5
 

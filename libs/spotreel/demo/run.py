@@ -15,8 +15,8 @@ from spotreel.demo.feed import StatusFeed
 from spotreel.demo.request import VideoRequest
 from spotreel.demo.timeline import Report, summary_lines
 from spotreel.demo.worker import BackgroundWorker
-from spotreel.services.gateway.client import Client, ClientError
-from spotreel.services.gateway.client_cli import TERMINAL, progress_line
+from spotreel.client.http import Client, ClientError
+from spotreel.client.cli import TERMINAL, progress_line
 from spotreel.settings import Settings
 
 Say = Callable[[str], None]

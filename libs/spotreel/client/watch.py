@@ -2,7 +2,7 @@
 
 A connection can end before the job does: the network drops, the gateway restarts, or the gateway ends a
 stream at its maximum length. Each reconnect sends the id of the last event seen as `Last-Event-ID`, and
-the gateway answers only with states past it (sse.py), so the person watching sees every state change
+the gateway answers only with states past it (spotreel/sse.py), so the person watching sees every state change
 once and the bar never jumps back.
 """
 
@@ -13,8 +13,8 @@ import time
 from contextlib import closing
 from typing import Any, Callable, Iterator, TextIO
 
-from spotreel.services.gateway.client import Client, ClientError
-from spotreel.services.gateway.client_output import TERMINAL, progress_line
+from spotreel.client.http import Client, ClientError
+from spotreel.client.output import TERMINAL, progress_line
 
 # Consecutive connections that brought nothing before giving up: about half a minute of backoff, enough
 # for a gateway restart, short enough that a stack that is down is reported.

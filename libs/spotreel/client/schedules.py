@@ -1,13 +1,13 @@
 """`spotreel schedule create | list | get | pause | resume | delete | occurrences`: /v1/schedules from a
-terminal, with --json like the other client commands (client_cli.py: exit codes, error output)."""
+terminal, with --json like the other client commands (cli.py: exit codes, error output)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Any
 
-from spotreel.services.gateway.client import Client
-from spotreel.services.gateway.client_commands import Outcome, run_at_ms
+from spotreel.client.http import Client
+from spotreel.client.commands import Outcome, run_at_ms
 
 # Flags of `schedule create` → fields of the schedule's job template (argparse dest → API name).
 JOB_FIELDS = {"model": "model", "gpu_type": "gpu_type", "duration": "duration", "resolution": "resolution",

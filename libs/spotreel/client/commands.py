@@ -1,5 +1,5 @@
 """The client commands themselves: each takes the API client and its arguments and returns an `Outcome`,
-the JSON document for `--json` and the text for a person; client_cli.py parses and prints."""
+the JSON document for `--json` and the text for a person; cli.py parses and prints."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from spotreel.services.gateway import client_output as show
-from spotreel.services.gateway.client import Client, ClientError
-from spotreel.services.gateway.client_watch import Watch, follow, watch_json
+from spotreel.client import output as show
+from spotreel.client.http import Client, ClientError
+from spotreel.client.watch import Watch, follow, watch_json
 
 
 class UsageError(Exception):

@@ -1,6 +1,6 @@
 """Server-Sent Events on both ends: the gateway frames a job's stream, the CLI's client parses it back.
 
-Standard library only, so the client (client.py) can use it wherever the package is installed.
+Standard library only, so the client (client/http.py) can use it wherever the package is installed.
 
 Every event carries `id: <job event version>`. The version is the job's own counter (one per accepted
 event, kept in the read model), so it only grows, means the same on every gateway replica, and says

@@ -1,4 +1,4 @@
-"""A small synchronous client of the public API for the `spotreel` client commands (client_cli.py):
+"""A small synchronous client of the public API for the `spotreel` client commands (cli.py):
 standard library only, so it works wherever the package is installed. Every failure becomes a
 `ClientError` with one line a person can act on, and the HTTP status and API error code for scripts."""
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from spotreel.services.gateway import sse
+from spotreel import sse
 
 
 class ClientError(Exception):
@@ -176,7 +176,7 @@ class Client:
     def messages(self, job_id: str, last_event_id: str | None = None,
                  timeout: float = 120.0) -> Iterator[sse.Message]:
         """One connection to the SSE stream, with ids; `last_event_id` resumes after that event
-        (sse.py). A drop shows as OSError or ValueError from the iteration; client_watch.py reconnects."""
+        (spotreel/sse.py). A drop shows as OSError or ValueError from the iteration; watch.py reconnects."""
         headers = {"Accept": "text/event-stream"} | ({"Last-Event-ID": last_event_id} if last_event_id else {})
         resp = self._request("GET", self._path(job_id, "/stream"), headers=headers, timeout=timeout)
         with resp:

@@ -16,10 +16,10 @@ import json
 import sys
 from typing import Callable
 
-from spotreel.services.gateway import client_commands as cmds
-from spotreel.services.gateway import client_schedules
-from spotreel.services.gateway.client import Client, ClientError
-from spotreel.services.gateway.client_output import TERMINAL, progress_line
+from spotreel.client import commands as cmds
+from spotreel.client import schedules as client_schedules
+from spotreel.client.http import Client, ClientError
+from spotreel.client.output import TERMINAL, progress_line
 from spotreel.settings import Settings
 
 # The demo and tests import these from here, where they lived before the commands were split up.

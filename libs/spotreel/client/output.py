@@ -1,5 +1,5 @@
 """What the client commands print for a person; `--json` prints the API's own documents instead
-(client_cli.py). One line per video, event or attempt, so the text output also greps well."""
+(cli.py). One line per video, event or attempt, so the text output also greps well."""
 
 from __future__ import annotations
 
