@@ -17,7 +17,7 @@ import time
 from aiohttp import web
 
 from spotreel.domain import expiry
-from spotreel.services.gateway import sse
+from spotreel import sse
 from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import gateway
 from spotreel.services.gateway.errors import ApiError
