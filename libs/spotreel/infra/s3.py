@@ -1,7 +1,7 @@
 """The S3 client as the services and the worker open it (path-style addressing, one try, short timeouts):
 runtime code, apart from the launcher of the local SeaweedFS (infra/seaweed.py), so a process that talks to
 S3 imports nothing that starts a store (the import-linter contract "Runtime code never imports the local
-launcher" in pyproject.toml)."""
+launcher" in tools/import-walls.toml)."""
 
 from __future__ import annotations
 
