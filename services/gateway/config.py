@@ -1,10 +1,16 @@
 """Gateway policy knobs. Kept beside the gateway rather than in the shared Settings: only this service reads
-them, and tests build variants with `dataclasses.replace` instead of environment variables."""
+them. This class is their one list: the entrypoint reads each from `SPOTREEL_GATEWAY_<NAME>` when set
+(`from_env`, e.g. SPOTREEL_GATEWAY_MAX_PROMPT_CHARS=8000), and tests build variants with
+`dataclasses.replace`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
 from typing import Any
+
+ENV_PREFIX = "SPOTREEL_GATEWAY_"
 
 
 @dataclass(frozen=True)
@@ -72,3 +78,23 @@ class GatewayConfig:
     slow_verdict_seconds: float = 1.0
     # A pass over every partition found nothing: wait this long (less when pool stats show work) before the next.
     idle_pass_seconds: float = 1.0
+
+
+def from_env(env: Mapping[str, str] | None = None) -> GatewayConfig:
+    """The defaults above, each replaced by `SPOTREEL_GATEWAY_<NAME>` when that is set: every knob but
+    `models`, which comes from SPOTREEL_MODEL_REGISTRY (Settings). A value that is not of the knob's type is
+    refused with the variable's name, so a typo stops the gateway at start instead of serving other limits."""
+    env = os.environ if env is None else env
+    kinds = {"int": int, "float": float, "str": str}
+    changes: dict[str, Any] = {}
+    for f in fields(GatewayConfig):
+        name = ENV_PREFIX + f.name.upper()
+        raw = env.get(name)
+        if raw is None or f.name == "models":
+            continue
+        kind = kinds[f.type]
+        try:
+            changes[f.name] = kind(raw)
+        except ValueError:
+            raise ValueError(f"{name} must be {'an integer' if kind is int else 'a number'}, got {raw!r}") from None
+    return replace(GatewayConfig(), **changes)
