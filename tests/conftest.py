@@ -25,7 +25,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         except ValueError:
             continue
         marker = _MARK_BY_DIR.get(top)
-        if marker and marker not in item.keywords:
+        # Not `marker in item.keywords`: the directory's own name is a keyword of every test in it, so that
+        # test was always true and `-m unit` (make test-unit, make test-integration) selected nothing.
+        if marker and item.get_closest_marker(marker) is None:
             item.add_marker(getattr(pytest.mark, marker))
 
 
