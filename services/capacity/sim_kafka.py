@@ -54,6 +54,9 @@ class KafkaLink:
         self.released_unclaimed = 0
         self._tasks: set[asyncio.Task] = set()
         self._ids = 0
+        # Command and request ids: a counter under one random tag per run (unique like a worker's uuid4 ids,
+        # without a uuid4 per message in the one process that plays the whole fleet).
+        self._run = uuid.uuid4().hex[:8]
 
     async def start(self) -> None:
         await self.dispatch.ensure_started()
@@ -64,7 +67,7 @@ class KafkaLink:
 
     def _id(self, prefix: str) -> str:
         self._ids += 1
-        return f"{prefix}-{self._ids}-{uuid.uuid4().hex[:8]}"
+        return f"{prefix}-{self._ids}-{self._run}"
 
     async def call(self, kind: str, path: str, body: dict[str, Any], timeout: float) -> tuple[int, Any]:
         """What the gateway's worker API would answer for this request (status, body); raises
@@ -73,8 +76,10 @@ class KafkaLink:
         if parts[1] == "workers":
             if parts[3] == "register":
                 return 200, {"worker_id": parts[2]}
-            return await asyncio.wait_for(self._lease(parts[2], body), timeout)
-        return await asyncio.wait_for(self._fenced(parts[3], parts[2], body), timeout)
+            async with asyncio.timeout(timeout):  # no extra task per request, unlike wait_for
+                return await self._lease(parts[2], body)
+        async with asyncio.timeout(timeout):
+            return await self._fenced(parts[3], parts[2], body)
 
     # -- leases ------------------------------------------------------------------------------------------
 
@@ -156,8 +161,9 @@ class KafkaLink:
                 return None
             wait = left if desk.pending is None else min(left, max(0.05, self.stale_s - (now - desk.pending[2])))
             try:
-                answer = await asyncio.wait_for(inbox.get(), wait)
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(wait):
+                    answer = await inbox.get()
+            except TimeoutError:
                 continue
             if isinstance(answer, ev.WorkAssigned):
                 return answer
@@ -188,8 +194,9 @@ class KafkaLink:
         try:
             await self.sender.send(command)
             try:
-                verdict = await asyncio.wait_for(fut, self.verdict_s)
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(self.verdict_s):
+                    verdict = await fut
+            except TimeoutError:
                 verdict = None
         finally:
             self.dispatch.forget_verdict(command.command_id, job_id)
