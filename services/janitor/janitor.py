@@ -58,7 +58,8 @@ def deletions_for(events: list[Any]) -> Deletions:
 
 
 class Janitor:
-    def __init__(self, config: JanitorConfig, s3, sweep: Callable[[int], SweepResult] | None = None,
+    def __init__(self, config: JanitorConfig, s3,
+                 sweep: Callable[[int, Callable[[], bool]], SweepResult] | None = None,
                  codec: Codec | None = None) -> None:
         self.config = config
         self.s3 = s3
@@ -82,13 +83,13 @@ class Janitor:
                     await self._handle(msgs, stop)
                 if self.sweep is not None and time.monotonic() - swept_at >= self.config.sweep_every_s:
                     swept_at = time.monotonic()
-                    await self._sweep()
+                    await self._sweep(stop)
         finally:
             await asyncio.to_thread(self.consumer.close)
 
-    async def _sweep(self) -> None:
+    async def _sweep(self, stop: asyncio.Event) -> None:
         try:
-            got = await asyncio.to_thread(self.sweep, int(time.time() * 1000))
+            got = await asyncio.to_thread(self.sweep, int(time.time() * 1000), stop.is_set)
             self.deleted += got.objects_deleted
             log.info("sweep: %d job prefixes seen, checkpoints of %d jobs and %d expired videos deleted "
                      "(%d objects)", got.jobs_seen, got.checkpoint_jobs_cleared, got.videos_expired,

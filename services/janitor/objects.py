@@ -14,13 +14,24 @@ def keys_under(s3, bucket: str, prefix: str) -> Iterator[str]:
             yield obj["Key"]
 
 
-def children(s3, bucket: str, prefix: str) -> Iterator[str]:
-    """The next path segment under `prefix` (`prefix` ends in "/"): job ids under `ckpt/` or `videos/`."""
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, Delimiter="/"):
-        for common in page.get("CommonPrefixes", []):
-            name = common["Prefix"][len(prefix):].rstrip("/")
-            if name:
-                yield name
+def by_job(s3, bucket: str, prefix: str) -> Iterator[tuple[str, list[str]]]:
+    """(job id, its keys) for each job under `prefix` (which ends in "/") that still holds an object, from
+    one flat listing. Not Delimiter="/": SeaweedFS keeps a directory whose objects were all deleted and
+    lists it as a common prefix for good, which would cost the sweep a read-model lookup per long-gone job
+    on every pass. A listing is in key order, so a job's keys are consecutive."""
+    job, keys = None, []
+    for key in keys_under(s3, bucket, prefix):
+        rest = key[len(prefix):]
+        if "/" not in rest:
+            continue  # not under a job's directory
+        name = rest.split("/", 1)[0]
+        if name != job:
+            if job is not None:
+                yield job, keys
+            job, keys = name, []
+        keys.append(key)
+    if job is not None:
+        yield job, keys
 
 
 def delete_keys(s3, bucket: str, keys: Iterable[str]) -> int:

@@ -56,4 +56,4 @@ def build(settings: Settings, session, s3=None) -> Janitor:
                            sweep_every_s=float(settings.janitor_sweep_every_s))
     run_sweep = partial(sweep, s3, settings.s3_bucket_checkpoints, settings.s3_bucket_artifacts, facts.job,
                         facts.plan_of, settings.scheduler_retention_s)
-    return Janitor(config, s3, sweep=lambda now_ms: run_sweep(now_ms))
+    return Janitor(config, s3, sweep=lambda now_ms, stopping: run_sweep(now_ms, stopping=stopping))

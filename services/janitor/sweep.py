@@ -41,25 +41,47 @@ class SweepResult:
 
 
 def sweep(s3, checkpoint_bucket: str, artifact_bucket: str, job: Callable[[str], JobFacts | None],
-          plan_of: Callable[[str], str | None], retention_s: int, now_ms: int) -> SweepResult:
-    out = SweepResult()
-    for job_id in list(objects.children(s3, checkpoint_bucket, CHECKPOINTS)):
-        out.jobs_seen += 1
-        facts = job(job_id)
-        if facts is None or facts.updated_at_ms is None:
-            continue
-        if expiry.due(expiry.checkpoints_expire_at_ms(facts.status, facts.updated_at_ms, retention_s), now_ms):
-            out.objects_deleted += objects.delete_prefix(s3, checkpoint_bucket, f"{CHECKPOINTS}{job_id}/")
-            out.checkpoint_jobs_cleared += 1
+          plan_of: Callable[[str], str | None], retention_s: int, now_ms: int,
+          stopping: Callable[[], bool] = lambda: False) -> SweepResult:
+    """`stopping` is asked before each job, so a shutdown need not wait for a long pass; what was not
+    reached is due again next time."""
     plans: dict[str, str | None] = {}
-    for job_id in list(objects.children(s3, artifact_bucket, VIDEOS)):
-        out.jobs_seen += 1
-        facts = job(job_id)
-        if facts is None:
-            continue
+
+    def checkpoints_due(facts: JobFacts) -> bool:
+        return expiry.due(expiry.checkpoints_expire_at_ms(facts.status, facts.updated_at_ms, retention_s), now_ms)
+
+    def video_due(facts: JobFacts) -> bool:
         if facts.tenant_id not in plans:
             plans[facts.tenant_id] = plan_of(facts.tenant_id)
-        if expiry.due(expiry.video_expires_at_ms(facts.status, facts.updated_at_ms, plans[facts.tenant_id]), now_ms):
-            out.objects_deleted += objects.delete_prefix(s3, artifact_bucket, f"{VIDEOS}{job_id}/")
-            out.videos_expired += 1
+        plan = plans[facts.tenant_id]
+        return expiry.due(expiry.video_expires_at_ms(facts.status, facts.updated_at_ms, plan), now_ms)
+
+    out = SweepResult()
+    seen, cleared, deleted = _pass(s3, checkpoint_bucket, CHECKPOINTS, job, checkpoints_due, stopping)
+    out.jobs_seen, out.checkpoint_jobs_cleared, out.objects_deleted = seen, cleared, deleted
+    if not stopping():
+        seen, cleared, deleted = _pass(s3, artifact_bucket, VIDEOS, job, video_due, stopping)
+        out.jobs_seen, out.videos_expired, out.objects_deleted = out.jobs_seen + seen, cleared, out.objects_deleted + deleted
     return out
+
+
+def _pass(s3, bucket: str, prefix: str, job: Callable[[str], JobFacts | None], is_due: Callable[[JobFacts], bool],
+          stopping: Callable[[], bool]) -> tuple[int, int, int]:
+    """One bucket: (jobs seen, jobs whose objects went, objects deleted). Due keys are deleted 1,000 to a
+    call as the listing goes."""
+    seen = cleared = deleted = 0
+    doomed: list[str] = []
+    for job_id, keys in objects.by_job(s3, bucket, prefix):
+        if stopping():
+            break
+        seen += 1
+        facts = job(job_id)
+        if facts is None or facts.updated_at_ms is None or not is_due(facts):
+            continue
+        cleared += 1
+        doomed.extend(keys)
+        if len(doomed) >= objects.BATCH:
+            deleted += objects.delete_keys(s3, bucket, doomed)
+            doomed = []
+    deleted += objects.delete_keys(s3, bucket, doomed)
+    return seen, cleared, deleted

@@ -1,4 +1,5 @@
-"""`spotreel webhooks`: deliver signed webhooks for jobs submitted with a callback_url, until SIGTERM."""
+"""`spotreel webhooks`: deliver signed webhooks for jobs submitted with a callback_url, until SIGTERM; the same
+process runs the janitor (services/janitor: checkpoint and video deletion) unless --no-janitor."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-attempts", type=int, default=8, help="attempts per webhook before giving up")
     p.add_argument("--backoff-base", type=float, default=1.0, help="first retry delay ceiling, seconds")
     p.add_argument("--backoff-cap", type=float, default=300.0, help="largest retry delay ceiling, seconds")
+    p.add_argument("--no-janitor", action="store_true",
+                   help="do not run the janitor (checkpoint and video deletion, services/janitor) in this process")
     p.set_defaults(func=_run)
 
 
@@ -32,7 +35,12 @@ async def _main(settings: Settings, args: argparse.Namespace) -> None:
         logging.getLogger("spotreel.webhooks").info(
             "delivering webhooks from %s (private addresses %s)", notifier.config.events_topic,
             "allowed" if notifier.config.allow_private else "refused")
-        await notifier.run(stop)
+        loops = [notifier.run(stop)]
+        if not args.no_janitor:
+            from spotreel.services.janitor.service import build as janitor
+
+            loops.append(janitor(settings, notifier.store.session).run(stop))
+        await asyncio.gather(*loops)
 
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
