@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import faust
+from faust.transport.drivers.aiokafka import Producer as AIOKafkaProducer
 
 from spotreel.adapters.kafka import CMD_OFFSET_HEADER
 from spotreel.adapters.partitioning import partition_for
@@ -97,6 +98,17 @@ class JobTable(faust.Table):
         await super().on_recovery_completed(active_tps, standby_tps)
         if self.on_restored is not None:
             await self.on_restored()
+
+
+class IdempotentProducer(AIOKafkaProducer):
+    """Faust's aiokafka producer with `enable_idempotence` (Faust turns it on only inside its transactions,
+    which the scheduler does not use). Without it a batch that the broker appended but whose answer was lost
+    (the broker killed mid-request) is sent again when aiokafka retries, and the events topic holds the job's
+    events twice (seen once in the whole-system chaos test: `JobSubmitted has version 1, expected 3`). With it
+    the broker drops the resent batch by its producer id and sequence number."""
+
+    def _settings_extra(self) -> dict[str, Any]:
+        return {**super()._settings_extra(), "acks": "all", "enable_idempotence": True}
 
 
 class Scheduler:
@@ -214,6 +226,7 @@ class Scheduler:
             stream_wait_empty=True,
             table_cleanup_interval=3600.0,
         )
+        app.transport.Producer = IdempotentProducer  # before anything asks for app.producer
         self.table = JobTable(app, name="jobs", partitions=s.partitions, key_type=bytes,
                               value_type=bytes, beacon=app.tables.beacon)
         app.tables.add(self.table)
