@@ -73,7 +73,7 @@ def _free_port() -> int:
 
 
 def _env(settings) -> dict[str, str]:
-    from spotreel.infra.services import settings_env
+    from spotreel.devstack.services import settings_env
 
     return {**os.environ, **settings_env(settings), "PYTHONUNBUFFERED": "1"}
 
@@ -132,8 +132,8 @@ async def _main(args: argparse.Namespace) -> dict:
     from cassandra.cluster import Cluster
 
     from spotreel.adapters.kafka import delete_topics
-    from spotreel.infra.migrate import migrate
-    from spotreel.infra.topics import ensure_topics
+    from spotreel.platform.migrate import migrate
+    from spotreel.platform.topics import ensure_topics
     from spotreel.tenancy import create_tenant
     from spotreel.settings import Settings
 

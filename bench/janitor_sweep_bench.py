@@ -19,8 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from cassandra.cluster import Cluster
 
-from spotreel.infra.migrate import migrate
-from spotreel.infra.seaweed import s3_client
+from spotreel.platform.migrate import migrate
+from spotreel.devstack.seaweed import s3_client
 from spotreel.services.janitor import objects
 from spotreel.services.janitor.service import ReadModelFacts
 from spotreel.services.janitor.sweep import sweep

@@ -70,7 +70,7 @@ def main() -> int:
     print(json.dumps(lease_fate(read_events(settings)), indent=2))
     if args.drop:
         from spotreel.adapters.kafka import delete_topics
-        from spotreel.infra.cql import cql_session
+        from spotreel.platform.cql import cql_session
 
         delete_topics(settings)
         with cql_session(settings) as session:

@@ -29,7 +29,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from spotreel.infra.ports import free_port
+from spotreel.devstack.ports import free_port
 from spotreel.services.capacity.sim_config import SimConfig
 from spotreel.services.capacity.sim_figures import percentile
 from spotreel.services.capacity.sim_run import simulate

@@ -50,7 +50,7 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from spotreel.codec import Codec
-from spotreel.infra.migrate import migrate
+from spotreel.platform.migrate import migrate
 from spotreel.services.projector import consumer as current_consumer
 from spotreel.services.projector import store as current_store
 from spotreel.services.projector.service import deadletter_topic

@@ -40,7 +40,7 @@ from bench.scheduler_bench import baseline, consumer  # noqa: E402
 from spotreel.adapters.kafka import produce_command  # noqa: E402
 from spotreel.domain import commands as c  # noqa: E402
 from spotreel.domain import events as ev  # noqa: E402
-from spotreel.infra.topics import events_topic, replies_topic  # noqa: E402
+from spotreel.platform.topics import events_topic, replies_topic  # noqa: E402
 from tests.integration.schedkit import (Bus, SchedulerProc, drop_topics, make_topics,  # noqa: E402
                                         scheduler_settings, submit)
 

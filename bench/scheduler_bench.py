@@ -28,7 +28,7 @@ from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, Producer, To
 from spotreel.adapters.kafka import assignments_topic, produce_command  # noqa: E402
 from spotreel.domain import commands as c  # noqa: E402
 from spotreel.domain import events as ev  # noqa: E402
-from spotreel.infra.topics import commands_topic, events_topic, pool_stats_topic  # noqa: E402
+from spotreel.platform.topics import commands_topic, events_topic, pool_stats_topic  # noqa: E402
 from tests.integration.schedkit import (GPU, MODEL, Bus, SchedulerProc, drop_topics, make_topics,  # noqa: E402
                                         scheduler_settings, submit)
 

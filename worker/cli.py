@@ -184,7 +184,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     metrics = WorkerMetrics()
     announced = None
     if args.metrics_port:
-        from spotreel.infra.monitoring import Prometheus
+        from spotreel.devstack.monitoring import Prometheus
 
         try:
             metrics.serve(args.metrics_port, settings.host)
@@ -201,7 +201,7 @@ def _serve(args: argparse.Namespace, settings: Settings, notice: Any, worker_id:
            models: tuple[str, ...], transport_kind: str, metrics: Any) -> int:
     import torch
 
-    from spotreel.infra.s3 import s3_client
+    from spotreel.platform.s3 import s3_client
     from spotreel.worker.artifacts import ArtifactStore
     from spotreel.worker.checkpoints import CheckpointStore
     from spotreel.worker.hf_logging import quietly
@@ -236,7 +236,7 @@ def _serve(args: argparse.Namespace, settings: Settings, notice: Any, worker_id:
 
         transport = KafkaTransport(settings, profile)
     else:
-        from spotreel.infra.seed import DEV_WORKER_KEY
+        from spotreel.platform.seed import DEV_WORKER_KEY
         from spotreel.worker.transport_http import HttpTransport
 
         transport = HttpTransport(args.gateway_url or settings.worker_gateway_url or settings.gateway_url,

@@ -15,7 +15,7 @@ Registrar = Callable[[argparse._SubParsersAction], None]
 def _registrars() -> list[Registrar]:
     from spotreel.codec.cli import register as schemas
     from spotreel.demo.cli import register as demo
-    from spotreel.infra.cli import register as infra
+    from spotreel.devstack.cli import register as infra
     from spotreel.services.capacity.sim_cli import register as simulate
     from spotreel.services.capacity.slo_cli import register as slo
     from spotreel.services.gateway.cli import register as gateway

@@ -88,7 +88,7 @@ class Settings:
     topic_prefix: str = "spotreel"
     partitions: int = 6
     # Faust tables of the scheduler whose compacted changelog topics `infra up` declares ahead of time
-    # (comma-separated); see spotreel.infra.topics.changelog_topic for the naming convention.
+    # (comma-separated); see spotreel.platform.topics.changelog_topic for the naming convention.
     scheduler_tables: str = "jobs"
     # 1: the scheduler writes every accepted renewal to the job's history as an event, as it did before
     # renewals that change only the deadline were answered on the replies topic (domain/renewals.py); for an

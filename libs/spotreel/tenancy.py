@@ -12,7 +12,7 @@ import time
 
 from spotreel.domain import plans
 from spotreel.domain.events import TenantSettings
-from spotreel.infra.seed import api_key_hash
+from spotreel.platform.seed import api_key_hash
 from spotreel.webhook_signing import new_secret
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
@@ -106,7 +106,7 @@ def publish_settings(settings, record: TenantSettings, timeout: float = 10.0) ->
     from spotreel.adapters.kafka import producer
     from spotreel.adapters.partitioning import partition_for
     from spotreel.codec import Codec
-    from spotreel.infra.topics import ensure_topics, tenants_topic
+    from spotreel.platform.topics import ensure_topics, tenants_topic
 
     # The topic must exist with its partitions and compaction before anything is produced to it: Kafka would
     # otherwise create it with the broker's defaults, which `infra up` and the scheduler then refuse.

@@ -110,7 +110,7 @@ def _sim_config(args: argparse.Namespace) -> Any:
 
 def _provider(args: argparse.Namespace, settings: Settings, pool: str) -> Any:
     if args.provider == "simulated":
-        from spotreel.infra.seed import DEV_WORKER_KEY
+        from spotreel.platform.seed import DEV_WORKER_KEY
         from spotreel.services.capacity.provider_sim import SimulatedProvider
 
         url = args.gateway_url or settings.worker_gateway_url or settings.gateway_url
@@ -126,7 +126,7 @@ def _provider(args: argparse.Namespace, settings: Settings, pool: str) -> Any:
 
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
-    from spotreel.infra.cql import cql_session
+    from spotreel.platform.cql import cql_session
     from spotreel.services.capacity.manager import Manager
     from spotreel.services.capacity.policy import CapacityConfig
     from spotreel.services.capacity.stats import PoolStatsReader

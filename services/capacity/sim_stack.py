@@ -14,9 +14,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
-from spotreel.infra.ports import bindable
-from spotreel.infra.services import services
-from spotreel.infra.stack import components
+from spotreel.devstack.ports import bindable
+from spotreel.devstack.services import services
+from spotreel.devstack.stack import components
 from spotreel.settings import Settings
 
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -24,7 +24,7 @@ _TICKS = os.sysconf("SC_CLK_TCK")
 
 def _free_block(host: str, start: int = 21000, stop: int = 29000) -> int:
     """A port p with p .. p+4 free: the gateway, the scheduler's, projector's and webhooks' metrics, and the
-    gateway's own internal metrics port (infra/services.py)."""
+    gateway's own internal metrics port (devstack/services.py)."""
     for p in range(start + os.getpid() % 997 * 7, stop, 5):
         if all(bindable(host, p + i) for i in range(5)):
             return p
@@ -49,8 +49,8 @@ class PrivateStack:
 
     def start(self, tenants: list[str], quota: int) -> None:
         from spotreel.adapters.kafka import ensure_scheduler_topics
-        from spotreel.infra.cql import cql_session
-        from spotreel.infra.migrate import migrate
+        from spotreel.platform.cql import cql_session
+        from spotreel.platform.migrate import migrate
         from spotreel.tenancy import create_tenant, create_worker_key
 
         s = self.settings
@@ -81,7 +81,7 @@ class PrivateStack:
                 self.say(f"{server.name}: stop failed: {exc}")
         if drop:
             from spotreel.adapters.kafka import delete_topics
-            from spotreel.infra.cql import cql_session
+            from spotreel.platform.cql import cql_session
 
             delete_topics(self.settings)
             with cql_session(self.settings) as session:
@@ -150,7 +150,7 @@ def read_events(settings: Settings) -> list[Any]:
     """Every event of the run's events topic, decoded."""
     from spotreel.adapters.kafka import read_partition
     from spotreel.codec import Codec
-    from spotreel.infra.topics import events_topic
+    from spotreel.platform.topics import events_topic
 
     codec = Codec.default()
     out = []

@@ -7,7 +7,7 @@ from typing import Any
 
 from spotreel.codec import Codec, CodecError
 from spotreel.domain import events as ev
-from spotreel.infra.topics import pool_stats_topic
+from spotreel.platform.topics import pool_stats_topic
 from spotreel.services.capacity.policy import PoolView
 from spotreel.settings import Settings
 

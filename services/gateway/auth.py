@@ -7,7 +7,7 @@ import time
 
 from aiohttp import web
 
-from spotreel.infra.seed import api_key_hash
+from spotreel.platform.seed import api_key_hash
 from spotreel.services.gateway.deps import AuthStore, Tenant
 from spotreel.services.gateway.errors import ApiError
 

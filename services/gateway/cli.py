@@ -90,7 +90,7 @@ def _publish(settings: Settings, name: str, plan, command: str) -> int:
 
 def _create_tenant(args: argparse.Namespace, settings: Settings) -> int:
     from spotreel.domain.plans import settings_for
-    from spotreel.infra.cql import cql_session
+    from spotreel.platform.cql import cql_session
     from spotreel.tenancy import create_tenant, create_webhook_secret, tenant_plan
 
     try:
@@ -114,7 +114,7 @@ def _set_tenant(args: argparse.Namespace, settings: Settings) -> int:
     from dataclasses import replace
 
     from spotreel.domain.plans import plan_problem, settings_for
-    from spotreel.infra.cql import cql_session
+    from spotreel.platform.cql import cql_session
     from spotreel.tenancy import set_tenant, tenant_plan
 
     try:
@@ -137,7 +137,7 @@ def _set_tenant(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _webhook_secret(args: argparse.Namespace, settings: Settings) -> int:
-    from spotreel.infra.cql import cql_session
+    from spotreel.platform.cql import cql_session
     from spotreel.tenancy import create_webhook_secret
 
     try:
@@ -191,7 +191,7 @@ def _usage(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _create_worker_key(args: argparse.Namespace, settings: Settings) -> int:
-    from spotreel.infra.cql import cql_session
+    from spotreel.platform.cql import cql_session
     from spotreel.tenancy import create_worker_key
 
     try:

@@ -2,7 +2,7 @@
 
 Credentials: a worker key (`Authorization: Bearer <key>`), an api_keys row of kind 'worker' looked up by
 its SHA-256 like tenant keys; tenant keys are refused here and worker keys on /v1. The local stack seeds one
-(`spotreel.infra.seed.DEV_WORKER_KEY`); `spotreel worker-key create NAME` makes more. A key is a fleet
+(`spotreel.platform.seed.DEV_WORKER_KEY`); `spotreel worker-key create NAME` makes more. A key is a fleet
 credential, not bound to one worker id: what keeps a worker from acting on another's job is the lease
 epoch + worker_id every command carries, judged by the scheduler.
 
@@ -32,7 +32,7 @@ from spotreel.dispatch import verdicts
 from spotreel.dispatch.order import request_order
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
-from spotreel.infra.seed import api_key_hash
+from spotreel.platform.seed import api_key_hash
 from spotreel.services.gateway.config import GatewayConfig
 from spotreel.services.gateway.context import Gateway, gateway
 from spotreel.services.gateway.deps import Deps, StoreUnavailable

@@ -64,7 +64,7 @@ class KafkaPoolStats:
         import time
 
         from spotreel.codec import Codec
-        from spotreel.infra.topics import pool_stats_topic
+        from spotreel.platform.topics import pool_stats_topic
 
         self.settings = settings
         self.topic = pool_stats_topic(settings)

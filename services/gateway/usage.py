@@ -46,7 +46,7 @@ class KafkaTenantUsage:
 
     def __init__(self, settings, codec=None, clock_ms=None) -> None:
         from spotreel.codec import Codec
-        from spotreel.infra.topics import tenant_usage_topic
+        from spotreel.platform.topics import tenant_usage_topic
 
         self.settings = settings
         self.topic = tenant_usage_topic(settings)
@@ -107,7 +107,7 @@ def read_reports(settings, codec=None, timeout: float = 30.0) -> list[Any]:
     from confluent_kafka import Consumer, TopicPartition
 
     from spotreel.codec import Codec
-    from spotreel.infra.topics import tenant_usage_topic
+    from spotreel.platform.topics import tenant_usage_topic
 
     codec = codec or Codec.default()
     topic = tenant_usage_topic(settings)

@@ -33,7 +33,7 @@ def presigner(settings: Settings, expires_s: int):
 @contextmanager
 def real_deps(settings: Settings, session=None, presign_seconds: int = 900) -> Iterator[Deps]:
     """`session`: an open Cassandra session bound to the keyspace (tests pass theirs); else one is opened."""
-    from spotreel.infra.cql import cql_session
+    from spotreel.platform.cql import cql_session
 
     sink = AsyncCommandSender(settings)
     work = AsyncDispatch(settings, name="gateway")

@@ -46,8 +46,8 @@ def _ms(value: datetime | None) -> int | None:
 
 
 def build(settings: Settings, session, s3=None) -> Janitor:
-    from spotreel.infra.s3 import s3_client
-    from spotreel.infra.topics import events_topic
+    from spotreel.platform.s3 import s3_client
+    from spotreel.platform.topics import events_topic
 
     s3 = s3 or s3_client(settings, timeout=30.0)
     facts = ReadModelFacts(session)

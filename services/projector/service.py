@@ -6,7 +6,7 @@ import contextlib
 import logging
 from typing import Iterator
 
-from spotreel.infra.topics import events_deadletter_topic as deadletter_topic
+from spotreel.platform.topics import events_deadletter_topic as deadletter_topic
 from spotreel.settings import Settings
 
 log = logging.getLogger("spotreel.projector")
@@ -17,7 +17,7 @@ def group_id(settings: Settings) -> str:
 
 
 def ensure_deadletter_topic(settings: Settings, timeout: float = 30.0) -> None:
-    from spotreel.infra.topics import admin_client, create_missing, events_deadletter_spec
+    from spotreel.platform.topics import admin_client, create_missing, events_deadletter_spec
 
     create_missing(admin_client(settings.kafka_bootstrap, timeout), [events_deadletter_spec(settings)], timeout)
 
@@ -44,9 +44,9 @@ def _metrics(port: int):
 def build(settings: Settings, *, rebuild: bool = False, until_idle: bool = False, truncate: bool = False,
           metrics_port: int = 0, batch_size: int = 2000) -> Iterator["Projector"]:  # noqa: F821
     from spotreel.codec import Codec
-    from spotreel.infra.cql import cluster_for
-    from spotreel.infra.migrate import migrate
-    from spotreel.infra.topics import events_topic
+    from spotreel.platform.cql import cluster_for
+    from spotreel.platform.migrate import migrate
+    from spotreel.platform.topics import events_topic
     from spotreel.services.projector.consumer import Projector, ProjectorConfig
     from spotreel.services.projector.store import Store
 

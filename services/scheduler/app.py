@@ -35,7 +35,7 @@ from spotreel.domain.schedules import ScheduleState
 from spotreel.domain.state import JobState
 from spotreel.domain.renewals import after_handover
 from spotreel.domain.retention import Retention
-from spotreel.infra.topics import (assignments_topic, commands_topic, deadletter_topic, events_topic,
+from spotreel.platform.topics import (assignments_topic, commands_topic, deadletter_topic, events_topic,
                                    pool_stats_topic, replies_topic, scheduler_app_id, tenant_usage_topic,
                                    worker_leases_topic)
 from spotreel.settings import Settings

@@ -34,7 +34,7 @@ from spotreel.domain import events as ev
 from spotreel.domain.fairness import DecayingTotal, TenantPolicy, TenantUsage, combined_usage, credit
 from spotreel.domain.plans import policy
 from spotreel.domain.state import JobState, Status
-from spotreel.infra.topics import tenant_usage_topic, tenants_topic
+from spotreel.platform.topics import tenant_usage_topic, tenants_topic
 from spotreel.settings import Settings
 
 log = logging.getLogger("spotreel.scheduler.fairshare")

@@ -40,7 +40,7 @@ from spotreel.domain import events as ev
 from spotreel.domain.ids import pool_key
 from spotreel.domain.preemption import MINUTE_MS, Budget, Demand, Preemption, Running, plan, plan_fair
 from spotreel.domain.state import JobState, Status
-from spotreel.infra.topics import pool_stats_topic
+from spotreel.platform.topics import pool_stats_topic
 from spotreel.settings import Settings
 
 from spotreel.services.scheduler.partition import PartitionState

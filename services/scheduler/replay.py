@@ -17,7 +17,7 @@ from spotreel.domain.evolve import evolve
 from spotreel.domain.grant_reasons import GrantReasons, explain
 from spotreel.domain.retention import Retention, summarize
 from spotreel.domain.state import JobState
-from spotreel.infra.topics import changelog_topic, events_topic
+from spotreel.platform.topics import changelog_topic, events_topic
 from spotreel.settings import Settings
 
 from spotreel.services.scheduler import statecodec

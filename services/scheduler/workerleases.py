@@ -27,7 +27,7 @@ from typing import Any
 
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
-from spotreel.infra.topics import worker_leases_topic
+from spotreel.platform.topics import worker_leases_topic
 from spotreel.settings import Settings
 
 log = logging.getLogger("spotreel.scheduler.workerleases")

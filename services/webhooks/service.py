@@ -19,7 +19,7 @@ def group_id(settings: Settings) -> str:
 
 
 def config_for(settings: Settings, policy: RetryPolicy | None = None) -> NotifierConfig:
-    from spotreel.infra.topics import events_topic
+    from spotreel.platform.topics import events_topic
 
     return NotifierConfig(bootstrap=settings.kafka_bootstrap, group_id=group_id(settings),
                           events_topic=events_topic(settings), gateway_url=settings.gateway_url,
@@ -46,8 +46,8 @@ def build(settings: Settings, policy: RetryPolicy | None = None, metrics_port: i
         serve_metrics()
         yield Notifier(config_for(settings, policy), WebhookStore(session), metrics)
         return
-    from spotreel.infra.cql import cluster_for
-    from spotreel.infra.migrate import migrate
+    from spotreel.platform.cql import cluster_for
+    from spotreel.platform.migrate import migrate
 
     cluster = cluster_for(settings)
     try:

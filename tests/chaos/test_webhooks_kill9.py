@@ -16,8 +16,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from spotreel.adapters.kafka import delete_topics
-from spotreel.infra.migrate import migrate
-from spotreel.infra.topics import ensure_topics
+from spotreel.platform.migrate import migrate
+from spotreel.platform.topics import ensure_topics
 from spotreel.tenancy import create_tenant, create_webhook_secret
 from spotreel import webhook_signing as signing
 from spotreel.services.webhooks.payload import event_id

@@ -30,8 +30,8 @@ from typing import Any
 import pytest
 
 from spotreel.domain import events as ev
-from spotreel.infra.cql import cql_session
-from spotreel.infra.seed import DEV_WORKER_KEY
+from spotreel.platform.cql import cql_session
+from spotreel.platform.seed import DEV_WORKER_KEY
 from spotreel.tenancy import create_tenant, create_webhook_secret
 from spotreel.settings import Settings
 from spotreel.worker.artifacts import CONTENT_META, FRAMES_META
@@ -374,7 +374,7 @@ def verify(sc: Scenario) -> list[str]:
 
 
 def _s3(s: Settings):
-    from spotreel.infra.s3 import s3_client
+    from spotreel.platform.s3 import s3_client
 
     return s3_client(s, timeout=30.0)
 

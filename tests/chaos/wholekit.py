@@ -20,7 +20,7 @@ from typing import Any, Callable
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from spotreel.codec import Codec
-from spotreel.infra.topics import events_topic
+from spotreel.platform.topics import events_topic
 from spotreel import webhook_signing as signing
 from spotreel.settings import Settings
 from tests.harness.private_stack import PrivateStack

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from spotreel.infra.seed import DEV_WORKER_KEY
+from spotreel.platform.seed import DEV_WORKER_KEY
 from spotreel.client.http import Client
 from spotreel.settings import Settings
 from spotreel.worker.video import decode_frames

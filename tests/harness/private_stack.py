@@ -23,10 +23,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from spotreel.infra import ports as portlib
-from spotreel.infra.processes import group_members, read_pidfile, stop_group
-from spotreel.infra.services import settings_env
-from spotreel.infra.stack import components
+from spotreel.devstack import ports as portlib
+from spotreel.devstack.processes import group_members, read_pidfile, stop_group
+from spotreel.devstack.services import settings_env
+from spotreel.devstack.stack import components
 from spotreel.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]

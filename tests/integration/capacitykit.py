@@ -25,7 +25,7 @@ def private_plane(base: Settings, buckets: bool = False, partitions: int = 3) ->
     s3 = None
     try:
         if buckets:
-            from spotreel.infra.s3 import s3_client
+            from spotreel.platform.s3 import s3_client
 
             s3 = s3_client(plane.settings, timeout=30.0)
             for b in (plane.settings.s3_bucket_artifacts, plane.settings.s3_bucket_checkpoints):

@@ -12,7 +12,7 @@ from confluent_kafka import Producer
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
 from spotreel.domain.evolve import fold
-from spotreel.infra.migrate import migrate
+from spotreel.platform.migrate import migrate
 from spotreel.services.projector import projection as pj
 from spotreel.services.projector.store import PROJECTED_TABLES
 from spotreel.settings import Settings

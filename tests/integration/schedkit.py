@@ -22,7 +22,7 @@ from spotreel.domain import commands as c
 from spotreel.domain import events as ev
 from spotreel.domain import ids
 from spotreel.domain.evolve import fold
-from spotreel.infra.topics import commands_topic, deadletter_topic, events_topic, replies_topic
+from spotreel.platform.topics import commands_topic, deadletter_topic, events_topic, replies_topic
 from spotreel.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -216,7 +216,7 @@ def rewind_commits(settings: Settings, partition: int, offset: int, timeout: flo
     empty (a kill -9'd member stays in it until its session times out)."""
     from confluent_kafka import KafkaException
 
-    from spotreel.infra.topics import scheduler_app_id
+    from spotreel.platform.topics import scheduler_app_id
 
     cons = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": scheduler_app_id(settings),
                      "enable.auto.commit": False})

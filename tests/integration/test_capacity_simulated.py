@@ -14,7 +14,7 @@ from collections import Counter
 import pytest
 
 from spotreel.domain import events as ev
-from spotreel.infra.cql import cql_session
+from spotreel.platform.cql import cql_session
 from spotreel.services.capacity.manager import Manager
 from spotreel.services.capacity.policy import CapacityConfig
 from spotreel.services.capacity.provider_sim import SimulatedProvider

@@ -23,7 +23,7 @@ from types import SimpleNamespace
 import pytest
 
 from spotreel.domain import events as ev
-from spotreel.infra.services import settings_env
+from spotreel.devstack.services import settings_env
 from spotreel.model_registry import DEFAULT_POOL
 from tests.integration.capacitykit import held_at, leases, private_plane, wait_until
 from tests.integration.schedkit import ROOT, Bus
@@ -219,7 +219,7 @@ def test_capacity_runs_real_workers_for_the_default_pool(plane, tiny_model_dir, 
     outcome = [l for l in cap.worker_log(victim.worker_id) if l.get("event") == "job"]
     assert [o["outcome"] for o in outcome] == ["preempted"], outcome
     final = next(e for e in events if isinstance(e, ev.JobSucceeded) and e.job_id == victim.job_id)
-    from spotreel.infra.s3 import s3_client
+    from spotreel.platform.s3 import s3_client
 
     head = s3_client(s, timeout=30.0).head_object(Bucket=s.s3_bucket_artifacts, Key=final.artifact_key)
     assert head["Metadata"]["frames-sha256"] == reference.result(timeout=300)

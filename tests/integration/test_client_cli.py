@@ -21,8 +21,8 @@ from aiohttp.test_utils import TestServer
 from spotreel.adapters.kafka import delete_topics
 from spotreel.domain import commands as c
 from spotreel.domain import ids
-from spotreel.infra.migrate import migrate
-from spotreel.infra.topics import ensure_topics
+from spotreel.platform.migrate import migrate
+from spotreel.platform.topics import ensure_topics
 from spotreel import sse
 from spotreel.services.gateway.app import create_app
 from spotreel.client.cli import progress_line

@@ -17,8 +17,8 @@ from spotreel.domain import commands as cmd
 from spotreel.domain import ids
 from spotreel.domain.decide import decide
 from spotreel.domain.evolve import fold
-from spotreel.infra.migrate import migrate
-from spotreel.infra.topics import commands_topic, ensure_topics
+from spotreel.platform.migrate import migrate
+from spotreel.platform.topics import commands_topic, ensure_topics
 from spotreel.services.gateway.app import create_app
 from spotreel.services.gateway.cassandra_store import CassandraReads
 from spotreel.services.gateway.config import GatewayConfig

@@ -14,7 +14,7 @@ from confluent_kafka import Producer
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
 from spotreel.domain import ids
-from spotreel.infra.topics import pool_stats_topic
+from spotreel.platform.topics import pool_stats_topic
 from spotreel.services.gateway.app import create_app
 from spotreel.services.gateway.config import GatewayConfig
 from spotreel.tenancy import create_tenant

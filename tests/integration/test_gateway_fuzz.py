@@ -25,8 +25,8 @@ from schemathesis.specs.openapi.checks import (content_type_conformance, respons
                                                status_code_conformance)
 
 from spotreel.adapters.kafka import delete_topics, ensure_scheduler_topics
-from spotreel.infra.migrate import migrate
-from spotreel.infra.topics import ensure_topics
+from spotreel.platform.migrate import migrate
+from spotreel.platform.topics import ensure_topics
 from spotreel.services.gateway.app import create_app
 from spotreel.services.gateway.config import GatewayConfig
 from spotreel.tenancy import create_tenant, create_worker_key

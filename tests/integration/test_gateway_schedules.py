@@ -11,7 +11,7 @@ from spotreel.codec import Codec
 from spotreel.domain import commands as cmd
 from spotreel.domain import ids
 from spotreel.domain.schedules import decide_schedule, fold_schedule
-from spotreel.infra.topics import commands_topic
+from spotreel.platform.topics import commands_topic
 from spotreel.services.projector.projection import project
 from spotreel.services.projector.store import Store
 from tests.integration import test_gateway_api

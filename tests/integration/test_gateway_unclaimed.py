@@ -23,7 +23,7 @@ from aiohttp import web
 from spotreel.adapters.partitioning import partition_for
 from spotreel.domain import events as ev
 from spotreel.domain.leases import UNCLAIMED
-from spotreel.infra.migrate import migrate
+from spotreel.platform.migrate import migrate
 from spotreel.services.gateway.app import create_app, serve_metrics
 from spotreel.services.gateway.config import GatewayConfig
 from spotreel.tenancy import create_worker_key

@@ -12,7 +12,7 @@ import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
 
-from spotreel.infra.migrate import migrate
+from spotreel.platform.migrate import migrate
 from spotreel.services.gateway.app import create_app
 from spotreel.services.gateway.config import GatewayConfig
 from spotreel.tenancy import create_tenant, create_worker_key
@@ -139,7 +139,7 @@ def _pool_stats(settings, pool: str, partition: int, want, timeout: float = 60.0
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     from spotreel.codec import Codec
-    from spotreel.infra.topics import pool_stats_topic
+    from spotreel.platform.topics import pool_stats_topic
 
     codec = Codec.default()
     cons = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": f"ps-{uuid.uuid4()}",

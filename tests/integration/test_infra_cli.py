@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from spotreel.infra import ports as portlib
-from spotreel.infra.stack import components
+from spotreel.devstack import ports as portlib
+from spotreel.devstack.stack import components
 from spotreel.settings import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
@@ -182,11 +182,11 @@ def test_topics_buckets_and_schema_exist(settings):
     ensure_up()
     from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
-    from spotreel.infra.cql import cql_session
-    from spotreel.infra.migrate import migrate
-    from spotreel.infra.s3 import s3_client
-    from spotreel.infra.seed import api_key_hash
-    from spotreel.infra.topics import topic_specs
+    from spotreel.platform.cql import cql_session
+    from spotreel.platform.migrate import migrate
+    from spotreel.platform.s3 import s3_client
+    from spotreel.platform.seed import api_key_hash
+    from spotreel.platform.topics import topic_specs
 
     admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
     topics = admin.list_topics(timeout=10).topics

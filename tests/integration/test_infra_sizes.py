@@ -1,4 +1,4 @@
-"""`spotreel infra status` sizes (infra/sizes.py) against the shared stack's real Kafka and SeaweedFS: a topic's
+"""`spotreel infra status` sizes (devstack/sizes.py) against the shared stack's real Kafka and SeaweedFS: a topic's
 records and bytes, the objects and bytes of a bucket."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from confluent_kafka import Producer
 
-from spotreel.infra import sizes
+from spotreel.devstack import sizes
 
 
 def test_sizes_count_a_topics_records_and_bytes_and_a_buckets_objects(settings, make_topic, s3, bucket, unique):

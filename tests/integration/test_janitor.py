@@ -12,7 +12,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
-from spotreel.infra.migrate import migrate
+from spotreel.platform.migrate import migrate
 from spotreel.services.janitor import objects
 from spotreel.services.janitor.service import build
 from spotreel.services.janitor.sweep import sweep

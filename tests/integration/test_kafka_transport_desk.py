@@ -21,7 +21,7 @@ from spotreel.codec import Codec
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
 from spotreel.domain.leases import UNCLAIMED
-from spotreel.infra.topics import commands_topic
+from spotreel.platform.topics import commands_topic
 from spotreel.worker.transport import WorkerProfile
 from spotreel.worker.transport_kafka import KafkaTransport
 from tests.integration.schedkit import GPU, MODEL, Bus, SchedulerProc, drop_topics, make_topics, submit

@@ -16,8 +16,8 @@ import pytest
 from PIL import Image
 from prometheus_client import start_http_server
 
-from spotreel.infra.monitoring import Prometheus
-from spotreel.infra.ports import free_port
+from spotreel.devstack.monitoring import Prometheus
+from spotreel.devstack.ports import free_port
 from spotreel.services.scheduler.metrics import Metrics
 from spotreel.settings import Settings
 from spotreel.worker.metrics import WorkerMetrics

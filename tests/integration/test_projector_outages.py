@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 from spotreel.codec import Codec
-from spotreel.infra.topics import events_topic
+from spotreel.platform.topics import events_topic
 from spotreel.services.projector.consumer import Projector, ProjectorConfig
 from spotreel.services.projector.service import deadletter_topic
 from spotreel.services.projector.store import Store

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from prometheus_client import start_http_server
 
-from spotreel.infra.monitoring import Prometheus
-from spotreel.infra.ports import free_port
+from spotreel.devstack.monitoring import Prometheus
+from spotreel.devstack.ports import free_port
 from spotreel.services.scheduler.metrics import Metrics
 from spotreel.settings import Settings
 
@@ -169,7 +169,7 @@ def test_prometheus_scrapes_every_kind_of_process(stack, settings: Settings, tmp
 def test_a_firing_alert_reaches_alertmanager(settings: Settings, tmp_path: Path) -> None:
     """A dead letter counted by a scheduler's registry makes SpotreelDLQGrowth fire (no `for:`); Prometheus
     sends it to the real Alertmanager, which holds it routed to the `ticket` receiver (its severity)."""
-    from spotreel.infra.monitoring import Alertmanager
+    from spotreel.devstack.monitoring import Alertmanager
 
     mine = dataclasses.replace(settings, home=tmp_path / "home")
     am = Alertmanager(mine, port=free_port(mine.host))

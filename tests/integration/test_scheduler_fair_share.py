@@ -24,7 +24,7 @@ from spotreel.adapters.partitioning import partition_for
 from spotreel.domain import events as ev
 from spotreel.domain.plans import settings_for
 from spotreel.services.capacity.sim_kafka import KafkaLink
-from spotreel.infra.ports import free_port
+from spotreel.devstack.ports import free_port
 from spotreel.tenancy import publish_settings, settings_record
 from spotreel.services.gateway.usage import KafkaTenantUsage
 from tests.integration.schedkit import (GPU, MODEL, Bus, SchedulerProc, drop_topics, make_topics, scheduler_settings,

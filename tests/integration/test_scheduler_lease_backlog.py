@@ -20,8 +20,8 @@ from confluent_kafka.admin import ConfigResource, ResourceType
 
 from spotreel.domain import commands as c
 from spotreel.domain import events as ev
-from spotreel.infra.kafka import admin_client
-from spotreel.infra.topics import commands_topic
+from spotreel.devstack.kafka import admin_client
+from spotreel.platform.topics import commands_topic
 from tests.integration.schedkit import Bus, SchedulerProc, drop_topics, make_topics, scheduler_settings, submit
 
 TTL_MS = 4_000

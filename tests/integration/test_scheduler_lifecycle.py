@@ -198,7 +198,7 @@ def test_pool_stats_and_replay(env):
     bus.wait_event(sub.job_id, ev.JobQueued)
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-    from spotreel.infra.topics import pool_stats_topic
+    from spotreel.platform.topics import pool_stats_topic
 
     cons = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": uuid.uuid4().hex})
     cons.assign([TopicPartition(pool_stats_topic(settings), p, OFFSET_BEGINNING) for p in range(3)])

@@ -11,7 +11,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from spotreel.domain import commands as c
 from spotreel.domain import events as ev
-from spotreel.infra.topics import pool_stats_topic
+from spotreel.platform.topics import pool_stats_topic
 from tests.integration.schedkit import POOL, Bus, SchedulerProc, drop_topics, make_topics, scheduler_settings, submit
 
 

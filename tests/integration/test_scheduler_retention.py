@@ -15,7 +15,7 @@ from spotreel.adapters.kafka import read_partition
 from spotreel.adapters.partitioning import partition_for
 from spotreel.domain import commands as c
 from spotreel.domain import events as ev
-from spotreel.infra.topics import changelog_topic
+from spotreel.platform.topics import changelog_topic
 from spotreel.services.scheduler import replay, statecodec
 from tests.integration.schedkit import (Bus, SchedulerProc, drop_topics, make_topics, rewind_commits,
                                         scheduler_settings, submit)

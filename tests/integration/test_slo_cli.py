@@ -16,8 +16,8 @@ from confluent_kafka import Producer
 from prometheus_client import start_http_server
 
 from spotreel.codec import Codec
-from spotreel.infra.monitoring import Prometheus
-from spotreel.infra.ports import free_port
+from spotreel.devstack.monitoring import Prometheus
+from spotreel.devstack.ports import free_port
 from spotreel.services.gateway.metrics import Metrics as GatewayMetrics
 from spotreel.settings import Settings
 from tests.unit.test_slo_report import _job

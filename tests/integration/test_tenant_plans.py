@@ -18,9 +18,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
-from spotreel.infra.migrate import migrate
-from spotreel.infra.seed import api_key_hash
-from spotreel.infra.topics import tenants_topic
+from spotreel.platform.migrate import migrate
+from spotreel.platform.seed import api_key_hash
+from spotreel.platform.topics import tenants_topic
 from spotreel.services.gateway.cassandra_store import CassandraAuth
 from spotreel.tenancy import tenant_plan
 from tests.integration.schedkit import ROOT, Bus, SchedulerProc, drop_topics, make_topics, submit

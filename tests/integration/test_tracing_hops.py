@@ -16,8 +16,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from spotreel import tracing
 from spotreel.codec import Codec
-from spotreel.infra.migrate import migrate
-from spotreel.infra.topics import commands_topic, events_topic
+from spotreel.platform.migrate import migrate
+from spotreel.platform.topics import commands_topic, events_topic
 from spotreel.services.gateway.app import create_app
 from spotreel.services.gateway.config import GatewayConfig
 from spotreel.services.gateway.wiring import real_deps

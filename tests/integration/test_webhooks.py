@@ -20,9 +20,9 @@ from spotreel.adapters.kafka import delete_topics
 from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
-from spotreel.infra.migrate import migrate
-from spotreel.infra.topics import ensure_topics, events_topic
-from spotreel.infra.seed import api_key_hash
+from spotreel.platform.migrate import migrate
+from spotreel.platform.topics import ensure_topics, events_topic
+from spotreel.platform.seed import api_key_hash
 from spotreel.services.gateway.cassandra_store import CassandraAuth, CassandraReads
 from spotreel.tenancy import create_tenant, create_webhook_secret
 from spotreel import webhook_signing as signing

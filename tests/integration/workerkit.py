@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from spotreel.domain import events as ev
-from spotreel.infra.migrate import migrate
-from spotreel.infra.ports import free_port
+from spotreel.platform.migrate import migrate
+from spotreel.devstack.ports import free_port
 from spotreel.tenancy import create_worker_key
 from spotreel.settings import Settings
 from tests.integration.schedkit import ROOT, Bus, SchedulerProc, drop_topics, make_topics, submit

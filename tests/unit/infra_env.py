@@ -53,7 +53,7 @@ def fake_jar_cache(settings: Settings) -> None:
     """A cache that looks fetched (marker + jars), so command lines can be built without Maven."""
     import json
 
-    from spotreel.infra.maven import bundles
+    from spotreel.devstack.maven import bundles
 
     for bundle in bundles(settings):
         lib = bundle.lib(settings)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import inspect
 import itertools
 
-from spotreel.infra import cassandra
-from spotreel.infra.cql import RECONNECT_MAX_S, cluster_for
+from spotreel.devstack import cassandra
+from spotreel.platform.cql import RECONNECT_MAX_S, cluster_for
 from spotreel.services.projector import service as projector_service
 from spotreel.services.webhooks import service as webhooks_service
 from spotreel.settings import Settings

@@ -40,7 +40,7 @@ import shlex  # noqa: E402
 import yaml  # noqa: E402
 
 from spotreel.cli import build_parser  # noqa: E402
-from spotreel.infra.services import (projector_metrics_port, scheduler_metrics_port, services,  # noqa: E402
+from spotreel.devstack.services import (projector_metrics_port, scheduler_metrics_port, services,  # noqa: E402
                                      webhooks_metrics_port)
 
 DOC = yaml.safe_load(COMPOSE)

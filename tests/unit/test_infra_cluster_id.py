@@ -6,7 +6,7 @@ import base64
 
 import pytest
 
-from spotreel.infra.kafka import CLUSTER_ID, Kafka, new_cluster_id
+from spotreel.devstack.kafka import CLUSTER_ID, Kafka, new_cluster_id
 from spotreel.settings import Settings
 
 pytestmark = pytest.mark.unit

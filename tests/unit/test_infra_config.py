@@ -7,11 +7,11 @@ import re
 
 import pytest
 
-from spotreel.infra.cassandra import Cassandra
-from spotreel.infra.kafka import Kafka
-from spotreel.infra.maven import Bundle, cassandra_bundle, fetch, kafka_bundle, render_pom
-from spotreel.infra.seaweed import GRPC_OFFSET, Seaweed
-from spotreel.infra.stack import components
+from spotreel.devstack.cassandra import Cassandra
+from spotreel.devstack.kafka import Kafka
+from spotreel.devstack.maven import Bundle, cassandra_bundle, fetch, kafka_bundle, render_pom
+from spotreel.devstack.seaweed import GRPC_OFFSET, Seaweed
+from spotreel.devstack.stack import components
 from spotreel.settings import Settings
 from tests.unit.infra_env import fake_jar_cache, isolate
 

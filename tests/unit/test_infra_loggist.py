@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spotreel.infra.loggist import LogMark, gist
+from spotreel.devstack.loggist import LogMark, gist
 
 pytestmark = pytest.mark.unit
 

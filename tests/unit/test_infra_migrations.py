@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from spotreel.infra.errors import InfraError
-from spotreel.infra.migrate import Migration, keyspace_cql, load_migrations, migrate, statements
+from spotreel.platform.errors import InfraError
+from spotreel.platform.migrate import Migration, keyspace_cql, load_migrations, migrate, statements
 
 pytestmark = pytest.mark.unit
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from spotreel.infra.errors import ProbeFailed
-from spotreel.infra.services import (GatewayService, ProjectorService, SchedulerService, projector_metrics_port,
+from spotreel.platform.errors import ProbeFailed
+from spotreel.devstack.services import (GatewayService, ProjectorService, SchedulerService, projector_metrics_port,
                                      scheduler_metrics_port, settings_env)
-from spotreel.infra.stack import components, tiers
+from spotreel.devstack.stack import components, tiers
 from spotreel.settings import Settings
 
 

@@ -1,11 +1,11 @@
-"""The sizes block of `spotreel infra status` (infra/sizes.py): what a person reads, unknown bytes included."""
+"""The sizes block of `spotreel infra status` (devstack/sizes.py): what a person reads, unknown bytes included."""
 
 from __future__ import annotations
 
 import pytest
 
-from spotreel.infra.sizes import human_bytes, render
-from spotreel.infra.status import render_text
+from spotreel.devstack.sizes import human_bytes, render
+from spotreel.devstack.status import render_text
 
 pytestmark = pytest.mark.unit
 

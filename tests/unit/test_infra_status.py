@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spotreel.infra.status import render_json, render_text
+from spotreel.devstack.status import render_json, render_text
 
 pytestmark = pytest.mark.unit
 

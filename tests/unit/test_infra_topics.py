@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spotreel.infra.topics import changelog_topic, scheduler_app_id, topic_specs
+from spotreel.platform.topics import changelog_topic, scheduler_app_id, topic_specs
 from spotreel.settings import Settings
 
 pytestmark = pytest.mark.unit

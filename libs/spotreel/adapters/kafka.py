@@ -1,5 +1,5 @@
 """Small confluent-kafka helpers shared by the services and tests: producing a command to its owner's
-partition and reading a partition range. Topic names and their declaration live in infra/topics.py; the
+partition and reading a partition range. Topic names and their declaration live in platform/topics.py; the
 three it used to hold are re-exported here for the callers that import them from this module."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
-from spotreel.infra.topics import assignments_topic, delete_topics, ensure_scheduler_topics
+from spotreel.platform.topics import assignments_topic, delete_topics, ensure_scheduler_topics
 from spotreel.settings import Settings
 
 __all__ = ["CMD_OFFSET_HEADER", "assignments_topic", "delete_topics", "ensure_scheduler_topics", "producer",
@@ -31,7 +31,7 @@ def produce_command(prod: Any, settings: Settings, codec: Codec, command: Any, p
                     topic: str | None = None, headers: list | None = None) -> int:
     """Produce `command` keyed by its job_id (or worker_id / schedule_id) to the owner's partition, with
     `headers` (a traceparent, spotreel/tracing.py) if given."""
-    from spotreel.infra.topics import commands_topic
+    from spotreel.platform.topics import commands_topic
 
     key = getattr(command, "job_id", None) or getattr(command, "schedule_id", None) or command.worker_id
     if partition is None:

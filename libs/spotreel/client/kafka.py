@@ -33,7 +33,7 @@ from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec, CodecError
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
-from spotreel.infra.topics import commands_topic, events_topic
+from spotreel.platform.topics import commands_topic, events_topic
 from spotreel.settings import Settings
 
 

@@ -50,7 +50,7 @@ class Deadline:
 
 
 def check_stack(settings: Settings) -> None:
-    from spotreel.infra.status import collect
+    from spotreel.devstack.status import collect
 
     report = collect(settings)
     sick = [c for c in report["components"] if not c["healthy"]]  # type: ignore[union-attr]

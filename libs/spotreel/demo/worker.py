@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from spotreel.demo.errors import DemoError
-from spotreel.infra.services import settings_env
+from spotreel.devstack.services import settings_env
 from spotreel.settings import Settings
 
 # One torch thread: on 2 cores shared with Kafka, Cassandra and the services, two threads measured anywhere

@@ -28,7 +28,7 @@ from spotreel import tracing
 from spotreel.codec import Codec
 from spotreel.dispatch.order import PoolQueues
 from spotreel.domain import events as ev
-from spotreel.infra.topics import assignments_topic, events_topic, pool_stats_topic, replies_topic
+from spotreel.platform.topics import assignments_topic, events_topic, pool_stats_topic, replies_topic
 from spotreel.settings import Settings
 
 log = logging.getLogger("spotreel.dispatch")

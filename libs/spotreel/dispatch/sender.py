@@ -17,7 +17,7 @@ from spotreel import tracing
 from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
 from spotreel.dispatch.listener import DispatchUnavailable
-from spotreel.infra.topics import commands_topic
+from spotreel.platform.topics import commands_topic
 from spotreel.settings import Settings
 
 

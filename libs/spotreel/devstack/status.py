@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from concurrent.futures import ThreadPoolExecutor
 
-from spotreel.infra import sizes
-from spotreel.infra.layout import Layout
-from spotreel.infra.seed import DEV_WORKER_KEY
-from spotreel.infra.stack import components
+from spotreel.devstack import sizes
+from spotreel.devstack.layout import Layout
+from spotreel.platform.seed import DEV_WORKER_KEY
+from spotreel.devstack.stack import components
 from spotreel.settings import Settings
 
 

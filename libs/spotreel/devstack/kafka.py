@@ -8,14 +8,14 @@ import subprocess
 import uuid
 from pathlib import Path
 
-from spotreel.infra import ports as portlib
-from spotreel.infra.errors import InfraError, ProbeFailed
-from spotreel.infra.java import common_jvm_options, java_bin
-from spotreel.infra.loggist import gist
-from spotreel.infra.maven import kafka_bundle
-from spotreel.infra.render import render, write_if_changed
-from spotreel.infra.server import Say, Server
-from spotreel.infra.topics import admin_client
+from spotreel.devstack import ports as portlib
+from spotreel.platform.errors import InfraError, ProbeFailed
+from spotreel.devstack.java import common_jvm_options, java_bin
+from spotreel.devstack.loggist import gist
+from spotreel.devstack.maven import kafka_bundle
+from spotreel.devstack.render import render, write_if_changed
+from spotreel.devstack.server import Say, Server
+from spotreel.platform.topics import admin_client
 
 # Kafka's Uuid.toString: base64url of 16 bytes, no padding; ids starting with '-' confuse its CLI parser.
 CLUSTER_ID = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{21}$")
@@ -131,6 +131,6 @@ class Kafka(Server):
         return f"cluster {md.cluster_id}"
 
     def setup(self, say: Say) -> None:
-        from spotreel.infra.topics import ensure_topics
+        from spotreel.platform.topics import ensure_topics
 
         ensure_topics(self.settings, say)

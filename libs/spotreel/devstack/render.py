@@ -8,7 +8,7 @@ from string import Template
 
 
 def render(name: str, **values: object) -> str:
-    text = resources.files("spotreel.infra").joinpath("templates", name).read_text(encoding="utf-8")
+    text = resources.files("spotreel.devstack").joinpath("templates", name).read_text(encoding="utf-8")
     # substitute (not safe_substitute): a placeholder without a value is a bug, not a config line.
     return Template(text).substitute({k: str(v) for k, v in values.items()})
 

@@ -8,11 +8,11 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from spotreel.infra import ports as portlib
-from spotreel.infra.errors import InfraError, ProbeFailed
-from spotreel.infra.render import write_if_changed
-from spotreel.infra.s3 import s3_client
-from spotreel.infra.server import Say, Server
+from spotreel.devstack import ports as portlib
+from spotreel.platform.errors import InfraError, ProbeFailed
+from spotreel.devstack.render import write_if_changed
+from spotreel.platform.s3 import s3_client
+from spotreel.devstack.server import Say, Server
 
 # weed derives each gRPC port as http port + 10000; we pass them explicitly so all are known and checked.
 GRPC_OFFSET = 10000

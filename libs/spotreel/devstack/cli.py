@@ -13,7 +13,7 @@ import sys
 import traceback
 from typing import Callable, NoReturn
 
-from spotreel.infra.errors import InfraError
+from spotreel.platform.errors import InfraError
 from spotreel.settings import Settings
 
 ACTIONS = ("fetch", "up", "down", "status")
@@ -24,35 +24,35 @@ def _say(line: str) -> None:
 
 
 def _fetch(args: argparse.Namespace, settings: Settings) -> int:
-    from spotreel.infra.maven import fetch
+    from spotreel.devstack.maven import fetch
 
     fetch(settings, _say)
     return 0
 
 
 def _up(args: argparse.Namespace, settings: Settings) -> int:
-    from spotreel.infra.stack import up
+    from spotreel.devstack.stack import up
 
     up(settings, fresh=args.fresh, say=_say)
     return _monitoring_up(settings) if args.with_monitoring else 0
 
 
 def _down(args: argparse.Namespace, settings: Settings) -> int:
-    from spotreel.infra.stack import down
+    from spotreel.devstack.stack import down
 
     down(settings, say=_say)
     return 0
 
 
 def _provision(args: argparse.Namespace, settings: Settings) -> int:
-    from spotreel.infra.stack import provision
+    from spotreel.devstack.stack import provision
 
     provision(settings, timeout=args.timeout, say=_say)
     return 0
 
 
 def _monitoring_up(settings: Settings) -> int:
-    from spotreel.infra.monitoring import Alertmanager, Prometheus
+    from spotreel.devstack.monitoring import Alertmanager, Prometheus
 
     prom, am = Prometheus(settings), Alertmanager(settings)
     for server in (am, prom):
@@ -61,8 +61,8 @@ def _monitoring_up(settings: Settings) -> int:
             return 1
         server.preflight()
     am.ensure_up(_say)  # first: Prometheus sends its alerts there from its first evaluation
-    # The stack's own services (infra/services.py) at their fixed loopback ports; workers and others: add files.
-    from spotreel.infra import services as svc
+    # The stack's own services (devstack/services.py) at their fixed loopback ports; workers and others: add files.
+    from spotreel.devstack import services as svc
 
     h = settings.host
     for name, target in (("scheduler", f"{h}:{svc.scheduler_metrics_port(settings)}"),
@@ -77,7 +77,7 @@ def _monitoring_up(settings: Settings) -> int:
 
 
 def _monitoring(args: argparse.Namespace, settings: Settings) -> int:
-    from spotreel.infra.monitoring import Alertmanager, Prometheus
+    from spotreel.devstack.monitoring import Alertmanager, Prometheus
 
     if args.monitoring_command == "up":
         return _monitoring_up(settings)
@@ -96,7 +96,7 @@ def _monitoring(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _status(args: argparse.Namespace, settings: Settings) -> int:
-    from spotreel.infra.status import collect, render_json, render_text
+    from spotreel.devstack.status import collect, render_json, render_text
 
     report = collect(settings)
     print(render_json(report) if args.json else render_text(report), flush=True)

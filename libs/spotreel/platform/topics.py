@@ -9,7 +9,7 @@ the topic declared here and the one Faust expects are the same. Two more are cre
 needs them rather than by `infra up`: `<prefix>.assignments` (the scheduler, `ensure_scheduler_topics`) and
 the projector's `<prefix>.events.deadletter` (`events_deadletter_spec`).
 
-Runtime code, not the launcher: the services import this module, and the launcher (infra/kafka.py) imports
+Runtime code, not the launcher: the services import this module, and the launcher (devstack/kafka.py) imports
 it, never the reverse.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from spotreel.infra.errors import InfraError
+from spotreel.platform.errors import InfraError
 from spotreel.settings import Settings
 
 WEEK_MS = str(7 * 24 * 3600 * 1000)

@@ -6,7 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
-from spotreel.infra.errors import InfraError
+from spotreel.platform.errors import InfraError
 from spotreel.settings import Settings
 
 

@@ -24,8 +24,8 @@ import urllib.request
 from dataclasses import fields
 from pathlib import Path
 
-from spotreel.infra.errors import ProbeFailed
-from spotreel.infra.server import Server
+from spotreel.platform.errors import ProbeFailed
+from spotreel.devstack.server import Server
 from spotreel.settings import Settings
 
 
@@ -101,7 +101,7 @@ class SchedulerService(Service):
         return [self.port()]
 
     def faust_dir(self) -> Path:
-        from spotreel.infra.topics import scheduler_app_id
+        from spotreel.platform.topics import scheduler_app_id
 
         return self.data_dir / scheduler_app_id(self.settings)
 

@@ -10,15 +10,15 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Iterator
 
-from spotreel.infra import maven
-from spotreel.infra import ports as portlib
-from spotreel.infra.cassandra import Cassandra
-from spotreel.infra.errors import InfraError, ProbeFailed
-from spotreel.infra.kafka import Kafka
-from spotreel.infra.layout import Layout
-from spotreel.infra.seaweed import Seaweed
-from spotreel.infra.server import Say, Server
-from spotreel.infra.services import services
+from spotreel.devstack import maven
+from spotreel.devstack import ports as portlib
+from spotreel.devstack.cassandra import Cassandra
+from spotreel.platform.errors import InfraError, ProbeFailed
+from spotreel.devstack.kafka import Kafka
+from spotreel.devstack.layout import Layout
+from spotreel.devstack.seaweed import Seaweed
+from spotreel.devstack.server import Say, Server
+from spotreel.devstack.services import services
 from spotreel.settings import Settings
 
 LOCK_WAIT_S = 600

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from spotreel.infra.errors import InfraError
+from spotreel.platform.errors import InfraError
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from spotreel.infra.layout import Layout
-from spotreel.infra.topics import changelog_topic
+from spotreel.devstack.layout import Layout
+from spotreel.platform.topics import changelog_topic
 from spotreel.settings import Settings
 
 
@@ -26,7 +26,7 @@ def _dir_bytes(path: Path) -> int:
 def topic_sizes(settings: Settings, timeout: float = 3.0) -> list[dict[str, Any]]:
     from confluent_kafka import Consumer, TopicPartition
 
-    from spotreel.infra.topics import admin_client
+    from spotreel.platform.topics import admin_client
 
     meta = admin_client(settings.kafka_bootstrap, timeout).list_topics(timeout=timeout)
     kraft = Layout.of(settings).data("kafka") / "kraft"
@@ -50,7 +50,7 @@ def topic_sizes(settings: Settings, timeout: float = 3.0) -> list[dict[str, Any]
 
 
 def bucket_sizes(settings: Settings, timeout: float = 3.0) -> list[dict[str, Any]]:
-    from spotreel.infra.s3 import s3_client
+    from spotreel.platform.s3 import s3_client
 
     s3 = s3_client(settings, timeout)
     out = []

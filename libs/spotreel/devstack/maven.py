@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from spotreel.infra.errors import InfraError
-from spotreel.infra.render import render, write_if_changed
+from spotreel.platform.errors import InfraError
+from spotreel.devstack.render import render, write_if_changed
 from spotreel.settings import Settings
 
 # An explicit plugin version: Maven 3.8.7 would otherwise resolve an old one without includeScope fixes.

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spotreel.infra import ports as portlib
-from spotreel.infra.cql import cql_session
-from spotreel.infra.errors import InfraError, ProbeFailed
-from spotreel.infra.java import common_jvm_options, java_bin
-from spotreel.infra.maven import cassandra_bundle
-from spotreel.infra.render import render, write_if_changed
-from spotreel.infra.server import Say, Server
+from spotreel.devstack import ports as portlib
+from spotreel.platform.cql import cql_session
+from spotreel.platform.errors import InfraError, ProbeFailed
+from spotreel.devstack.java import common_jvm_options, java_bin
+from spotreel.devstack.maven import cassandra_bundle
+from spotreel.devstack.render import render, write_if_changed
+from spotreel.devstack.server import Say, Server
 
 # From Cassandra's conf/jvm17-server.options: without these the JVM dies at start-up on Java 17.
 JAVA17_MODULE_OPTIONS = [
@@ -123,8 +123,8 @@ class Cassandra(Server):
         return f"Cassandra {row.release_version}"
 
     def setup(self, say: Say) -> None:
-        from spotreel.infra.migrate import migrate
-        from spotreel.infra.seed import seed_dev_tenant
+        from spotreel.platform.migrate import migrate
+        from spotreel.platform.seed import seed_dev_tenant
 
         try:
             with cql_session(self.settings, 20.0) as session:

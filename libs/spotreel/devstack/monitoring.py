@@ -15,9 +15,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from spotreel.infra.errors import InfraError, ProbeFailed
-from spotreel.infra.render import write_if_changed
-from spotreel.infra.server import Say, Server
+from spotreel.platform.errors import InfraError, ProbeFailed
+from spotreel.devstack.render import write_if_changed
+from spotreel.devstack.server import Say, Server
 from spotreel.settings import Settings
 
 MONITORING = Path(__file__).resolve().parents[3] / "monitoring"

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-from spotreel.infra.errors import InfraError
+from spotreel.platform.errors import InfraError
 
 _FILE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.cql$")
 _KEYSPACE = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
@@ -32,7 +32,7 @@ class Migration:
         return f"{self.version:04d}_{self.name}"
 
 
-def load_migrations(package: str = "spotreel.infra") -> list[Migration]:
+def load_migrations(package: str = "spotreel.platform") -> list[Migration]:
     found: dict[int, Migration] = {}
     for entry in resources.files(package).joinpath("migrations").iterdir():
         m = _FILE.match(entry.name)

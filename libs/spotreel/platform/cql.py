@@ -1,5 +1,5 @@
 """The Cassandra driver's cluster and session as the services open them: runtime code, apart from the launcher
-of the local Cassandra (infra/cassandra.py), so a service that talks to Cassandra imports nothing that starts
+of the local Cassandra (devstack/cassandra.py), so a service that talks to Cassandra imports nothing that starts
 one (the import-linter contract "Runtime code never imports the local launcher" in tools/import-walls.toml)."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from spotreel.infra.errors import InfraError
+from spotreel.platform.errors import InfraError
 from spotreel.settings import Settings
 
 

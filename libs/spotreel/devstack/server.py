@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from spotreel.infra import ports as portlib
-from spotreel.infra.errors import InfraError, ProbeFailed
-from spotreel.infra.layout import Layout
-from spotreel.infra.loggist import LogMark, gist
-from spotreel.infra.processes import Running, read_pidfile, spawn, stop_group
+from spotreel.devstack import ports as portlib
+from spotreel.platform.errors import InfraError, ProbeFailed
+from spotreel.devstack.layout import Layout
+from spotreel.devstack.loggist import LogMark, gist
+from spotreel.devstack.processes import Running, read_pidfile, spawn, stop_group
 from spotreel.settings import Settings
 
 Say = Callable[[str], None]

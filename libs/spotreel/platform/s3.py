@@ -1,5 +1,5 @@
 """The S3 client as the services and the worker open it (path-style addressing, one try, short timeouts):
-runtime code, apart from the launcher of the local SeaweedFS (infra/seaweed.py), so a process that talks to
+runtime code, apart from the launcher of the local SeaweedFS (devstack/seaweed.py), so a process that talks to
 S3 imports nothing that starts a store (the import-linter contract "Runtime code never imports the local
 launcher" in tools/import-walls.toml)."""
 

@@ -1,0 +1,4 @@
+"""Runtime plumbing every service may import: `topics` (the topic catalogue, create-if-missing, the admin
+client), `cql` (the Cassandra session), `s3` (the S3 client), `migrate` and `migrations/` (the keyspace's
+versioned CQL), `seed` (the development tenant, key hashing) and `errors`. The local launcher that starts
+the servers themselves is `spotreel.devstack`, which nothing here imports."""
