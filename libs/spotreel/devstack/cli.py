@@ -33,6 +33,10 @@ def _fetch(args: argparse.Namespace, settings: Settings) -> int:
 def _up(args: argparse.Namespace, settings: Settings) -> int:
     from spotreel.devstack.stack import up
 
+    if args.replicas is not None:  # several processes per service (devstack/replicas.py)
+        from spotreel.devstack.replicated import apply
+
+        apply(settings, args.replicas, _say)
     up(settings, fresh=args.fresh, say=_say)
     return _monitoring_up(settings) if args.with_monitoring else 0
 
@@ -161,6 +165,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fresh", action="store_true", help="stop the stack and wipe its data first")
     p.add_argument("--with-monitoring", action="store_true",
                    help="also start Prometheus and Alertmanager on loopback (same as `infra monitoring up`)")
+    p.add_argument("--replicas", metavar="SERVICE=N,...",
+                   help="processes per service (gateway, scheduler, projector, webhooks; default 1 each; several "
+                   "gateways sit behind HAProxy on the gateway's address); kept until another --replicas")
     p.set_defaults(func=_guarded("up", _up))
     p = isub.add_parser("down", help="stop what `up` started; no listener is left on our ports")
     p.set_defaults(func=_guarded("down", _down))

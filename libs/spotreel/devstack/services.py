@@ -186,5 +186,8 @@ class WebhooksService(Service):
 
 
 def services(settings: Settings) -> list[Server]:
-    return [SchedulerService(settings), ProjectorService(settings), GatewayService(settings),
-            WebhooksService(settings)]
+    # Several of each, and HAProxy in front of several gateways, when `infra up --replicas` recorded a plan.
+    from spotreel.devstack.replicated import expand
+
+    return expand(settings, [SchedulerService(settings), ProjectorService(settings), GatewayService(settings),
+                             WebhooksService(settings)])
