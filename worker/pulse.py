@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from spotreel.domain.leases import quiet_s
 from spotreel.worker.stuck import StepWatch
 from spotreel.worker.transport import Lease, LeaseLost, Transport, TransportError, Verdict
 
@@ -86,7 +87,8 @@ class Pulse:
         self.last_contact = time.monotonic()
         if verdict.renew_in_s:
             start = self.last_contact if sent_at is None else sent_at
-            self.quiet_until = max(self.quiet_until, start + float(verdict.renew_in_s))
+            pause = quiet_s(float(verdict.renew_in_s), self.lease.lease_ttl_ms)
+            self.quiet_until = max(self.quiet_until, start + pause)
         if verdict.cancel:
             self.cancel.set()
         if verdict.drain:

@@ -19,7 +19,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     a("--workers", default="250", help="fleet size per stage, e.g. 250,500,1000,2000,4000 (a ramp)")
     a("--stage-seconds", type=float, default=60.0, help="seconds per stage")
     a("--drain-seconds", type=float, default=120.0, help="after the last stage, wait this long for jobs to end")
-    a("--rate", type=float, default=2.0, help="submissions per second (Poisson, all tenants)")
+    a("--rate", default="2", help="submissions per second (Poisson, all tenants); several, one per stage of "
+                                   "--workers, grow the demand with the fleet")
     a("--tenants", default="acme:5,globex:3,initech:2", help="tenant names and shares of the submissions")
     a("--tiers", default="0:6,5:3,9:1", help="priority tiers (0..9) and their shares")
     a("--steps", type=int, default=20, help="denoising steps per job")
@@ -36,6 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     a("--cold-start", type=float, default=5.0, help="seconds from a new machine to its first request")
     a("--heartbeat-seconds", type=float, default=10.0)
     a("--progress-seconds", type=float, default=5.0)
+    a("--lease-ttl", type=float, default=30.0, help="the lease TTL the workers ask for, in seconds (the gateway's "
+      "and the worker's default: 30); a heartbeat period well under a third of it")
     a("--price", type=float, default=2.50, help="USD per GPU-hour for the cost estimate")
     a("--partitions", type=int, default=6, help="partitions of the private topics")
     a("--seed", type=int, default=1)
@@ -51,21 +54,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _simulate(args: argparse.Namespace, settings: Settings) -> int:
-    from spotreel.services.capacity.sim_config import (SimConfig, parse_mtbf, parse_policy, parse_ramp,
+    from spotreel.services.capacity.sim_config import (SimConfig, parse_mtbf, parse_policy, parse_ramp, parse_rate,
                                                        parse_shares, parse_stall)
     from spotreel.services.capacity.sim_run import simulate
 
     try:
         policy, fixed = parse_policy(args.checkpoint_policy)
         mtbf, mtbf_by_stage = parse_mtbf(args.mtbf)
+        rate, rate_by_stage = parse_rate(args.rate)
         cfg = SimConfig(
             workers=parse_ramp(args.workers), stage_s=args.stage_seconds, drain_s=args.drain_seconds,
-            submit_rate=args.rate, tenants=parse_shares(args.tenants, "--tenants"),
+            submit_rate=rate, rate_by_stage=rate_by_stage, tenants=parse_shares(args.tenants, "--tenants"),
             tiers=parse_shares(args.tiers, "--tiers", key=int), steps=args.steps, step_s=args.step_seconds,
             checkpoint_cost_s=args.checkpoint_seconds, policy=policy, fixed_interval_s=fixed, mtbf_s=mtbf,
             mtbf_by_stage_s=mtbf_by_stage, mtbf_prior_s=args.mtbf_prior, mtbf_prior_losses=args.mtbf_prior_losses,
             notice_share=args.notice_share, cold_start_s=args.cold_start, heartbeat_s=args.heartbeat_seconds,
-            progress_s=args.progress_seconds, price_per_gpu_hour=args.price, seed=args.seed,
+            progress_s=args.progress_seconds, lease_ttl_s=args.lease_ttl, price_per_gpu_hour=args.price, seed=args.seed,
             transport=args.transport, **parse_stall(args.stall_scheduler))
         if args.partitions < 1:
             raise ValueError("--partitions must be at least 1")

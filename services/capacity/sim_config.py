@@ -68,6 +68,18 @@ def parse_mtbf(text: str) -> tuple[float, tuple[float, ...]]:
     return values[0], (values if len(values) > 1 else ())
 
 
+def parse_rate(text: str) -> tuple[float, tuple[float, ...]]:
+    """'20' -> (20, ()); '5,10,20' -> (5, (5, 10, 20)): submissions per second, one value or one per stage
+    (a ramp whose demand grows with its fleet: more workers at one rate only add idle pollers)."""
+    try:
+        values = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise ValueError(f"--rate: expected submissions per second separated by commas, got {text!r}") from None
+    if not values:
+        raise ValueError("--rate: give at least one value")
+    return values[0], (values if len(values) > 1 else ())
+
+
 def parse_stall(text: str) -> dict[str, float]:
     """'' -> no stall; 'AT:SECONDS' -> the stall_at_s / stall_s fields of SimConfig."""
     if not text:
@@ -85,6 +97,7 @@ class SimConfig:
     stage_s: float = 60.0                   # seconds per ramp stage
     drain_s: float = 120.0                  # after the last stage: no new submissions, wait for jobs to end
     submit_rate: float = 2.0                # submissions per second, all tenants together (Poisson)
+    rate_by_stage: tuple[float, ...] = ()   # one rate per ramp stage (--rate A,B,...); empty: submit_rate always
     tenants: tuple[tuple[str, float], ...] = (("acme", 0.5), ("globex", 0.3), ("initech", 0.2))
     tiers: tuple[tuple[int, float], ...] = ((0, 0.6), (5, 0.3), (9, 0.1))
     steps: int = 20
@@ -105,6 +118,7 @@ class SimConfig:
     heartbeat_s: float = 10.0
     progress_s: float = 5.0
     lease_wait_s: float = 20.0
+    lease_ttl_s: float = 30.0               # the TTL each simulated worker asks for on its lease request
     price_per_gpu_hour: float = 2.50
     seed: int = 1
     # The control plane falling behind on purpose: the scheduler is frozen (SIGSTOP) `stall_s` seconds from
@@ -119,7 +133,8 @@ class SimConfig:
         checks = [
             (self.stage_s > 0, "--stage-seconds must be positive"),
             (self.drain_s >= 0, "--drain-seconds must not be negative"),
-            (self.submit_rate >= 0, "--rate must not be negative"),
+            (self.submit_rate >= 0 and all(r >= 0 for r in self.rate_by_stage), "--rate must not be negative"),
+            (len(self.rate_by_stage) in (0, len(self.workers)), "--rate: one value, or one per stage of --workers"),
             (self.steps >= 1, "--steps must be at least 1"),
             (self.step_s > 0, "--step-seconds must be positive"),
             (self.checkpoint_cost_s >= 0, "--checkpoint-seconds must not be negative"),
@@ -132,6 +147,8 @@ class SimConfig:
             (self.cold_start_s >= 0, "--cold-start must not be negative"),
             (self.heartbeat_s > 0 and self.progress_s > 0, "heartbeat and progress periods must be positive"),
             (0 < self.lease_wait_s <= 60, "--lease-wait must be within (0, 60]"),
+            (self.lease_ttl_s >= 3 * min(self.heartbeat_s, self.progress_s),
+             "--lease-ttl must be at least three renewal periods (the shorter of heartbeat and progress)"),
             (self.price_per_gpu_hour >= 0, "--price must not be negative"),
             (self.stall_s >= 0 and self.stall_at_s >= 0, "--stall-scheduler: AT:SECONDS, both >= 0"),
             (self.transport in ("http", "kafka"), "--transport must be http or kafka"),
@@ -144,6 +161,10 @@ class SimConfig:
     def stage_mtbf_s(self, stage: int) -> float:
         """The machines' true MTBF during ramp stage `stage` (0-based; 0: no preemptions)."""
         return self.mtbf_by_stage_s[stage] if self.mtbf_by_stage_s else self.mtbf_s
+
+    def stage_rate(self, stage: int) -> float:
+        """Submissions per second during ramp stage `stage` (0-based)."""
+        return self.rate_by_stage[min(stage, len(self.rate_by_stage) - 1)] if self.rate_by_stage else self.submit_rate
 
     @property
     def prior_mtbf_s(self) -> float:

@@ -20,7 +20,7 @@ import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import aiohttp
 
@@ -29,6 +29,7 @@ from spotreel.services.capacity.sim_config import SimConfig
 from spotreel.services.capacity.sim_figures import Accepted, Attempt, WorkerLife
 from spotreel.services.capacity.sim_waste import adaptive_interval_s
 from spotreel.checkpoint_interval import estimated_mtbf_s
+from spotreel.domain.leases import quiet_s
 
 
 class Meter:
@@ -211,7 +212,8 @@ class SimWorker:
             while self._going():
                 wait = max(0.5, min(sh.cfg.lease_wait_s, self.dies_at - time.monotonic()))
                 status, lease = await sh.call("lease", f"/internal/workers/{self.id}/lease",
-                                              {"gpu_type": sh.gpu_type, "models": [sh.model], "wait_seconds": wait},
+                                              {"gpu_type": sh.gpu_type, "models": [sh.model], "wait_seconds": wait,
+                                               "lease_ttl_ms": int(sh.cfg.lease_ttl_s * 1000)},
                                               timeout=wait + 30)
                 if status == 200 and lease:
                     t0 = time.monotonic()
@@ -331,7 +333,7 @@ class SimWorker:
             if status in (200, 202) and body and body.get("renew_in_seconds"):
                 # As the real worker (worker/pulse.py): the control plane is behind, both kinds wait.
                 sh.meter.statuses["paced"] += 1
-                quiet = sent_at + float(body["renew_in_seconds"])
+                quiet = sent_at + quiet_s(float(body["renew_in_seconds"]), int(cfg.lease_ttl_s * 1000))
                 next_hb, next_pr = max(next_hb, quiet), max(next_pr, quiet)
 
 
@@ -379,22 +381,35 @@ class Fleet:
             await asyncio.wait(self.tasks, timeout=120)
 
 
+def arrival_offsets(cfg: SimConfig, span_s: float) -> Iterator[float]:
+    """Seconds after the start at which a submission arrives, up to `span_s`: Poisson at each stage's rate.
+    From their own seeded stream (the same one bench/peer_celery.py replays for Celery) and on a fixed
+    schedule, so slow answers do not thin out the load."""
+    arrivals = random.Random(cfg.seed)
+    offset = 0.0
+    while offset < span_s:
+        stage = int(offset // cfg.stage_s)
+        rate = cfg.stage_rate(stage)
+        stage_end = (stage + 1) * cfg.stage_s if cfg.rate_by_stage else float("inf")
+        gap = arrivals.expovariate(rate) if rate > 0 else float("inf")
+        if offset + gap >= stage_end:
+            offset = stage_end  # memoryless: the next stage's arrivals start at its own rate
+            continue
+        offset += gap
+        if offset < span_s:
+            yield offset
+
+
 async def submit_loop(sh: Shared, until: float) -> None:
-    """Poisson arrivals at `submit_rate`, tenants and tiers drawn by their shares, via POST /v1/videos."""
+    """Submissions at `arrival_offsets`, tenants and tiers drawn by their shares, via POST /v1/videos."""
     cfg, rng = sh.cfg, sh.rng
-    if cfg.submit_rate <= 0:
+    if max(cfg.rate_by_stage or (cfg.submit_rate,)) <= 0:
         return
     pending: set[asyncio.Task] = set()
     tenants, tw = zip(*cfg.tenants)
     tiers, pw = zip(*cfg.tiers)
-    # Arrival times from their own seeded stream (the same one bench/peer_celery.py replays for Celery),
-    # on a fixed schedule, so slow answers do not thin out the load.
-    arrivals = random.Random(cfg.seed)
-    t0, offset = time.monotonic(), 0.0
-    while True:
-        offset += arrivals.expovariate(cfg.submit_rate)
-        if t0 + offset >= until:
-            break
+    t0 = time.monotonic()
+    for offset in arrival_offsets(cfg, until - t0):
         await asyncio.sleep(max(0.0, t0 + offset - time.monotonic()))
         tenant = rng.choices(tenants, tw)[0]
         tier = rng.choices(tiers, pw)[0]

@@ -47,7 +47,7 @@ async def _run(cfg: SimConfig, stack: PrivateStack, say: Callable[[str], None]) 
         sh = Shared(cfg=cfg, base_url=stack.url, worker_key=stack.worker_key, tenant_keys=stack.tenant_keys,
                     model=stack.model, gpu_type="sim-gpu", session=session, rng=random.Random(cfg.seed))
         if cfg.transport == "kafka":
-            sh.link = KafkaLink(stack.settings)
+            sh.link = KafkaLink(stack.settings, lease_ttl_ms=int(cfg.lease_ttl_s * 1000))
             await sh.link.start()
         try:
             return await _ramp(cfg, stack, sh, say)
@@ -70,14 +70,15 @@ async def _ramp(cfg: SimConfig, stack: PrivateStack, sh: Shared, say: Callable[[
         sh.meter.take()
         wall0 = time.time()
         await asyncio.sleep(cfg.stage_s)
-        stage = {"stage": i + 1, "workers": size, "alive": len(fleet.tasks), "from_ms": int(wall0 * 1000),
+        stage = {"stage": i + 1, "workers": size, "submit_rate": cfg.stage_rate(i), "alive": len(fleet.tasks),
+                 "from_ms": int(wall0 * 1000),
                  "to_ms": int(time.time() * 1000), **window.read(), **_meter_figures(sh.meter.take())}
         stage["worker_requests_per_s"] = _per_s(stage["statuses"], ("lease", "heartbeat", "progress",
                                                                      "checkpoint", "complete", "release"),
                                                 stage["seconds"])
         stage["vanished"] = sum(1 for t in sh.vanished_at if wall0 <= t < time.time())
         stages.append(stage)
-        say(f"stage {i + 1}: {size} workers, cpu {stage['cpu_cores']}, machine {stage['cpu_cores_total']}, "
+        say(f"stage {i + 1}: {size} workers at {cfg.stage_rate(i):g} submissions/s, cpu {stage['cpu_cores']}, machine {stage['cpu_cores_total']}, "
             f"{stage['worker_requests_per_s']} worker req/s, renewal p99 "
             f"{stage['heartbeat_rtt'].get('p99_ms')} ms, errors {stage['request_errors']}")
     await submitter
@@ -137,7 +138,7 @@ def simulate(cfg: SimConfig, base: Settings, out: Path | None, *, partitions: in
         st["lease_expired"] = sum(1 for e in expired if st["from_ms"] <= e.at_ms < st["to_ms"])
         st["lease_expired_under_live_workers"] = sum(1 for e in under_live if st["from_ms"] <= e.at_ms < st["to_ms"])
         st["goodput_gpu_s_per_s"] = round(gp, 2)
-        st["saturated_because"] = saturated(st, os.cpu_count() or 1, lease_ttl_s=30.0)
+        st["saturated_because"] = saturated(st, os.cpu_count() or 1, lease_ttl_s=cfg.lease_ttl_s)
     first_sat = next((st["workers"] for st in result["stages"] if st["saturated_because"]), None)
     report = {
         "run_id": run_id, "config": {k: v for k, v in cfg.__dict__.items()},
@@ -186,7 +187,7 @@ def render(r: dict[str, Any]) -> str:
         f"{r['wasted_gpu_seconds']:.0f}  checkpoint overhead {r['checkpoint_overhead_gpu_seconds']:.0f}  "
         f"cost ${r['estimated_cost_usd']:.2f} at ${r['price_per_gpu_hour_usd']}/GPU-h")
     for st in r["stages"]:
-        lines.append(f"  stage {st['stage']}: {st['workers']} workers  cpu {st['cpu_cores']}  total "
+        lines.append(f"  stage {st['stage']}: {st['workers']} workers  {st.get('submit_rate', '?')}/s  cpu {st['cpu_cores']}  total "
                      f"{st['cpu_cores_total']}  {st['worker_requests_per_s']} req/s  renewal p99 "
                      f"{st['heartbeat_rtt'].get('p99_ms')} ms  goodput {st['goodput_gpu_s_per_s']} GPU-s/s  expired "
                      f"under live workers {st['lease_expired_under_live_workers']}  -> "

@@ -1,5 +1,5 @@
-"""The worker lease plane when the control plane falls behind, CI-sized: 300 simulated workers renewing for a
-minute, through the real gateway (HTTP) or straight over Kafka (as internal pools do), against private real services, while the scheduler is frozen for longer than
+"""The worker lease plane when the control plane falls behind, CI-sized: 150 simulated workers on 12 s leases
+renewing for 35 s, through the real gateway (HTTP) or straight over Kafka (as internal pools do), against private real services, while the scheduler is frozen for longer than
 a lease TTL. No machine vanishes in this run, so not a single lease may expire: overload is latency, never a
 lost lease (DESIGN invariant 8), and every accepted job completes exactly once.
 
@@ -14,26 +14,28 @@ from spotreel.services.capacity.sim_run import simulate
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
-STALL_S = 35.0  # the lease TTL is 30 s
+LEASE_TTL_S = 12.0
+STALL_S = 15.0  # longer than a lease TTL
 
 
 @pytest.mark.parametrize("transport", ["http", "kafka"])
 def test_a_frozen_scheduler_costs_no_live_worker_its_lease(stack, settings, tmp_path, transport):
-    cfg = SimConfig(transport=transport, workers=(300,), stage_s=60.0, drain_s=90.0, submit_rate=6.0, steps=10, step_s=1.0,
+    cfg = SimConfig(transport=transport, workers=(150,), stage_s=35.0, drain_s=60.0, submit_rate=6.0, steps=10, step_s=1.0,
                     checkpoint_cost_s=0.1, policy="fixed", fixed_interval_s=4.0, mtbf_s=0.0, cold_start_s=1.0,
-                    heartbeat_s=10.0, progress_s=5.0, lease_wait_s=10.0, stall_at_s=15.0, stall_s=STALL_S, seed=11)
+                    heartbeat_s=4.0, progress_s=2.0, lease_ttl_s=LEASE_TTL_S, lease_wait_s=5.0, stall_at_s=8.0,
+                    stall_s=STALL_S, seed=11)
     lines: list[str] = []
     report = simulate(cfg, settings, tmp_path / "sim.json", partitions=3, say=lines.append)
     print("\n".join(lines))
     assert any("frozen" in line for line in lines), lines
-    assert report["accepted"] >= 200
+    assert report["accepted"] >= 120
     assert report["lost"] == 0 and report["duplicated"] == 0, report
     assert report["completed"] == report["accepted"], report
     assert report["vanished"] == 0
     # The point of the test: the scheduler was behind by more than a TTL, and no lease expired.
     assert report["lease_expired"] == 0, report["lease_expired"]
     assert report["lease_expired_under_live_workers"] == 0
-    assert report["stages"][0]["workers"] == 300
+    assert report["stages"][0]["workers"] == 150
     # While it was frozen, the verdicts (the gateway's answers, or the Kafka transport's own wait) told the
     # holders to space their renewals out.
     assert report["stages"][0]["statuses"].get("paced", 0) > 0, report["stages"][0]["statuses"]

@@ -154,3 +154,45 @@ def test_option_parsing_and_clear_errors():
     with pytest.raises(ValueError, match="priorities"):
         SimConfig(tiers=((12, 1.0),))
     assert SimConfig(workers=(250, 500), stage_s=60).run_s == 120
+
+
+def test_a_rate_per_stage_grows_the_demand_with_the_fleet() -> None:
+    """`--rate 5,10,20` with `--workers 100,200,400`: each stage's arrivals come at its own rate (a ramp past
+    saturation needs demand that grows; more workers at one rate only add idle pollers)."""
+    from spotreel.services.capacity.sim_config import parse_rate
+    from spotreel.services.capacity.sim_fleet import arrival_offsets
+
+    assert parse_rate("20") == (20.0, ())
+    assert parse_rate("5, 10,20") == (5.0, (5.0, 10.0, 20.0))
+    with pytest.raises(ValueError):
+        parse_rate("five")
+    with pytest.raises(ValueError):
+        SimConfig(workers=(100, 200), rate_by_stage=(5.0, 10.0, 20.0))
+    with pytest.raises(ValueError):
+        SimConfig(workers=(100,), rate_by_stage=(-1.0,))
+    cfg = SimConfig(workers=(100, 200, 400, 800), stage_s=200.0, submit_rate=5.0, rate_by_stage=(5.0, 10.0, 0.0, 20.0))
+    offsets = list(arrival_offsets(cfg, cfg.run_s))
+    assert offsets == sorted(offsets) and all(0 < o < cfg.run_s for o in offsets)
+    per_stage = [sum(1 for o in offsets if i * 200 <= o < (i + 1) * 200) for i in range(4)]
+    assert per_stage[2] == 0  # a stage at rate 0 submits nothing
+    for count, rate in zip((per_stage[0], per_stage[1], per_stage[3]), (5.0, 10.0, 20.0)):
+        expected = rate * 200
+        assert abs(count - expected) < 4 * expected ** 0.5, (per_stage, rate)  # Poisson: within 4 sigma
+
+
+def test_one_rate_keeps_the_arrival_stream_other_benches_replay() -> None:
+    """bench/peer_celery.py replays the simulator's arrivals from the same seed: with one rate the stream
+    is the plain Poisson sequence of Random(seed).expovariate(rate)."""
+    import random
+
+    from spotreel.services.capacity.sim_fleet import arrival_offsets
+
+    cfg = SimConfig(workers=(10,), stage_s=30.0, submit_rate=3.0, seed=7)
+    rng, t, expected = random.Random(7), 0.0, []
+    while True:
+        t += rng.expovariate(3.0)
+        if t >= 30.0:
+            break
+        expected.append(t)
+    assert list(arrival_offsets(cfg, 30.0)) == expected
+    assert list(arrival_offsets(SimConfig(submit_rate=0.0), 60.0)) == []

@@ -28,8 +28,8 @@ class CountingTransport:
         return self._note("progress")
 
 
-def _lease() -> Lease:
-    return Lease(job_id="j" + "0" * 32, epoch=1, worker_id="w", attempt=1, lease_ttl_ms=30_000,
+def _lease(ttl_ms: int = 30_000) -> Lease:
+    return Lease(job_id="j" + "0" * 32, epoch=1, worker_id="w", attempt=1, lease_ttl_ms=ttl_ms,
                  lease_expires_at_ms=0, pool="tiny-t2v@any", model="tiny-t2v", gpu_type="cpu", prompt="a fox",
                  duration_s=1.0, resolution="32x32", fps=8, seed=1, num_steps=4)
 
@@ -79,6 +79,20 @@ def test_a_control_plane_that_is_behind_gets_fewer_renewals() -> None:
     assert 2 <= len(transport.calls) <= 5, transport.calls
     gaps = [b - a for a, b in zip(transport.times, transport.times[1:])]
     assert all(g >= 0.38 for g in gaps), gaps
+
+
+def test_a_hint_longer_than_a_third_of_the_holders_own_ttl_is_cut_to_it() -> None:
+    """The pacer (a gateway configured for 30 s leases) may not know that this lease was granted with a
+    shorter TTL; a holder that obeyed a 10 s hint on a 0.9 s lease would lose it."""
+    from spotreel.domain.leases import quiet_s
+
+    assert quiet_s(10.0, 900) == 0.3 and quiet_s(0.1, 900) == 0.1 and quiet_s(10.0, 30_000) == 10.0
+    transport = BehindTransport(quiet_s=10.0)
+    pulse = Pulse(transport, _lease(ttl_ms=900), heartbeat_s=0.05, progress_s=0.05,  # type: ignore[arg-type]
+                  start=Position(0, 0.0, "denoising")).start()
+    time.sleep(1.0)
+    pulse.stop()
+    assert len(transport.calls) >= 3, transport.calls  # a 10 s pause would have left one renewal
 
 
 def test_the_pacing_rule_only_slows_down_when_verdicts_are_slow() -> None:

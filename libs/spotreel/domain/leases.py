@@ -74,6 +74,13 @@ def renew_in_s(verdict_wait_s: float | None, lease_ttl_ms: int, *, slow_s: float
     return lease_ttl_ms / 3000.0
 
 
+def quiet_s(renew_in_s: float, lease_ttl_ms: int) -> float:
+    """How long a holder stays quiet after a pacing hint: the hint, but never more than a third of its own
+    lease's TTL. The one who paces (a gateway, a transport) may not know the TTL this lease was granted with
+    (a worker may ask for a shorter one than the gateway's default); the holder always does."""
+    return min(renew_in_s, lease_ttl_ms / 3000.0) if lease_ttl_ms > 0 else renew_in_s
+
+
 def _fence(state: JobState, epoch: int) -> str | None:
     if epoch > state.epoch:
         return Reason.UNKNOWN_EPOCH
