@@ -54,6 +54,28 @@ class Settings:
     cassandra_heap: str = "1g"
     cassandra_keyspace: str = "spotreel"
 
+    # The cluster profile (devstack/cluster.py, `spotreel infra up --nodes 3`): how many Kafka brokers and
+    # Cassandra nodes the local stack runs. 1: the single-node stack. Broker n (n >= 2) listens on kafka_port
+    # + (n-1) * kafka_node_port_step (its controller likewise); Cassandra node n on 127.0.0.n with the same ports.
+    cluster_nodes: int = 1
+    kafka_node_port_step: int = 100
+    # Clients' view of the servers, so the same code runs against managed clusters. Empty: the local stack's
+    # (every broker of the profile; every Cassandra node's address).
+    kafka_bootstrap_servers: str = ""
+    cassandra_contact_points: str = ""
+    # The datacenter the Cassandra driver prefers (DCAwareRoundRobinPolicy) and the keyspace replicates in
+    # (NetworkTopologyStrategy when its replication factor is above 1; SimpleSnitch's datacenter by default).
+    cassandra_datacenter: str = "datacenter1"
+    # Replication of every topic and of the keyspace, and the topics' min.insync.replicas. 0: from the
+    # profile (min(cluster_nodes, 3) replicas; 2 in sync when there are 3, else 1).
+    kafka_replication_factor: int = 0
+    kafka_min_insync_replicas: int = 0
+    cassandra_replication_factor: int = 0
+    # Consistency of every read and write (the LWT claims' commit too) and of the LWTs' Paxos round:
+    # a quorum of the local datacenter's replicas, so a write acknowledged survives one node lost (RF 3).
+    cassandra_consistency: str = "LOCAL_QUORUM"
+    cassandra_serial_consistency: str = "LOCAL_SERIAL"
+
     s3_port: int = 18333
     s3_master_port: int = 19333
     s3_volume_port: int = 18080
@@ -120,9 +142,42 @@ class Settings:
     # buckets for what is due only later (failed jobs' checkpoints, expired videos; domain/expiry.py).
     janitor_sweep_every_s: int = 600
 
+    def kafka_node_ports(self, node: int) -> tuple[int, int]:
+        """(broker port, controller port) of local broker `node` (1-based)."""
+        shift = (node - 1) * self.kafka_node_port_step
+        return self.kafka_port + shift, self.kafka_controller_port + shift
+
+    def cassandra_node_host(self, node: int) -> str:
+        """The loopback address of local Cassandra node `node` (1-based): 127.0.0.n (Linux routes 127/8 to lo)."""
+        if node == 1:
+            return self.host
+        return f"127.0.0.{node}"
+
     @property
     def kafka_bootstrap(self) -> str:
-        return f"{self.host}:{self.kafka_port}"
+        if self.kafka_bootstrap_servers:
+            return self.kafka_bootstrap_servers
+        nodes = range(1, max(1, self.cluster_nodes) + 1)
+        return ",".join(f"{self.host}:{self.kafka_node_ports(n)[0]}" for n in nodes)
+
+    @property
+    def cassandra_hosts(self) -> list[str]:
+        """Contact points of the Cassandra driver (all on cassandra_port)."""
+        if self.cassandra_contact_points:
+            return [h.strip() for h in self.cassandra_contact_points.split(",") if h.strip()]
+        return [self.cassandra_node_host(n) for n in range(1, max(1, self.cluster_nodes) + 1)]
+
+    @property
+    def kafka_rf(self) -> int:
+        return self.kafka_replication_factor or min(max(1, self.cluster_nodes), 3)
+
+    @property
+    def kafka_min_isr(self) -> int:
+        return self.kafka_min_insync_replicas or (2 if self.kafka_rf >= 3 else 1)
+
+    @property
+    def cassandra_rf(self) -> int:
+        return self.cassandra_replication_factor or min(max(1, self.cluster_nodes), 3)
 
     @property
     def s3_endpoint(self) -> str:

@@ -53,7 +53,8 @@ def build(settings: Settings, *, rebuild: bool = False, until_idle: bool = False
     cluster = cluster_for(settings)
     try:
         session = cluster.connect()
-        migrate(session, settings.cassandra_keyspace, say=log.info)
+        migrate(session, settings.cassandra_keyspace, say=log.info, replication=settings.cassandra_rf,
+                datacenter=settings.cassandra_datacenter)
         store = Store(session)
         if truncate:
             store.truncate()

@@ -213,6 +213,7 @@ class Scheduler:
             web_enabled=False,
             web_host="127.0.0.1",
             topic_partitions=s.partitions,
+            topic_replication_factor=s.kafka_rf,
             topic_disable_leader=True,
             table_standby_replicas=0,
             key_serializer="raw",

@@ -52,7 +52,8 @@ def build(settings: Settings, policy: RetryPolicy | None = None, metrics_port: i
     cluster = cluster_for(settings)
     try:
         own = cluster.connect()
-        migrate(own, settings.cassandra_keyspace, say=log.info)
+        migrate(own, settings.cassandra_keyspace, say=log.info, replication=settings.cassandra_rf,
+                datacenter=settings.cassandra_datacenter)
         own.set_keyspace(settings.cassandra_keyspace)
         serve_metrics()
         yield Notifier(config_for(settings, policy), WebhookStore(own), metrics)

@@ -70,7 +70,8 @@ class Cassandra(Server):
     def render_yaml(self) -> str:
         s = self.settings
         return render("cassandra.yaml", host=s.host, storage_port=s.cassandra_storage_port,
-                      native_port=s.cassandra_port, data_dir=self.data_dir)
+                      native_port=s.cassandra_port, data_dir=self.data_dir, initial_token=0,
+                      snitch="SimpleSnitch", seeds=f"{s.host}:{s.cassandra_storage_port}", hinted_handoff="false")
 
     def render_logback(self) -> str:
         return render("cassandra-logback.xml", log_file=self.main_log())
@@ -128,7 +129,8 @@ class Cassandra(Server):
 
         try:
             with cql_session(self.settings, 20.0) as session:
-                migrate(session, self.settings.cassandra_keyspace, say)
+                migrate(session, self.settings.cassandra_keyspace, say, replication=self.settings.cassandra_rf,
+                        datacenter=self.settings.cassandra_datacenter)
                 seed_dev_tenant(session, self.settings, say)
         except InfraError:
             raise

@@ -31,8 +31,10 @@ def _fetch(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _up(args: argparse.Namespace, settings: Settings) -> int:
+    from spotreel.devstack.cluster import profile
     from spotreel.devstack.stack import up
 
+    settings = profile(settings, args.nodes, fresh=args.fresh)
     if args.replicas is not None:  # several processes per service (devstack/replicas.py)
         from spotreel.devstack.replicated import apply
 
@@ -42,9 +44,10 @@ def _up(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _down(args: argparse.Namespace, settings: Settings) -> int:
+    from spotreel.devstack.cluster import profile
     from spotreel.devstack.stack import down
 
-    down(settings, say=_say)
+    down(profile(settings, None), say=_say)
     return 0
 
 
@@ -100,9 +103,10 @@ def _monitoring(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _status(args: argparse.Namespace, settings: Settings) -> int:
+    from spotreel.devstack.cluster import profile
     from spotreel.devstack.status import collect, render_json, render_text
 
-    report = collect(settings)
+    report = collect(profile(settings, None))
     print(render_json(report) if args.json else render_text(report), flush=True)
     return 0 if report["healthy"] else 1
 
@@ -163,6 +167,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_guarded("fetch", _fetch))
     p = isub.add_parser("up", help="start everything and wait until it answers (no-op when it runs)")
     p.add_argument("--fresh", action="store_true", help="stop the stack and wipe its data first")
+    p.add_argument("--nodes", type=int, default=None, metavar="N",
+                   help="Kafka brokers and Cassandra nodes (the cluster profile: 3, replication factor 3); "
+                   "default: what this home has, else 1")
     p.add_argument("--with-monitoring", action="store_true",
                    help="also start Prometheus and Alertmanager on loopback (same as `infra monitoring up`)")
     p.add_argument("--replicas", metavar="SERVICE=N,...",

@@ -62,6 +62,10 @@ class Server:
     def env(self) -> dict[str, str]:
         return dict(os.environ)
 
+    def bind_host(self) -> str:
+        """The address its ports are bound on (a Cassandra node of the cluster profile has its own 127.0.0.n)."""
+        return self.settings.host
+
     # --- shared ---------------------------------------------------------------------------------
     @property
     def data_dir(self) -> Path:
@@ -92,10 +96,10 @@ class Server:
         """(message, holder) per port that something else holds; checked before anything is started."""
         found = []
         for port in self.ports():
-            if portlib.bindable(self.settings.host, port):
+            if portlib.bindable(self.bind_host(), port):
                 continue
             who = portlib.holder(port)
-            found.append((f"{self.name}: port {port} on {self.settings.host} is already in use by another process",
+            found.append((f"{self.name}: port {port} on {self.bind_host()} is already in use by another process",
                           f"held by pid {who[0]}: {who[1]}" if who else ""))
         return found
 

@@ -29,7 +29,8 @@ def topic_sizes(settings: Settings, timeout: float = 3.0) -> list[dict[str, Any]
     from spotreel.platform.topics import admin_client
 
     meta = admin_client(settings.kafka_bootstrap, timeout).list_topics(timeout=timeout)
-    kraft = Layout.of(settings).data("kafka") / "kraft"
+    # The cluster profile: broker 1's replica (each of three brokers holds every partition at RF 3).
+    kraft = Layout.of(settings).data("kafka" if settings.cluster_nodes <= 1 else "kafka-1") / "kraft"
     names = sorted(t for t in meta.topics if t.startswith(settings.topic_prefix + "."))
     consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "spotreel-infra-status",
                          "enable.auto.commit": False})

@@ -13,6 +13,7 @@ from typing import Iterator
 from spotreel.devstack import maven
 from spotreel.devstack import ports as portlib
 from spotreel.devstack.cassandra import Cassandra
+from spotreel.devstack.cluster import cassandra_nodes, kafka_nodes, record_nodes
 from spotreel.platform.errors import InfraError, ProbeFailed
 from spotreel.devstack.kafka import Kafka
 from spotreel.devstack.layout import Layout
@@ -26,7 +27,8 @@ LOCK_WAIT_S = 600
 
 def components(settings: Settings) -> list[Server]:
     """Everything `up` starts and `status` reports, in start order: the servers, then the services."""
-    return [Kafka(settings), Cassandra(settings), Seaweed(settings), *services(settings)]
+    # One Kafka and one Cassandra, or the cluster profile's nodes of each (cluster.py).
+    return [*kafka_nodes(settings), *cassandra_nodes(settings), Seaweed(settings), *services(settings)]
 
 
 def tiers(comps: list[Server]) -> list[list[Server]]:
@@ -91,6 +93,7 @@ def up(settings: Settings, *, fresh: bool = False, say: Say = print) -> list[str
             shutil.rmtree(layout.data_root, ignore_errors=True)
             layout.data_root.mkdir(parents=True, exist_ok=True)
             say(f"fresh: wiped {layout.data_root}")
+        record_nodes(settings)  # the home's shape, for `down`, `status` and the next `up` (cluster.py)
         to_start = [c for c in comps if c.running() is None]
         conflicts = [found for c in to_start for found in c.port_conflicts()]
         if conflicts:
@@ -164,9 +167,9 @@ def down(settings: Settings, *, say: Say = print) -> None:
     leftovers = []
     for comp in comps:
         for port in comp.ports():
-            if portlib.listening(settings.host, port, timeout=0.3):
+            if portlib.listening(comp.bind_host(), port, timeout=0.3):
                 who = portlib.holder(port)
-                leftovers.append(f"{comp.name}: port {port} on {settings.host} is still in use by a process "
+                leftovers.append(f"{comp.name}: port {port} on {comp.bind_host()} is still in use by a process "
                                  "that spotreel infra did not start" + (f" (pid {who[0]}: {who[1]})" if who else ""))
     if leftovers:
         raise InfraError(leftovers[0], leftovers[1:])

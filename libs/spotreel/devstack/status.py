@@ -29,7 +29,7 @@ def collect(settings: Settings, timeout: float = 3.0) -> dict[str, object]:
         "s3_endpoint": settings.s3_endpoint,
         "topic_prefix": settings.topic_prefix,
         # Topic, job-table and bucket sizes (sizes.py): bounded state, watched.
-        "sizes": sizes.collect(settings, timeout, kafka="kafka" in up, s3="s3" in up),
+        "sizes": sizes.collect(settings, timeout, kafka=any(n.split("-")[0] == "kafka" for n in up), s3="s3" in up),
     }
 
 

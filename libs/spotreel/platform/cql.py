@@ -23,22 +23,45 @@ def reconnection_policy():
     return ExponentialReconnectionPolicy(RECONNECT_BASE_S, RECONNECT_MAX_S, max_attempts=None)
 
 
-def cluster_for(settings: Settings, **options: object):
-    """The driver's Cluster for a long-running service: our one node, reconnecting within seconds."""
-    from cassandra.cluster import Cluster
+def consistency(name: str, setting: str) -> int:
+    """The driver's ConsistencyLevel for a setting's name (LOCAL_QUORUM, SERIAL, ...); a typo stops the start."""
+    from cassandra import ConsistencyLevel
 
-    return Cluster([settings.host], port=settings.cassandra_port, protocol_version=5,
+    value = ConsistencyLevel.name_to_value.get(name.strip().upper())
+    if value is None:
+        raise ValueError(f"SPOTREEL_{setting.upper()}: unknown consistency level {name!r} "
+                         f"(one of {', '.join(sorted(ConsistencyLevel.name_to_value))})")
+    return value
+
+
+def execution_profile(settings: Settings, request_timeout: float = 10.0):
+    """Every statement's consistency, one place: reads and writes at `cassandra_consistency` (LOCAL_QUORUM: with
+    RF 3 a write acknowledged is on two replicas, and a read sees it with one node down), the Paxos round of
+    the LWT claims at `cassandra_serial_consistency` (LOCAL_SERIAL). Requests go to a replica of the row in
+    the local datacenter first (token-aware, datacenter-aware)."""
+    from cassandra.cluster import ExecutionProfile
+    from cassandra.policies import DCAwareRoundRobinPolicy, TokenAwarePolicy
+
+    return ExecutionProfile(
+        load_balancing_policy=TokenAwarePolicy(DCAwareRoundRobinPolicy(local_dc=settings.cassandra_datacenter)),
+        consistency_level=consistency(settings.cassandra_consistency, "cassandra_consistency"),
+        serial_consistency_level=consistency(settings.cassandra_serial_consistency, "cassandra_serial_consistency"),
+        request_timeout=request_timeout)
+
+
+def cluster_for(settings: Settings, request_timeout: float = 10.0, **options: object):
+    """The driver's Cluster for a long-running service: the contact points of the settings (every node of the
+    local stack, or a managed cluster's), the consistency of `execution_profile`, reconnecting within seconds."""
+    from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster
+
+    options.setdefault("execution_profiles", {EXEC_PROFILE_DEFAULT: execution_profile(settings, request_timeout)})
+    return Cluster(settings.cassandra_hosts, port=settings.cassandra_port, protocol_version=5,
                    reconnection_policy=reconnection_policy(), **options)
 
 
 @contextmanager
 def cql_session(settings: Settings, timeout: float = 10.0, keyspace: str | None = None) -> Iterator[object]:
-    from cassandra.cluster import EXEC_PROFILE_DEFAULT, ExecutionProfile
-    from cassandra.policies import WhiteListRoundRobinPolicy
-
-    profile = ExecutionProfile(load_balancing_policy=WhiteListRoundRobinPolicy([settings.host]),
-                               request_timeout=max(timeout, 10.0))
-    cluster = cluster_for(settings, execution_profiles={EXEC_PROFILE_DEFAULT: profile},
+    cluster = cluster_for(settings, request_timeout=max(timeout, 10.0),
                           connect_timeout=timeout, control_connection_timeout=timeout)
     try:
         session = cluster.connect(keyspace)

@@ -54,17 +54,26 @@ def statements(cql: str) -> list[str]:
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
 
 
-def keyspace_cql(keyspace: str) -> str:
+def keyspace_cql(keyspace: str, replication: int = 1, datacenter: str = "datacenter1") -> str:
+    """One replica: SimpleStrategy (the single-node stack, as it always was). More: NetworkTopologyStrategy in
+    `datacenter` (the cluster profile, a managed cluster), so a second datacenter can be added later."""
     if not _KEYSPACE.match(keyspace):
         raise InfraError(f"cassandra: invalid keyspace name {keyspace!r} (letters, digits, _; max 48)")
-    return (f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = "
-            "{'class': 'SimpleStrategy', 'replication_factor': 1}")
+    if replication <= 1:
+        strategy = "{'class': 'SimpleStrategy', 'replication_factor': 1}"
+    else:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", datacenter):
+            raise InfraError(f"cassandra: invalid datacenter name {datacenter!r}")
+        strategy = f"{{'class': 'NetworkTopologyStrategy', '{datacenter}': {int(replication)}}}"
+    return f"CREATE KEYSPACE IF NOT EXISTS {keyspace} WITH replication = {strategy}"
 
 
-def migrate(session, keyspace: str, say=print, migrations: list[Migration] | None = None) -> list[str]:
-    """Apply what is missing; returns the labels applied by this call."""
+def migrate(session, keyspace: str, say=print, migrations: list[Migration] | None = None, *,
+            replication: int = 1, datacenter: str = "datacenter1") -> list[str]:
+    """Apply what is missing; returns the labels applied by this call. `replication`, `datacenter`: the
+    keyspace's, when this call creates it (an existing keyspace keeps its own)."""
     migrations = load_migrations() if migrations is None else migrations
-    session.execute(keyspace_cql(keyspace))
+    session.execute(keyspace_cql(keyspace, replication, datacenter))
     session.set_keyspace(keyspace)
     session.execute(
         "CREATE TABLE IF NOT EXISTS schema_migrations "

@@ -35,6 +35,15 @@ class TopicSpec:
     name: str
     partitions: int
     config: dict[str, str] = field(default_factory=dict)
+    replication: int = 1
+
+
+def replicated(settings: Settings, specs: list[TopicSpec]) -> list[TopicSpec]:
+    """The specs at the settings' replication factor and min.insync.replicas (1 and 1 on the single-node stack;
+    3 and 2 in the cluster profile: an acks=all write survives one broker lost, and still succeeds while one is
+    down)."""
+    return [TopicSpec(s.name, s.partitions, {**s.config, "min.insync.replicas": str(settings.kafka_min_isr)},
+                      settings.kafka_rf) for s in specs]
 
 
 def commands_topic(settings: Settings) -> str:
@@ -117,18 +126,18 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
     ]
     # Co-partitioned with commands: Faust requires a table's changelog to match its source topic.
     specs += [TopicSpec(changelog_topic(settings, t), p, dict(COMPACTED)) for t in scheduler_tables(settings)]
-    return specs
+    return replicated(settings, specs)
 
 
 def scheduler_extra_specs(settings: Settings) -> list[TopicSpec]:
     # Answers to RequestWork; short-lived, a requester that is gone does not need them.
-    return [TopicSpec(assignments_topic(settings), settings.partitions,
-                      {"cleanup.policy": "delete", "retention.ms": str(3600 * 1000)})]
+    return replicated(settings, [TopicSpec(assignments_topic(settings), settings.partitions,
+                                           {"cleanup.policy": "delete", "retention.ms": str(3600 * 1000)})])
 
 
 def events_deadletter_spec(settings: Settings) -> TopicSpec:
     # Dead letters wait for a person: they must not expire first.
-    return TopicSpec(events_deadletter_topic(settings), 1, {"retention.ms": "-1"})
+    return replicated(settings, [TopicSpec(events_deadletter_topic(settings), 1, {"retention.ms": "-1"})])[0]
 
 
 def admin_client(bootstrap: str, timeout: float):
@@ -140,7 +149,7 @@ def admin_client(bootstrap: str, timeout: float):
 
 
 def create_missing(admin, specs: list[TopicSpec], timeout: float = 30.0, existing=None) -> list[str]:
-    """Create those of `specs` the broker lacks (replication factor 1); return the names created. A topic
+    """Create those of `specs` the broker lacks (at each spec's replication factor); return the names created. A topic
     that another process created meanwhile counts as present. `existing`: a `list_topics().topics` already
     read, to spare a round trip."""
     from confluent_kafka import KafkaError, KafkaException
@@ -152,7 +161,7 @@ def create_missing(admin, specs: list[TopicSpec], timeout: float = 30.0, existin
     created = []
     if missing:
         futures = admin.create_topics(
-            [NewTopic(s.name, num_partitions=s.partitions, replication_factor=1, config=s.config) for s in missing],
+            [NewTopic(s.name, num_partitions=s.partitions, replication_factor=s.replication, config=s.config) for s in missing],
             operation_timeout=timeout, request_timeout=timeout,
         )
         for name, fut in futures.items():
