@@ -141,12 +141,13 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     problem = _check(args)
     args.entries = []
     if args.model:
-        from spotreel.model_registry import RegistryError, load
+        from spotreel.model_registry import RegistryError, load, registry_path
 
-        if not settings.model_registry:
+        path = registry_path(settings)
+        if not path:
             return _fail("--model needs the model registry: set SPOTREEL_MODEL_REGISTRY to its file")
         try:
-            registry = load(settings.model_registry)
+            registry = load(path)
         except RegistryError as exc:
             return _fail(str(exc))
         names = list(dict.fromkeys(args.model))

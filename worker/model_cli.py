@@ -44,13 +44,15 @@ def _tiny(args: argparse.Namespace, settings: object) -> int:
 def _list(args: argparse.Namespace, settings) -> int:
     import json
 
-    from spotreel.model_registry import RegistryError, load
+    from spotreel.model_registry import RegistryError, load, registry_path
 
-    if not settings.model_registry:
-        print("model list: no registry; set SPOTREEL_MODEL_REGISTRY to the registry file", file=sys.stderr)
+    path = registry_path(settings)
+    if not path:
+        print("model list: no registry; set SPOTREEL_MODEL_REGISTRY to the registry file (`spotreel infra up` "
+              "writes the local stack's to $SPOTREEL_HOME/models.toml)", file=sys.stderr)
         return 1
     try:
-        registry = load(settings.model_registry)
+        registry = load(path)
     except RegistryError as exc:
         print(f"model list: {exc}", file=sys.stderr)
         return 1
@@ -59,7 +61,9 @@ def _list(args: argparse.Namespace, settings) -> int:
         if args.json:
             print(json.dumps(e.as_dict(), sort_keys=True))
         else:
-            print(f"{name}  family={e.family} dtype={e.dtype} pool={e.pool} sizes={','.join(e.sizes)} "
+            sizes = ",".join(e.sizes) if e.sizes else f"{e.side_multiple}n_from_{e.side_min}_to_{e.side_max}"
+            print(f"{name}  family={e.family} dtype={e.dtype} pool={e.pool} sizes={sizes} "
                   f"frames={e.frame_rule().replace(' ', '_')} steps={e.steps_min}-{e.steps_max} "
-                  f"sampler={e.sampler} guidance={e.guidance_scale:g} dir={e.directory}")
+                  f"sampler={e.sampler} samplers={','.join(e.samplers())} guidance={e.guidance_scale:g} "
+                  f"dir={e.directory}")
     return 0

@@ -293,8 +293,8 @@ class Renderer:
         e = self.limits
         if e is None:
             return
-        if f"{req.width}x{req.height}" not in e.sizes:
-            raise ValueError(f"model {e.name} renders resolutions {', '.join(e.sizes)}; got {req.width}x{req.height}")
+        if not e.size_allowed(f"{req.width}x{req.height}"):
+            raise ValueError(f"model {e.name} renders resolutions {e.size_rule()}; got {req.width}x{req.height}")
         if not e.frames_allowed(req.num_frames):
             raise ValueError(f"model {e.name} takes frames {e.frame_rule()}; the job asks for {req.num_frames}")
         if not e.steps_min <= req.num_steps <= e.steps_max:

@@ -7,21 +7,28 @@ MODEL of a worker's `--pool MODEL@GPU`):
     directory = "/models/Wan2.1-T2V-1.3B-Diffusers"   # a diffusers directory (model_index.json)
     family = "wan"                                    # unet3d | wan | ltx | cogvideox
     dtype = "bfloat16"                                # float32 | float16 | bfloat16 (on a GPU)
-    sizes = ["832x480", "480x832"]                    # WIDTHxHEIGHT the model is meant for
+    sizes = ["832x480", "480x832"]                    # WIDTHxHEIGHT the model is meant for, or a rule:
+                                                      # { multiple = 8, min = 16, max = 512 } (each side)
     frames = { min = 5, max = 81, step = 4 }          # frame counts min, min+step, ... <= max (4n+1 here)
     steps = { min = 1, max = 50 }
     sampler = "unipc"                                 # default sampler (the family's exact-resume ones)
-    guidance_scale = 5.0                              # default guidance (recorded; see worker/README.md)
+    guidance_scale = 5.0                              # default guidance of a job that names none
     pool = "a100"                                     # the GPU type its workers run on
 
 The gateway checks a submission against its model's entry (`problem`: the field and the allowed values,
-answered 422); `spotreel model list` prints the file; a worker started with `--model NAME` loads the entry's
-directory and sampler. The frame count of a job is round(duration × fps), as the worker computes it.
-Pure functions and a loader; nothing here talks to a service.
+answered 422), a job's `sampler` included (one of its family's, SAMPLERS); `spotreel model list` prints the
+file; a worker started with `--model NAME` loads the entry's directory, and renders a job that names no
+sampler or guidance with the entry's. The frame count of a job is round(duration × fps), as the worker
+computes it. Pure functions and a loader; nothing here talks to a service.
+
+The local stack's registry (`local_registry_text`): `spotreel infra up` writes it to `$SPOTREEL_HOME/models.toml`
+when SPOTREEL_MODEL_REGISTRY is unset and hands it to the gateway it starts; `registry_path` finds it for the
+commands an operator runs by hand (`spotreel model list`, `spotreel worker --model`).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from dataclasses import dataclass
@@ -59,6 +66,26 @@ class ModelEntry:
     sampler: str
     guidance_scale: float
     pool: str
+    # A size rule instead of a list (sizes then empty): each side a multiple of side_multiple in [side_min, side_max].
+    side_multiple: int = 0
+    side_min: int = 0
+    side_max: int = 0
+
+    def size_allowed(self, resolution: str) -> bool:
+        if not self.side_multiple:
+            return resolution in self.sizes
+        m = _SIZE.fullmatch(resolution)
+        return m is not None and all(self.side_min <= int(n) <= self.side_max and int(n) % self.side_multiple == 0
+                                     for n in m.groups())
+
+    def size_rule(self) -> str:
+        if not self.side_multiple:
+            return ", ".join(self.sizes)
+        return f"WIDTHxHEIGHT, each side a multiple of {self.side_multiple} from {self.side_min} to {self.side_max}"
+
+    def samplers(self) -> tuple[str, ...]:
+        """The samplers a job of this model may name: its family's exact-resume ones."""
+        return SAMPLERS[self.family]
 
     def frame_rule(self) -> str:
         form = f"{self.frames_step}n+{self.frames_min % self.frames_step}" if self.frames_step > 1 else "any"
@@ -69,8 +96,10 @@ class ModelEntry:
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "directory": self.directory, "family": self.family, "dtype": self.dtype,
-                "sizes": list(self.sizes), "frames": self.frame_rule(), "steps": [self.steps_min, self.steps_max],
-                "sampler": self.sampler, "guidance_scale": self.guidance_scale, "pool": self.pool}
+                "sizes": list(self.sizes) if not self.side_multiple else self.size_rule(),
+                "frames": self.frame_rule(), "steps": [self.steps_min, self.steps_max],
+                "sampler": self.sampler, "samplers": list(self.samplers()), "guidance_scale": self.guidance_scale,
+                "pool": self.pool}
 
 
 @dataclass(frozen=True)
@@ -81,19 +110,23 @@ class ModelRegistry:
         return sorted(self.models)
 
     def problem(self, *, model: str, resolution: str, duration_s: float, fps: int,
-                num_steps: int) -> tuple[str, str] | None:
-        """(field, message) for the first setting `model` cannot take, None when it can take them all."""
+                num_steps: int, sampler: str | None = None) -> tuple[str, str] | None:
+        """(field, message) for the first setting `model` cannot take, None when it can take them all.
+        `sampler`: the job's (None: the entry's default)."""
         entry = self.models.get(model)
         if entry is None:
             return "model", f"unknown model {model!r}; known models: {', '.join(self.names()) or '(none)'}"
-        if resolution not in entry.sizes:
-            return "resolution", f"model {model} renders resolutions {', '.join(entry.sizes)}; got {resolution!r}"
+        if not entry.size_allowed(resolution):
+            return "resolution", f"model {model} renders resolutions {entry.size_rule()}; got {resolution!r}"
         frames = max(1, round(duration_s * fps))
         if not entry.frames_allowed(frames):
             return "duration", (f"duration × fps = {frames} frames; model {model} takes frames "
                                 f"{entry.frame_rule()} (e.g. duration {entry.frames_min / fps:g} s at {fps} fps)")
         if not entry.steps_min <= num_steps <= entry.steps_max:
             return "num_steps", f"model {model} takes num_steps from {entry.steps_min} to {entry.steps_max}"
+        if sampler is not None and sampler not in entry.samplers():
+            return "sampler", (f"model {model} ({entry.family} family) takes samplers {', '.join(entry.samplers())}; "
+                               f"got {sampler!r}")
         return None
 
 
@@ -134,8 +167,16 @@ def _entry(name: str, spec: Any) -> ModelEntry:
     if not isinstance(directory, str) or not directory:
         raise fail("directory is required")
     sizes = spec.get("sizes")
-    if not isinstance(sizes, list) or not sizes or not all(isinstance(s, str) and _SIZE.fullmatch(s) for s in sizes):
-        raise fail("sizes must be a non-empty list of WIDTHxHEIGHT strings")
+    rule: tuple[int, int, int] = (0, 0, 0)
+    if isinstance(sizes, dict):
+        if set(sizes) - {"multiple", "min", "max"}:
+            raise fail("a sizes rule has only the keys multiple, min and max")
+        rule = (sizes.get("multiple", 8), sizes.get("min", 16), sizes.get("max"))
+        if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in rule) or rule[1] > rule[2]:
+            raise fail("sizes.multiple, sizes.min and sizes.max must be positive integers, min <= max")
+        sizes = []
+    elif not isinstance(sizes, list) or not sizes or not all(isinstance(s, str) and _SIZE.fullmatch(s) for s in sizes):
+        raise fail("sizes must be a non-empty list of WIDTHxHEIGHT strings, or a table {multiple, min, max}")
     frames = spec.get("frames", {})
     steps = spec.get("steps", {})
     if not isinstance(frames, dict) or not isinstance(steps, dict):
@@ -158,4 +199,39 @@ def _entry(name: str, spec: Any) -> ModelEntry:
     if not isinstance(pool, str) or not _NAME.fullmatch(pool):
         raise fail("pool must be a GPU type name")
     return ModelEntry(name, directory, family, dtype, tuple(sizes), f_min, f_max, f_step, s_min, s_max, sampler,
-                      float(guidance), pool)
+                      float(guidance), pool, *rule)
+
+
+# -- the local stack's registry ---------------------------------------------------------------------------
+
+LOCAL_REGISTRY_FILE = "models.toml"
+
+
+def local_registry_text(home: str | Path) -> str:
+    """The registry `spotreel infra up` writes for the local stack: the tiny model every worker without
+    --model-dir builds under `home` (worker/cli.py), at the sizes, frames and steps its tests and demo ask
+    for. The gateway's defaults (256x256, 16 frames, 20 steps) are inside it."""
+    directory = Path(home) / "models" / "tiny-t2v"
+    return (
+        "# The local stack's model registry, written by `spotreel infra up` (SPOTREEL_MODEL_REGISTRY was unset).\n"
+        "# Edit it freely: `up` never overwrites it. Format: libs/spotreel/model_registry.py.\n"
+        "[models.tiny-t2v]\n"
+        f"directory = {json.dumps(str(directory))}\n"
+        'family = "unet3d"\n'
+        'dtype = "float32"\n'
+        "sizes = { multiple = 8, min = 16, max = 512 }\n"
+        "frames = { min = 1, max = 128 }\n"
+        "steps = { min = 1, max = 100 }\n"
+        'sampler = "ddim"\n'
+        "guidance_scale = 1.0\n"
+        'pool = "any"\n')
+
+
+def registry_path(settings: Any) -> str:
+    """The registry file to read: SPOTREEL_MODEL_REGISTRY, else the local stack's `$SPOTREEL_HOME/models.toml`
+    when `infra up` wrote one; "" when there is none. For commands run by hand; the services read only the
+    setting (`infra up` sets it for those it starts)."""
+    if settings.model_registry:
+        return str(settings.model_registry)
+    local = Path(settings.home) / LOCAL_REGISTRY_FILE
+    return str(local) if local.is_file() else ""

@@ -100,3 +100,33 @@ async def test_the_gateway_accepts_what_the_registry_allows(api, registry):  # n
     assert r.status == 202, await r.text()
     [sent] = deps.commands.sent
     assert (sent.model, sent.resolution, sent.fps) == ("wan-1_3b", "832x480", 16)
+
+
+def test_a_size_rule_takes_every_side_it_allows():
+    entry = parse({"models": {"m": {"directory": "/m", "family": "unet3d", "sizes": {"multiple": 8, "min": 16,
+                                                                                        "max": 64},
+                                    "frames": {"max": 9}, "steps": {"max": 9}}}}).models["m"]
+    assert entry.size_allowed("16x64") and entry.size_allowed("32x24")
+    assert not entry.size_allowed("8x16") and not entry.size_allowed("20x16") and not entry.size_allowed("72x16")
+    assert "multiple of 8 from 16 to 64" in entry.size_rule()
+    with pytest.raises(RegistryError, match="sizes.multiple"):
+        parse({"models": {"m": {"directory": "/m", "family": "unet3d", "sizes": {"min": 32, "max": 16},
+                                "frames": {"max": 9}, "steps": {"max": 9}}}})
+
+
+def test_the_local_stacks_registry_lists_the_tiny_model_and_takes_the_gateways_defaults(tmp_path):
+    from spotreel.model_registry import local_registry_text, registry_path
+    from spotreel.settings import Settings
+
+    (tmp_path / "models.toml").write_text(local_registry_text(tmp_path))
+    registry = load(tmp_path / "models.toml")
+    assert registry.names() == ["tiny-t2v"]
+    assert registry.models["tiny-t2v"].directory == str(tmp_path / "models" / "tiny-t2v")
+    cfg = GatewayConfig()
+    assert registry.problem(model=cfg.default_model, resolution=cfg.default_resolution,
+                            duration_s=cfg.default_duration_s, fps=cfg.default_fps,
+                            num_steps=cfg.default_num_steps) is None
+    # The file `infra up` wrote is found when SPOTREEL_MODEL_REGISTRY is unset; the variable wins when set.
+    assert registry_path(Settings(home=tmp_path)) == str(tmp_path / "models.toml")
+    assert registry_path(Settings(home=tmp_path, model_registry="/etc/m.toml")) == "/etc/m.toml"
+    assert registry_path(Settings(home=tmp_path / "none")) == ""
