@@ -38,6 +38,7 @@ from spotreel.domain import ids  # noqa: E402
 from spotreel.settings import Settings  # noqa: E402
 
 from spotreel.services.scheduler import app as sched_app  # noqa: E402
+from spotreel.services.scheduler import clock as sched_clock  # noqa: E402
 from spotreel.services.scheduler import statecodec  # noqa: E402
 from spotreel.services.scheduler.partition import PartitionState  # noqa: E402
 
@@ -107,7 +108,7 @@ def main() -> None:
         key = (getattr(command, "job_id", None) or command.worker_id).encode()
         out = sched.handler.handle(part, topic, offset, key, codec.encode_message(command), clock[0], clock[0])
         assert out.deadletter is None, out.deadletter
-        # What on_batch does with a command's outcome, less the Kafka sends (app.py, phases 1 and 4).
+        # What on_batch does with a command's outcome, less the Kafka sends (pipeline.py, phases 1 and 4).
         for before, after in out.states.values():
             sched.cache[after.job_id] = after
             part.observe(before, after)
@@ -123,7 +124,7 @@ def main() -> None:
           f"{'live_mib':>8} {'log_tombs':>9} {'tomb_mib':>8} {'appended':>9} {'wall_s':>6}")
     started = time.monotonic()
     step_ms = 1000 // args.rate if args.rate <= 1000 else 1
-    with mock.patch.object(sched_app, "now_ms", lambda: clock[0]):
+    with mock.patch.object(sched_clock, "now_ms", lambda: clock[0]):
         for i in range(1, args.jobs + 1):
             clock[0] += step_ms
             key = f"bench-{i}"

@@ -1,4 +1,4 @@
-"""Turning one command record into its outputs, against the job table. No Kafka here: app.py does the I/O
+"""Turning one command record into its outputs, against the job table. No Kafka here: pipeline.py does the I/O
 in the order that makes the loop exactly-once (events, then table, see README.md)."""
 
 from __future__ import annotations

@@ -165,7 +165,8 @@ def test_a_process_forgets_the_keys_of_partitions_it_no_longer_owns():
     from types import SimpleNamespace
 
     from spotreel.adapters.partitioning import partition_for
-    from spotreel.services.scheduler.app import Scheduler, key_partition
+    from spotreel.services.scheduler.app import Scheduler
+    from spotreel.services.scheduler.table import key_partition
 
     n = 6
     jobs = [f"j{i}" for i in range(40)]

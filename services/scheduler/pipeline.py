@@ -1,0 +1,194 @@
+"""The batch pipeline: the per-command I/O order that makes the scheduler exactly-once without Kafka
+transactions (README.md, "Exactly-once without Kafka transactions").
+
+The agent hands `Pipeline.on_batch` what Faust has buffered; for each command, in this order:
+  1. skip it if its offset is at or below `applied_upto` (its events are already on the events topic;
+     a RequestWork is answered again);
+  2. decode (poison -> dead-letter topic), decide against the job table (handler.py, no I/O);
+  3. produce its events to the same partition of the events topic, each with a `cmd-offset` header, and
+     wait until they are acknowledged (acks=all);
+  4. write the new job states and the partition's events-offset marker to the table (changelog);
+  5. answer a RequestWork on the assignments topic.
+A crash between any two steps loses nothing (the command was not committed, so it is redelivered) and
+duplicates nothing (on assignment the owner reads the events topic's tail: rebuild.py)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from spotreel.adapters.kafka import CMD_OFFSET_HEADER
+from spotreel.adapters.partitioning import partition_for
+from spotreel.domain import events as ev
+from spotreel.domain.commands import RequestWork
+from spotreel.domain.leases import PREEMPTED_FOR
+from spotreel.domain.state import JobState
+from spotreel.platform.topics import assignments_topic, deadletter_topic, replies_topic, worker_leases_topic
+from spotreel.tracing import TRACEPARENT
+
+from spotreel.services.scheduler import clock, followups, statecodec
+from spotreel.services.scheduler.partition import PartitionState
+from spotreel.services.scheduler.table import schedule_key
+from spotreel.services.scheduler.workerleases import record_key
+
+log = logging.getLogger("spotreel.scheduler")
+
+
+class Pipeline:
+    """The command path, mixed into `app.Scheduler` (which owns `app`, `handler`, `parts`, the caches,
+    `metrics`, `traces` and the worker-lease index); the agent calls `on_batch` under `batch_lock`."""
+
+    async def on_batch(self, batch: list[Any]) -> None:
+        """The commands Faust had buffered (several partitions), in 4 phases; nothing is awaited per command:
+          1. decide each one against the cache (which already holds the earlier commands' results) and
+             send its events, each with its `cmd-offset` header;
+          2. await every event's ack (acks=all);
+          3. send the follow-up commands (followups.py) and dead letters, await their acks;
+          4. write the new states and each partition's marker to the table, send the answers.
+        Only then does Faust ack the batch (so its offsets may be committed). The crash proof of README.md
+        holds per command: the producer keeps a partition's records in order (aiokafka has one batch in
+        flight per partition), so the events that are durable after a crash are a prefix, catch-up's
+        `applied_upto` is the last command whose events all landed, and anything after it is redelivered."""
+        producer = self.app.producer
+        sends: list[Any] = []  # event send futures, with their partition
+        writes: list[tuple[int, Any]] = []
+        after_acks: list[tuple] = []  # (topic, key, value, partition[, headers])
+        answers: list[tuple[Any, Any]] = []
+        replies: list[Any] = []  # send futures of renewal answers that are not events
+        marked: set[int] = set()
+        for event in batch:
+            msg = event.message
+            p = msg.partition
+            part = self.parts.get(p)
+            if part is None:  # cannot happen after on_assigned; refuse to write without the catch-up
+                raise RuntimeError(f"command on partition {p} before its state was rebuilt")
+            appended = clock.appended_ms(msg)
+            part.read_log(msg.offset, appended)
+            if msg.offset <= part.applied_upto:
+                self.metrics.skipped.inc()
+                # Its events are durable, but its answer may not be: a RequestWork is answered again.
+                again = self.handler.reanswer(part, msg.value, clock.now_ms())
+                if again is not None:
+                    answers.append((again, msg, None))
+                continue
+            given = msg.headers
+            started = time.time_ns() if given else None  # a span's start, only if the record may be traced
+            out = self.handler.handle(part, msg.topic, msg.offset, msg.key, msg.value, clock.now_ms(), appended)
+            self.metrics.commands.inc()
+            traced = None
+            if given or self.traces.by_job:  # the only per-command cost of tracing when nothing is traced
+                traced = self.traces.on_command(given, out, p, msg.offset, started)
+            if out.deadletter is not None:
+                if msg.offset in part.deadlettered:  # redelivered after a crash: its dead letter is there
+                    self.metrics.skipped.inc()
+                    continue
+                part.deadlettered.add(msg.offset)
+                self.metrics.deadletters.labels(out.deadletter["reason"]).inc()
+                log.warning("dead-lettered %s[%d]@%d: %s", msg.topic, p, msg.offset, out.deadletter["detail"])
+                value = self.codec.encode("spotreel.v1.DeadLetteredCommand", out.deadletter)
+                after_acks.append((deadletter_topic(self.settings), msg.key, value, p,
+                                   [(CMD_OFFSET_HEADER, str(msg.offset).encode())]))
+                continue
+            if out.reply is not None:
+                # Nothing durable to wait for: the deadline lives in memory, and a new owner grants a TTL.
+                reply = out.reply
+                replies.append(await producer.send(replies_topic(self.settings), reply.job_id.encode(),
+                                                   self.codec.encode_message(reply), p, None, None))
+                part.absorb(out.reply_to, (reply.epoch, reply.lease_expires_at_ms), reply)
+                self.metrics.renewals_absorbed.inc()
+            if out.events:
+                headers = [(CMD_OFFSET_HEADER, str(msg.offset).encode())]
+                if traced is not None:
+                    headers.append((TRACEPARENT, traced.encode()))
+                for e in out.events:
+                    key = (getattr(e, "job_id", None) or e.schedule_id).encode()
+                    sends.append((p, await producer.send(self.events, key, self.codec.encode_message(e), p, None,
+                                                         headers)))
+                    if isinstance(e, (ev.CommandRejected, ev.ScheduleCommandRejected)):
+                        self.metrics.rejections.labels(e.reason).inc()
+                    elif isinstance(e, ev.LeaseExpired):
+                        self.metrics.observe_expiry(out.states[e.job_id][0], e)
+                marked.add(p)
+            part.applied_upto = msg.offset
+            worker = getattr(out.command, "worker_id", None)
+            if worker is not None and not isinstance(out.command, RequestWork):
+                part.seen_worker(worker, clock.now_ms())
+            for e in out.events:
+                if isinstance(e, ev.CheckpointRecorded):
+                    part.observe_checkpoint(out.states[e.job_id][1].pool, e.duration_ms)
+                elif isinstance(e, ev.JobLeased):
+                    self.metrics.observe_lease(out.states[e.job_id][0], e)
+                elif isinstance(e, (ev.LeaseExpired, ev.LeaseReleased)):
+                    self.metrics.observe_lease_end(out.states[e.job_id][0], e)
+                    if isinstance(e, ev.LeaseReleased) and e.reason == PREEMPTED_FOR:
+                        part.freed[e.worker_id] = e.at_ms  # preempting.py: free until its next lease
+                elif isinstance(e, ev.JobSucceeded):
+                    self.metrics.observe_success(out.states[e.job_id][1], e.at_ms)
+            for before, after in out.states.values():
+                if after.is_terminal:
+                    self.metrics.forget(after.job_id)
+                self.cache[after.job_id] = after
+                writes.append((p, after))
+                part.observe(before, after)
+            for before, sched in out.schedules.values():
+                self.schedule_cache[sched.schedule_id] = sched
+                writes.append((p, sched))
+                part.observe_schedule(before, sched)
+            for command in out.followups:
+                key = followups.key_of(command)
+                after_acks.append((self.commands, key.encode(), self.codec.encode_message(command),
+                                   partition_for(key, self.settings.partitions)))
+            if out.answer is not None:
+                answers.append((out.answer, msg, traced))
+                if isinstance(out.answer, ev.WorkAssigned):
+                    # Faust rereads the uncommitted tail after a rebalance: answer it from here again.
+                    part.remember_grant(out.answer.request_id,
+                                        next(e for e in out.events if isinstance(e, ev.JobLeased)))
+        for p, fut in sends:
+            meta = await fut
+            part = self.parts[p]
+            part.events_offset = max(part.events_offset, meta.offset)
+        await self._send_all(after_acks)
+        for p, state in writes:
+            if isinstance(state, JobState):
+                self._put_job(p, state)
+            else:
+                self._put(p, schedule_key(state.schedule_id), statecodec.dumps_schedule(state))
+        for p in marked:
+            self.put_marker(self.parts[p])
+        answered = []
+        for answer, msg, traced in answers:
+            worker = answer.worker_id
+            partition = partition_for(worker, self.settings.partitions)
+            answered.append((msg, await producer.send(assignments_topic(self.settings), worker.encode(),
+                                                      self.codec.encode_message(answer), partition, None,
+                                                      [(TRACEPARENT, traced.encode())] if traced else None)))
+        for fut in replies:
+            await fut
+        for part in self.parts.values():
+            await self._publish_leases(part)
+            await self._publish_usage(part)
+        for msg, fut in answered:
+            await fut
+            if msg.timestamp:
+                self.metrics.dispatch_latency.observe(max(0.0, time.time() - msg.timestamp))
+
+    async def _publish_leases(self, part: PartitionState) -> None:
+        """Grants and ends of leases to `<prefix>.worker-leases` (workerleases.py), into the local index at
+        once: the next RequestWork of that worker is judged by it without waiting to read it back."""
+        news, part.lease_news = part.lease_news, []
+        if not news:
+            return
+        topic = worker_leases_topic(self.settings)
+        for rec in news:
+            self.worker_leases.apply(rec)
+        await self._send_all([(topic, record_key(r.worker_id, r.job_id), self.codec.encode_message(r),
+                               partition_for(r.worker_id, self.settings.partitions)) for r in news])
+
+    async def _send_all(self, records: list[tuple]) -> None:
+        """Send (topic, key, value, partition[, headers]) records, then await every ack."""
+        futures = [await self.app.producer.send(r[0], r[1], r[2], r[3], None, r[4] if len(r) > 4 else None)
+                   for r in records]
+        for fut in futures:
+            await fut

@@ -1,0 +1,149 @@
+"""The stats tick and the eviction tick (every `stats_interval`, 1 s by default).
+
+Stats: each owned partition's pool stats to the compacted `<prefix>.pool-stats` (poolstats.py), per-tenant
+GPU seconds and queue depth and lag to Prometheus, the double-grant check (one worker granted by two
+partitions in one moment: the later grant is handed back), then priority preemption (preempting.py).
+Tenant usage (fairshare.py) is published from here too, after every batch and every rebuild.
+Eviction: terminal jobs and summaries past their retention leave the table (domain/retention.py,
+eviction.py), between batches and never during a rebuild."""
+
+from __future__ import annotations
+
+import logging
+
+from spotreel.adapters.partitioning import partition_for
+from spotreel.domain.commands import PreemptLease, ReleaseLease
+from spotreel.domain.fairness import TenantPolicy, share
+from spotreel.domain.leases import UNCLAIMED
+from spotreel.platform.topics import pool_stats_topic, tenant_usage_topic
+
+from spotreel.services.scheduler import clock, statecodec
+from spotreel.services.scheduler.fairshare import GlobalUsage, usage_key
+from spotreel.services.scheduler.partition import PartitionState
+from spotreel.services.scheduler.poolstats import pool_stats, share_if_room
+from spotreel.services.scheduler.preempting import decide_pool, note_asked
+from spotreel.services.scheduler.workerleases import later_grant
+
+log = logging.getLogger("spotreel.scheduler")
+# Jobs (and summaries) evicted per partition per stats tick at most (domain/retention.py): a backlog of due
+# evictions (a restart after a long stop) is spread over ticks instead of blocking the loop.
+EVICT_PER_TICK = 5000
+
+
+class Stats:
+    """The stats and eviction ticks, mixed into `app.Scheduler` (which owns `app`, `parts`, `metrics`, the
+    fair-share and pool-stats views, the worker-lease index, `retention`, `batch_lock` and `rebuilding`)."""
+
+    def global_usage(self, part: PartitionState | None, now: int) -> GlobalUsage:
+        """Each tenant's usage over all partitions: this instance's own partitions live, the others from
+        their latest reports on `<prefix>.tenant-usage`."""
+        local = {p: (lambda t, ps=ps, p=p: ps.ledger.report(t, p, now)) for p, ps in self.parts.items()}
+        return GlobalUsage(self.fair, local, now, self.half_life_ms)
+
+    async def publish_stats(self) -> None:
+        now = clock.now_ms()
+        for p, part in list(self.parts.items()):
+            await self._release_double_grants(p, part)
+            for tenant, used in part.ledger.used_s.items():
+                self.metrics.tenant_gpu_seconds.labels(tenant, str(p)).set(used)
+            for (tenant, pool), wasted in part.ledger.wasted_by_pool.items():
+                self.metrics.tenant_wasted_gpu_seconds.labels(tenant, pool, str(p)).set(wasted)
+            usage, policies = self.global_usage(part, now), self.fair.policies()
+            for stats in pool_stats(part, now, lambda t: share_if_room(usage.get(t), policies.get(t))):
+                self.metrics.queue_depth.labels(stats.pool, str(p)).set(stats.queued)
+                await self.app.producer.send(pool_stats_topic(self.settings), f"{stats.pool}/{p}".encode(),
+                                             self.codec.encode_message(stats), p, None, None)
+            for tp in self.app.consumer.assignment():
+                if tp.topic == self.commands and tp.partition == p:
+                    high = self.app.consumer.highwater(tp)
+                    if high is not None:
+                        self.metrics.lag.labels(str(p)).set(max(0, high - part.applied_upto - 1))
+        await self._preempt(now)
+
+    async def _preempt(self, now: int) -> None:
+        """Ask lower-tier leases of the owned partitions back for higher-tier work waiting in a full pool
+        (preempting.py, domain/preemption.py). The PreemptLease goes through the commands topic like a timer's
+        command: `decide` judges it against the job's state when it is read."""
+        if self.preempt_budget.per_minute <= 0 or not self.parts:
+            return
+        parts = dict(self.parts)
+        pools = {pool for part in parts.values() for pool in part.holders.values()}
+        others = self.pool_view.records()
+        usage, policies = self.global_usage(None, now), self.fair.policies()
+        for pool in sorted(pools):
+            chosen = decide_pool(pool, parts, others, now, self.preempt_budget, self.get,
+                                 lambda w: bool(self.worker_leases.held_by(w)), self.settings.preempt_fair_share_ratio,
+                                 lambda t: share_if_room(usage.get(t), policies.get(t)),
+                                 lambda t: share(usage.get(t), policies.get(t) or TenantPolicy()))
+            for p, c in chosen:
+                note_asked(parts[p], pool, now)
+                command = PreemptLease(f"preempt:{c.job_id}:e{c.epoch}", c.job_id, c.epoch, c.for_priority, c.reason)
+                log.info("pool %s: asking %s (epoch %d) to checkpoint and release (%s) for waiting priority %d%s",
+                         pool, c.job_id, c.epoch, c.reason, c.for_priority,
+                         f", tenant {c.for_tenant}" if c.for_tenant else "")
+                self.metrics.preempt_requests.labels(pool, command.reason).inc()
+                await self.app.producer.send(self.commands, c.job_id.encode(), self.codec.encode_message(command),
+                                             p, None, None)
+
+    async def _release_double_grants(self, p: int, part: PartitionState) -> None:
+        """Two partitions granted one worker in the same moment: the later grant's owner hands its lease back
+        (unclaimed; refused by the domain if the worker already acted on it)."""
+        for job_id, worker in list(part.workers_of.items()):
+            held = self.worker_leases.held_by(worker)
+            if len(held) < 2:
+                continue
+            mine = next((r for r in held if r.job_id == job_id and r.partition == p), None)
+            if mine is None or not any(later_grant(mine, o) for o in held if o.job_id != job_id):
+                continue
+            command_id = f"double-grant:{job_id}:e{mine.epoch}"
+            if command_id in part.double_released:
+                continue
+            part.double_released.add(command_id)
+            log.warning("worker %s holds two leases; handing back %s epoch %d (the later grant)", worker, job_id,
+                        mine.epoch)
+            command = ReleaseLease(command_id, job_id, mine.epoch, worker, UNCLAIMED)
+            await self.app.producer.send(self.commands, job_id.encode(), self.codec.encode_message(command), p,
+                                         None, None)
+
+    async def _publish_usage(self, part: PartitionState) -> None:
+        """The partition's changed tenant usage to `<prefix>.tenant-usage` (fairshare.py), into the local view
+        at once. Not awaited: a lost report is replaced by the next one, or by a new owner's after a crash."""
+        reports = part.ledger.take_reports(part.partition, clock.now_ms())
+        if not reports:
+            return
+        topic = tenant_usage_topic(self.settings)
+        for r in reports:
+            self.fair.apply(r)
+            # The send is queued here; its ack is not waited for.
+            await self.app.producer.send(topic, usage_key(r.tenant, r.partition), self.codec.encode_message(r),
+                                         partition_for(r.tenant, self.settings.partitions), None, None)
+
+    async def evict(self) -> None:
+        """Bounded state (domain/retention.py): terminal jobs past their retention leave the table (summary
+        first, then the job's tombstone, in one changelog partition), summaries past theirs follow. Not an
+        event: the table is derived, and catch-up treats a summary as the job's state, so it never folds an
+        evicted job's JobSubmitted again. Runs between batches (the lock), never during a rebuild, and only on
+        partitions this process owns now; at most `EVICT_PER_TICK` of each per tick."""
+        if self.rebuilding or self.batch_lock.locked() or not self.parts:
+            return
+        async with self.batch_lock:
+            owned = self._owned()
+            for p, part in list(self.parts.items()):
+                if p in owned:
+                    self._evict_partition(p, part, clock.now_ms())
+
+    def _owned(self) -> set[int]:
+        return {tp.partition for tp in self.app.consumer.assignment() if tp.topic == self.commands}
+
+    def _evict_partition(self, p: int, part: PartitionState, now: int) -> None:
+        stubs, forgotten = part.evictions.sweep(self.get, now, EVICT_PER_TICK)
+        for stub in stubs:
+            self._put(p, statecodec.summary_key(stub.job_id), statecodec.dumps_summary(stub))
+            self._delete(p, stub.job_id.encode())
+            self.cache.pop(stub.job_id, None)
+            part.fired.pop(stub.job_id, None)
+        for job_id in forgotten:
+            self._delete(p, statecodec.summary_key(job_id))
+            self.cache.pop(job_id, None)
+        self.metrics.evicted.labels("job").inc(len(stubs))
+        self.metrics.evicted.labels("summary").inc(len(forgotten))
