@@ -72,11 +72,14 @@ def test_strict_priority_tiers_inside_a_tenant():
     assert order == ["high-new", "mid", "low-old"]
 
 
-def test_priority_does_not_cross_tenants():
-    # b's low-priority job goes first because b is further below its share than a.
+def test_tiers_cross_tenants_and_share_decides_within_a_tier():
+    # a's priority-9 job goes first although b is further below its share: tiers are strict in the pool.
     jobs = [job("a-urgent", tenant="a", priority=9), job("b-low", tenant="b", priority=0)]
     usage = {"a": TenantUsage("a", 100.0), "b": TenantUsage("b", 10.0)}
-    assert both(worker(), jobs, usage) == "b-low"
+    assert both(worker(), jobs, usage) == "a-urgent"
+    # Within one tier, the tenant further below its share wins.
+    same = [job("a-top", tenant="a", priority=5), job("b-top", tenant="b", priority=5, at=9)]
+    assert both(worker(), same, usage) == "b-top"
 
 
 def test_weights_scale_usage_into_share():

@@ -123,7 +123,7 @@ def test_deterministic_and_the_index_agrees(jobs, worker, usage, pols, now, conf
 
 @MANY
 @given(**scenario)
-def test_the_rule_overdue_then_share_then_top_tier(jobs, worker, usage, pols, now, config):
+def test_the_rule_overdue_then_top_tier_then_share_then_age(jobs, worker, usage, pols, now, config):
     picked = choose(worker, jobs, usage, pols, now, config)
     candidates = eligible(worker, jobs, usage, pols, config)
     if picked is None:
@@ -143,15 +143,17 @@ def test_the_rule_overdue_then_share_then_top_tier(jobs, worker, usage, pols, no
         if warm:
             event("affinity kept the worker on its model")
             candidates = warm
-    shares = {j.tenant: share(usage.get(j.tenant), pols.get(j.tenant, config.default_policy)) for j in candidates}
+    eff = {j.job_id: effective_priority(j.priority, j.enqueued_at_ms, now, config.aging) for j in candidates}
+    # Strict tiers across tenants: nothing on offer has a higher effective tier than the pick.
+    assert eff[picked] == max(eff.values())
+    top = [j for j in candidates if eff[j.job_id] == eff[picked]]
+    shares = {j.tenant: share(usage.get(j.tenant), pols.get(j.tenant, config.default_policy)) for j in top}
     assert shares[job.tenant] <= min(shares.values()) + config.warm_share_slack
     if not worker.warm_models:
         assert shares[job.tenant] == min(shares.values())
-    eff = {j.job_id: effective_priority(j.priority, j.enqueued_at_ms, now, config.aging) for j in candidates}
-    assert eff[picked] == max(eff[j.job_id] for j in candidates if j.tenant == job.tenant)
     if job.model not in worker.warm_models:
         # A cold pick means nothing warm was on offer at that tenant's top tier.
-        same = [j for j in candidates if j.tenant == job.tenant and eff[j.job_id] == eff[picked]]
+        same = [j for j in top if j.tenant == job.tenant]
         assert all(j.model not in worker.warm_models for j in same)
         assert (job.enqueued_at_ms, job.job_id) == min((j.enqueued_at_ms, j.job_id) for j in same)
 

@@ -29,7 +29,8 @@ def job(job_id: str, tenant: str, priority: int, waited_ms: int) -> QueuedJob:
 
 
 def test_the_reasons_name_the_tier_with_its_aging_credit_the_shares_and_the_warm_model() -> None:
-    jobs = [job("a1", "a", 3, 125_000), job("b1", "b", 9, 1_000), job("c1", "c", 1, 0)]
+    # a1's two aging steps lift it to b1's tier (5), where a is further below its share; c is at its ceiling.
+    jobs = [job("a1", "a", 3, 125_000), job("b1", "b", 5, 1_000), job("c1", "c", 1, 0)]
     usage = {"a": TenantUsage("a", 30.0, 1), "b": TenantUsage("b", 90.0, 2), "c": TenantUsage("c", 0.0, 5)}
     policies = {"a": TenantPolicy(3.0), "b": TenantPolicy(1.0), "c": TenantPolicy(1.0, max_in_flight=5)}
     index = DispatchIndex(jobs)

@@ -1,12 +1,13 @@
 """Priority aging: how waiting turns into urgency, and the hard starvation bound.
 
-Priorities are integer tiers, higher is more urgent. Aging adds one tier per ``step_ms`` waited (integer
-division, so the result never depends on float rounding), optionally capped at ``max_boost`` tiers. Aging
-only reorders jobs *inside* a tenant; across tenants the fair share decides. That alone cannot stop a
-tenant's low tier from starving behind its own flood of equally old high-tier work, nor a job in a tenant
-that keeps losing on share, so ``max_wait_ms`` is the backstop: a job that has waited at least that long is
-*overdue*, and overdue work beats everything except pool membership, draining and the in-flight quota
-(see ``dispatch.choose`` for the exact guarantee).
+Priorities are integer tiers, higher is more urgent. Graded aging adds one tier per ``step_ms`` waited
+(integer division, so the result never depends on float rounding), optionally capped at ``max_boost``
+tiers. It is off by default: dispatch ranks tiers across tenants (``dispatch``), so a credit per minute
+waited would turn a backlog of minutes into first-come-first-served across tenants and undo their weights.
+Strict tiers alone can starve a low tier behind a flood of high-tier work, and a tenant that keeps losing
+on share, so ``max_wait_ms`` is the backstop: a job that has waited at least that long is *overdue*, and
+overdue work beats everything except pool membership, draining and the in-flight quota (see
+``dispatch.choose`` for the exact guarantee).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class AgingPolicy:
-    step_ms: int | None = 60_000
+    step_ms: int | None = None
     max_boost: int | None = None
     max_wait_ms: int | None = 30 * 60_000
 

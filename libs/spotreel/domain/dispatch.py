@@ -13,27 +13,34 @@ ever returned.
    by the first request of a worker serving J's pool made at or after ``J.enqueued_at_ms + max_wait_ms``,
    unless an older overdue job that the same worker may run exists; with k such older jobs, J goes no
    later than the (k+1)-th such request.
-2. **Fair share across tenants.** Otherwise the tenant with the smallest ``share = usage / weight``
-   (see ``fairness``) wins; equal shares go to the tenant whose best job has the smaller
-   ``(enqueued_at_ms, job_id)``. Priority never crosses tenants; only overdue work does.
-3. **Strict tiers inside the tenant.** The tenant's job with the highest *effective* priority
-   (``aging.effective_priority``) goes, then the oldest, then the smallest job id. With aging disabled
-   this is plain strict priority; with aging on, a lower tier overtakes a higher one once it has waited
-   enough more to out-rank it.
-4. **Model affinity** (``DispatchConfig.model_affinity``, on by default). A worker that declares warm models
+2. **Strict tiers across the pool.** Otherwise only the candidates of the highest *effective* priority
+   (``aging.effective_priority``: the tier, plus an aging credit when ``aging.step_ms`` is set; off by
+   default) stay in the race, whatever their tenant: a higher tier is never served after a lower one. This
+   is the order the requesters' routing (``dispatch/order.py``: the partition queueing the highest tier
+   first) and priority preemption (``preemption.py``) already assume across partitions.
+3. **Fair share across tenants, within that tier.** The tenant with the smallest ``share = usage / weight``
+   (see ``fairness``) among those with a job of that tier wins; equal shares go to the tenant whose job
+   has the smaller ``(enqueued_at_ms, job_id)``.
+4. **Age inside the tenant.** Its job of that tier with the smallest ``(enqueued_at_ms, job_id)`` goes.
+5. **Model affinity** (``DispatchConfig.model_affinity``, on by default). A worker that declares warm models
    (the weights it has loaded) is offered only the candidates of those models while any is left after
    step 1; a job of another model it serves (a *model switch*: unload, load) is chosen only when the
-   partition has no candidate of its warm models. Steps 2, 3 and 5 then apply among what is offered. A
+   partition has no candidate of its warm models. Steps 2 to 4 and 6 then apply among what is offered. A
    worker that declares no warm model, or all its models warm, sees no difference. Loading a video
-   model takes minutes, far more than the unfairness of serving the loaded model's tenants first; the
+   model takes minutes, far more than the unfairness of serving the loaded model's jobs first; the
    starvation bound (step 1) still takes any overdue job, warm or not.
-5. **Warm-model preference** (matters with model affinity off; with it on, what is offered is all warm or
-   all cold). Among tenants whose share is within ``warm_share_slack`` of the smallest
-   share (with the default 0.0: exactly tied), consider each tenant's *top effective tier* only. If any
-   such job's model is warm on this worker, the warm job with the smallest
-   ``(share, enqueued_at_ms, job_id)`` is returned instead of the result of 2-3. A warm job never
-   overtakes a higher effective tier of its own tenant, nor a tenant further below its share than the
-   slack.
+6. **Warm-model preference** (matters with model affinity off; with it on, what is offered is all warm or
+   all cold). Among the tenants of the top tier whose share is within ``warm_share_slack`` of the smallest
+   share (with the default 0.0: exactly tied), a job of the top tier whose model is warm on this worker,
+   the one with the smallest ``(share, enqueued_at_ms, job_id)``, is returned instead of the result of 3-4.
+   A warm job never overtakes a higher effective tier, nor a tenant further below its share than the slack.
+
+Why graded aging is off by default (``AgingPolicy.step_ms`` None): tiers cross tenants, so a credit per
+minute waited would, in a backlog that lasts minutes, rank jobs by their age across tenants and undo the
+weights. The starvation bound (``max_wait_ms``, 30 min) is what lifts a starving job.
+
+``queue_order.dispatch_order`` lists the order successive grants would take a pool's jobs in by this
+rule; the gateway's queue position and ETA follow it (``queue_order.jobs_ahead``).
 
 Everything is a total order over unique job ids, so the answer does not depend on input order.
 """
@@ -121,19 +128,18 @@ def _select(
     if not tiers:
         return None
 
+    top = max(eff for cands in tiers.values() for eff, _ in cands)
+    tiers = {t: top_only for t, cands in tiers.items() if (top_only := [c for c in cands if c[0] == top])}
     shares = {t: share(usage.get(t), policies.get(t, config.default_policy)) for t in tiers}
-    best = {
-        t: min(cands, key=lambda c: (-c[0], c[1].enqueued_at_ms, c[1].job_id)) for t, cands in tiers.items()
-    }
+    best = {t: min(cands, key=lambda c: _fifo(c[1])) for t, cands in tiers.items()}
     if worker.warm_models:
         close = min(shares.values()) + config.warm_share_slack
         warm: tuple[tuple[float, int, str], QueuedJob] | None = None
         for t, cands in tiers.items():
             if shares[t] > close:
                 continue
-            top = best[t][0]
-            for eff, job in cands:
-                if eff == top and worker.is_warm(job.pool):
+            for _, job in cands:
+                if worker.is_warm(job.pool):
                     key = (shares[t], job.enqueued_at_ms, job.job_id)
                     if warm is None or key < warm[0]:
                         warm = (key, job)

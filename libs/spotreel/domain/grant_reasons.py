@@ -10,8 +10,10 @@ worker's warm models. Those are gone a second later, so the scheduler records th
 - `overdue`: it had waited past the starvation bound, which beats shares and tiers;
 - `waited_ms`: since it was queued (or requeued);
 - `share`, `weight`: its tenant's fair share (GPU-seconds over all partitions / weight) and weight;
-- `next_share`: the smallest share among the other tenants that had a candidate for this worker and room
-  under their in-flight ceiling (None: no other tenant had one): the winner's share is at most this, unless overdue or a warm tie decided;
+- `next_share`: the smallest share among the other tenants that had a candidate of the same effective tier
+  for this worker and room under their in-flight ceiling (None: no other tenant had one; tiers are strict
+  across tenants, so a lower tier was no competition): the winner's share is at most this, unless overdue
+  or a warm tie decided;
 - `warm`: the job's model was loaded on the worker;
 - `candidates`: the (pool, tenant, priority) queue heads the rule looked at.
 """
@@ -44,8 +46,11 @@ def reasons(job: QueuedJob, worker: WorkerOffer, heads: Iterable[QueuedJob], usa
             policies: Mapping[str, TenantPolicy], now_ms: int, config: DispatchConfig) -> GrantReasons:
     heads = list(heads)
     policy_of = lambda t: policies.get(t, config.default_policy)  # noqa: E731 - a local shorthand
-    # Tenants at their in-flight ceiling were passed over by the rule: they were no competition.
+    # Tenants at their in-flight ceiling were passed over by the rule, and a lower tier never competes with a
+    # higher one: neither was competition.
+    tier = effective_priority(job.priority, job.enqueued_at_ms, now_ms, config.aging)
     others = {h.tenant for h in heads if h.tenant != job.tenant
+              and effective_priority(h.priority, h.enqueued_at_ms, now_ms, config.aging) == tier
               and has_in_flight_room(u.in_flight if (u := usage.get(h.tenant)) else 0, policy_of(h.tenant).max_in_flight)}
     return GrantReasons(
         effective_priority=float(effective_priority(job.priority, job.enqueued_at_ms, now_ms, config.aging)),
@@ -65,7 +70,7 @@ def explain(priority: int, r: GrantReasons) -> str:
     if r.overdue:
         rule = f"overdue after waiting {r.waited_ms / 1000:.1f} s: the starvation bound beats shares and tiers"
     elif r.next_share is None:
-        rule = "its tenant was the only one with a candidate for this worker; the highest tier went first"
+        rule = "its tenant was the only one with a candidate of this tier for this worker; the highest tier went first"
     elif r.share < r.next_share:
         rule = (f"its tenant was the furthest below its fair share: share {r.share:.1f} GPU-s/weight (weight "
                 f"{r.weight:g}) < {r.next_share:.1f} of the next tenant")
