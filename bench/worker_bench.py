@@ -30,7 +30,7 @@ from spotreel.worker.checkpoints import CheckpointStore, encode
 from spotreel.checkpoint_interval import optimal_interval_s
 from spotreel.worker.model_tiny import ensure_tiny_model
 from spotreel.worker.pipeline import Renderer, RenderRequest
-from spotreel.worker.video import available_codec, encode_mp4
+from spotreel.video import available_codec, encode_mp4
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -35,7 +35,7 @@ from spotreel.worker.pulse import Position, Pulse
 from spotreel.worker.signals import PreemptionNotice
 from spotreel.worker.stuck import DEFAULT_MIN_S, DEFAULT_STEPS, STUCK_EXIT, STUCK_GRACE_S, StepWatch
 from spotreel.worker.transport import Lease, LeaseLost, Transport, TransportError, Verdict
-from spotreel.worker.video import encode_mp4, frames_checksum
+from spotreel.video import encode_mp4, frames_checksum
 
 log = logging.getLogger("spotreel.worker.job")
 

@@ -12,7 +12,7 @@ import pytest
 
 from spotreel.worker.checkpoints import CheckpointCorrupt, CheckpointMismatch, CheckpointStore
 from spotreel.worker.pipeline import Renderer, RenderRequest
-from spotreel.worker.video import frames_checksum
+from spotreel.video import frames_checksum
 
 
 def request(sampler: str, seed: int, **over) -> RenderRequest:

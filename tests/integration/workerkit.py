@@ -247,7 +247,7 @@ def reference_checksum(model_dir: Path, command, sampler: str) -> str:
 
     from spotreel.worker.hf_logging import quietly
     from spotreel.worker.pipeline import Renderer, RenderRequest
-    from spotreel.worker.video import frames_checksum
+    from spotreel.video import frames_checksum
 
     req = RenderRequest.from_job(prompt=command.prompt, seed=command.seed, num_steps=command.num_steps,
                                  resolution=command.resolution, duration_s=command.duration_s, fps=command.fps,

@@ -163,7 +163,7 @@ class Demo:
         self.say(f"demo: downloaded {out} ({size} bytes), sha256 matches the API's")
 
     def _decode(self) -> None:
-        from spotreel.worker.video import probe
+        from spotreel.video import probe
 
         try:
             info = probe(Path(self.report.video_path).read_bytes())

@@ -1,4 +1,6 @@
-"""Frames to MP4 and back with PyAV (FFmpeg bundled in the wheel).
+"""Frames to MP4 and back with PyAV (FFmpeg bundled in the wheel): the worker encodes what it rendered
+(worker/job.py), `spotreel demo` and the tests probe and decode what came back. Here, below both, so the
+demo need not import the worker (docs/DESIGN.md, section 6).
 
 H.264 (libx264) where the FFmpeg build has it, else MPEG-4 part 2. Encoders are not promised to be
 bit-stable across builds, so identity of a render is judged on the uint8 frames through
