@@ -117,10 +117,13 @@ class JobRun:
             self._release(UNCLAIMED)
             return Outcome("wrong_model", f"lease is for model {lease.model}; this worker loaded {self.model}")
         try:
-            req = RenderRequest.from_job(prompt=lease.prompt, seed=lease.seed, num_steps=lease.num_steps,
-                                         resolution=lease.resolution, duration_s=lease.duration_s, fps=lease.fps,
-                                         sampler=self.sampler or self.renderer.default_sampler,
-                                         guidance_scale=self.guidance_scale, negative_prompt=self.negative_prompt)
+            # The job's own render options first; what it leaves out, this worker's for the model.
+            req = RenderRequest.from_job(
+                prompt=lease.prompt, seed=lease.seed, num_steps=lease.num_steps, resolution=lease.resolution,
+                duration_s=lease.duration_s, fps=lease.fps,
+                sampler=lease.sampler or self.sampler or self.renderer.default_sampler,
+                guidance_scale=self.guidance_scale if lease.guidance_scale is None else lease.guidance_scale,
+                negative_prompt=self.negative_prompt if lease.negative_prompt is None else lease.negative_prompt)
             # What this model can do (sizes): a request it cannot render fails for good, not once per attempt.
             self.renderer.check(req)
         except ValueError as exc:

@@ -44,7 +44,8 @@ class ServedModel:
 @dataclass(frozen=True)
 class RuntimeOptions:
     sampler: str | None = None  # None: the model family's default sampler
-    # The pool's guidance and negative prompt (the lease carries neither yet): --guidance-scale, --negative-prompt.
+    # Guidance and negative prompt of a job that names none (a job's own, on its lease, come first):
+    # --guidance-scale (or the registry entry's), --negative-prompt.
     guidance_scale: float = 1.0
     negative_prompt: str = ""
     model: str | None = None  # the registry name of the loaded model: a lease for another is released unclaimed

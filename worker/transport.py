@@ -72,6 +72,11 @@ class Lease:
     pool_leased_seconds_1h: float | None = None
     # The job's trace (W3C traceparent) when the job is traced (spotreel/tracing.py): the worker's spans join it.
     traceparent: str | None = None
+    # The job's render options; None: this worker's for its model (registry entry or --sampler/--guidance-scale/
+    # --negative-prompt).
+    guidance_scale: float | None = None
+    negative_prompt: str | None = None
+    sampler: str | None = None
 
     @classmethod
     def from_answer(cls, answer: Mapping[str, Any] | Any) -> "Lease":

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from spotreel.domain import limits
 from spotreel.services.gateway import guards
 from spotreel.services.gateway.config import GatewayConfig
 from spotreel.services.gateway.dags import MAX_NODES, NODE_KEY
 from spotreel.services.gateway.submission import JOB_ID as VIDEO_ID
-from spotreel.services.gateway.submission import (DAG_POLICIES, KEY, MAX_RUN_AT_MS, MAX_SEED, NAME, POLICY_DEFAULTS,
-                                                  POLICY_LIMITS, PRIORITY_RANGE, RESERVED_KEY_PREFIX, RESOLUTION,
+from spotreel.services.gateway.submission import (ALL_SAMPLERS, DAG_POLICIES, KEY, MAX_RUN_AT_MS, MAX_SEED, NAME,
+                                                  POLICY_DEFAULTS, POLICY_LIMITS, PRIORITY_RANGE, RESERVED_KEY_PREFIX, RESOLUTION,
                                                   resolution_rule)
 from spotreel.services.gateway.videos import STATUSES
 from spotreel.services.gateway import schedules as sched
@@ -93,7 +94,10 @@ def _video_fields(cfg: GatewayConfig) -> dict[str, Any]:
         "prompt": {"type": "string", "minLength": 1, "maxLength": cfg.max_prompt_chars,
                    "description": "at least one non-whitespace character; no NUL"},
         "model": {"type": "string", "pattern": _anchored(NAME.pattern), "default": cfg.default_model,
-                  "description": "not checked against the models workers serve"},
+                  "description": "with a model registry (SPOTREEL_MODEL_REGISTRY; the local stack has one), one of "
+                                 "its models, and resolution, duration x fps, num_steps and sampler within its "
+                                 "entry (422 naming the field and the allowed values; an unknown model: 422 "
+                                 "listing the known ones)"},
         "gpu_type": {"type": "string", "pattern": _anchored(NAME.pattern), "default": cfg.default_gpu_type},
         "duration": {"type": "number", "exclusiveMinimum": 0, "maximum": cfg.max_duration_s,
                      "default": cfg.default_duration_s, "description": "seconds"},
@@ -126,6 +130,15 @@ def _video_fields(cfg: GatewayConfig) -> dict[str, Any]:
         "delay_seconds": {"type": "integer", "minimum": 0, "maximum": cfg.max_delay_s,
                           "description": "exclusive with run_at"},
         **_policy_fields(),
+        "guidance_scale": {"type": ["number", "null"], "minimum": limits.MIN_GUIDANCE_SCALE,
+                           "maximum": limits.MAX_GUIDANCE_SCALE, "default": None,
+                           "description": "classifier-free guidance; 1: none. null: the model's default"},
+        "negative_prompt": {"type": ["string", "null"], "maxLength": cfg.max_prompt_chars, "default": None,
+                            "description": "what the video should not show (with guidance above 1); no NUL. "
+                                           "null: the model's default"},
+        "sampler": {"type": ["string", "null"], "enum": [*ALL_SAMPLERS, None], "default": None,
+                    "description": "denoising sampler, one the model's family resumes exactly (with a registry: "
+                                   "its family's, 422 listing them otherwise). null: the model's default"},
     }
 
 

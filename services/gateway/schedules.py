@@ -36,9 +36,9 @@ _DIGITS = re.compile(r"[0-9]{1,9}")
 KNOWN = frozenset({"cron", "timezone", "catch_up", "catch_up_grace_seconds", "catch_up_max_runs", "overlap",
                    "start_at", "job"})
 NOT_IN_TEMPLATE = ("run_at", "delay_seconds", "parents", "dag_policy")
-# Job fields a schedule cannot carry yet (CreateSchedule has no timeout, occurrences no event filter): 422
-# rather than silently dropped.
-UNSUPPORTED_IN_TEMPLATE = ("timeout_seconds", "webhook_events")
+# Job fields a schedule cannot carry yet (CreateSchedule has no timeout and no render options, occurrences no
+# event filter): 422 rather than silently dropped.
+UNSUPPORTED_IN_TEMPLATE = ("timeout_seconds", "webhook_events", "guidance_scale", "negative_prompt", "sampler")
 CATCH_UP = tuple(p.value for p in MissedPolicy)
 OVERLAP = OverlapPolicy.ALL
 MAX_GRACE_S = 86_400

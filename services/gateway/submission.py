@@ -14,6 +14,7 @@ from typing import Any
 from spotreel.domain import ids, limits
 from spotreel.domain.commands import SubmitJob
 from spotreel.domain.decide import submission_problem
+from spotreel.model_registry import SAMPLERS
 from spotreel.services.gateway.config import GatewayConfig
 from spotreel.services.gateway.errors import ApiError, invalid
 from spotreel.webhook_filters import DEFAULT_FILTER as DEFAULT_WEBHOOK_FILTER
@@ -30,7 +31,7 @@ POLICY_LIMITS = {"timeout_seconds": (limits.MIN_TIMEOUT_MS // 1000, limits.MAX_T
                  "backoff_max_seconds": (0, limits.MAX_BACKOFF_MS // 1000)}
 KNOWN = frozenset({"prompt", "model", "gpu_type", "duration", "resolution", "fps", "seed", "priority",
                    "callback_url", "run_at", "delay_seconds", "parents", "dag_policy", "num_steps", *POLICY_DEFAULTS,
-                   "webhook_events"})
+                   "webhook_events", "guidance_scale", "negative_prompt", "sampler"})
 # Matched whole (fullmatch): `$` alone would let a trailing newline through. openapi.py anchors these.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
 RESOLUTION = re.compile(r"([1-9][0-9]{1,3})x([1-9][0-9]{1,3})")
@@ -43,6 +44,8 @@ MAX_SEED = 2**63 - 1
 MAX_RUN_AT_MS = 2**53
 PRIORITY_RANGE = (0, 9)
 DAG_POLICIES = ("fail_fast", "continue")
+# Every sampler some model family takes; with a registry, a job's must be one of its model's family's.
+ALL_SAMPLERS = tuple(dict.fromkeys(s for family in SAMPLERS.values() for s in family))
 
 
 def check_idempotency_key(key: str) -> str:
@@ -143,6 +146,35 @@ def _policy(body: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in got.items() if v is not None and v != POLICY_DEFAULTS[k]}
 
 
+def _render_options(body: dict[str, Any], cfg: GatewayConfig) -> dict[str, Any]:
+    """`guidance_scale`, `negative_prompt`, `sampler`: how this job is rendered (null or absent: the model's
+    default, from the registry entry or the worker). Kept in the body (and so in the request hash) only when
+    given, so bodies without them hash as before these fields existed."""
+    out: dict[str, Any] = {}
+    g = body.get("guidance_scale")
+    if g is not None:
+        lo, hi = limits.MIN_GUIDANCE_SCALE, limits.MAX_GUIDANCE_SCALE
+        # Compared as given: a huge JSON integer would overflow float().
+        if isinstance(g, bool) or not isinstance(g, (int, float)) or not lo <= g <= hi:
+            raise invalid("guidance_scale", f"guidance_scale must be a number from {lo:g} (no guidance) to {hi:g}")
+        out["guidance_scale"] = float(g)
+    neg = _str(body, "negative_prompt")
+    if neg is not None:
+        if len(neg) > cfg.max_prompt_chars:
+            raise invalid("negative_prompt", f"negative_prompt is {len(neg)} characters; the limit is "
+                                             f"{cfg.max_prompt_chars}")
+        if "\x00" in neg:
+            raise invalid("negative_prompt", "negative_prompt must not contain NUL")
+        out["negative_prompt"] = neg
+    sampler = _str(body, "sampler")
+    if sampler is not None:
+        if sampler not in ALL_SAMPLERS:
+            raise invalid("sampler", f"sampler must be one of {list(ALL_SAMPLERS)} (each model takes its family's: "
+                                     f"`spotreel model list`); got {sampler!r}")
+        out["sampler"] = sampler
+    return out
+
+
 def normalize(body: Any, cfg: GatewayConfig, *, allow_private_callbacks: bool = False) -> dict[str, Any]:
     """`allow_private_callbacks`: the deployment's webhook_allow_private, the setting the sender obeys."""
     if not isinstance(body, dict):
@@ -201,12 +233,13 @@ def normalize(body: Any, cfg: GatewayConfig, *, allow_private_callbacks: bool = 
         "dag_policy": dag_policy,
         **_policy(body),
         **_webhook_events(body, callback),
+        **_render_options(body, cfg),
     }
     if cfg.models is not None:
-        # The operator's registry (spotreel.model_registry): sizes, frames and steps this model takes.
+        # The operator's registry (spotreel.model_registry): sizes, frames, steps and samplers this model takes.
         problem = cfg.models.problem(model=normalized["model"], resolution=normalized["resolution"],
                                      duration_s=normalized["duration"], fps=normalized["fps"],
-                                     num_steps=normalized["num_steps"])
+                                     num_steps=normalized["num_steps"], sampler=normalized.get("sampler"))
         if problem is not None:
             raise invalid(*problem)
     return normalized
@@ -235,6 +268,8 @@ def build_submit(tenant: str, key: str, body: dict[str, Any], now_ms: int, comma
         prompt=body["prompt"], duration_s=body["duration"], resolution=body["resolution"], fps=body["fps"],
         seed=seed, num_steps=body["num_steps"], priority=body["priority"], callback_url=body["callback_url"],
         run_at_ms=run_at, parents=tuple(body["parents"]), dag_policy=body["dag_policy"], **policy_fields(body),
+        guidance_scale=body.get("guidance_scale"), negative_prompt=body.get("negative_prompt"),
+        sampler=body.get("sampler"),
     )
     problem = submission_problem(submit)
     if problem is not None:

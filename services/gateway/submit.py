@@ -79,7 +79,8 @@ async def accept(gw: Gateway, tenant: Tenant, key: str, body: dict[str, Any], *,
                  request_hash=submit.request_hash, accepted_at_ms=now, model=submit.model, pool=pool,
                  priority=submit.priority, prompt=submit.prompt,
                  params={k: body[k] for k in ("duration", "resolution", "fps", "num_steps", "gpu_type",
-                                               "callback_url")})
+                                               "callback_url", "guidance_scale", "negative_prompt", "sampler")
+                         if k in body})
 
     held = await deps.reads.get_claim(submit.job_id)
     replay = held is not None

@@ -86,7 +86,8 @@ class Envelope(NamedTuple):
 # holds the very same objects and the JSON of its predecessor's row can be reused.
 PARAM_FIELDS = ("duration_s", "resolution", "fps", "seed", "num_steps", "gpu_type", "callback_url", "parents",
                 "dag_policy", "keep_checkpoints", "backoff_base_ms", "backoff_max_ms", "poison_threshold",
-                "poison_window_ms", "occurrence_ms", "timeout_ms", "stuck_steps", "stuck_min_ms")
+                "poison_window_ms", "occurrence_ms", "timeout_ms", "stuck_steps", "stuck_min_ms", "guidance_scale",
+                "negative_prompt", "sampler")
 
 
 def params_json(s: JobState) -> str:
@@ -99,6 +100,11 @@ def params_json(s: JobState) -> str:
         "occurrence_ms": s.occurrence_ms, "timeout_ms": s.timeout_ms, "stuck_steps": s.stuck_steps,
         "stuck_min_ms": s.stuck_min_ms,
     }
+    # The render options only where the job set them (null: the model's default), so the rows of jobs
+    # submitted before they existed read as before.
+    for name in ("guidance_scale", "negative_prompt", "sampler"):
+        if getattr(s, name) is not None:
+            params[name] = getattr(s, name)
     return json.dumps(params, sort_keys=True, separators=(",", ":"))
 
 

@@ -195,7 +195,8 @@ def work_assigned(request_id: str, leased: ev.JobLeased, s: JobState, partition:
         lease_expires_at_ms=leased.lease_expires_at_ms, pool=leased.pool, model=s.model,
         gpu_type=s.gpu_type, prompt=s.prompt, duration_s=s.duration_s, resolution=s.resolution,
         fps=s.fps, seed=s.seed, num_steps=s.num_steps, resume_checkpoint_key=leased.resume_checkpoint_key,
-        resume_step=leased.resume_step, resume_progress_pct=leased.resume_progress_pct, partition=partition)
+        resume_step=leased.resume_step, resume_progress_pct=leased.resume_progress_pct, partition=partition,
+        guidance_scale=s.guidance_scale, negative_prompt=s.negative_prompt, sampler=s.sampler)
 
 
 def why_fields(r: GrantReasons | None) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Workers lost in every way a spot worker can be lost, with real processes and signals:
 
 - kill -9 at a random step: the lease expires, another worker resumes from the last recorded checkpoint,
-  and the video's frames are bit-identical to an uninterrupted run (DDIM and Euler ancestral); the same
+  and the video's frames are bit-identical to an uninterrupted run (DDIM as the workers' sampler; Euler
+  ancestral with guidance and a negative prompt as the job's own render options, on its lease); the same
   kill for the Wan, LTX-Video and CogVideoX families (held at a step by the test-only hang hook);
 - SIGTERM: emergency checkpoint and release; the job is requeued at once, long before the lease TTL;
 - SIGSTOP past the lease, then SIGCONT: the paused worker's commands are refused as stale, it deletes what
@@ -49,22 +50,30 @@ def last_step(worker) -> int:
     return max(l["step"] for l in worker.lines() if l.get("event") == "step")
 
 
-def start_pair(plane, sampler: str, transports: tuple[str, str], ttl_ms: int, *a_extra: str):
+def start_pair(plane, sampler: str, transports: tuple[str, str], ttl_ms: int, *a_extra: str,
+               options: dict | None = None):
     """Worker A takes the job; B is started once A holds the lease, so it is warm and long-polling when
-    the job comes back."""
+    the job comes back. `options`: the job's own render options (then the workers get no --sampler)."""
     model = f"tiny-{uuid.uuid4().hex[:8]}"
-    common = ("--once", "--sampler", sampler, "--checkpoint-every", "0.3", "--lease-ttl-ms", str(ttl_ms))
+    common = ("--once", *(() if options else ("--sampler", sampler)), "--checkpoint-every", "0.3",
+              "--lease-ttl-ms", str(ttl_ms))
     a = plane.worker("a", model, transports[0], *common, *a_extra)
     a.wait_ready()
-    job = plane.submit(model, sampler)
+    job = plane.submit(model, sampler, **(options or {}))
     a.wait_line(lambda l: l.get("event") == "leased" and l["job_id"] == job.job_id, what="lease")
     b = plane.worker("b", model, transports[1], *common)
     return a, b, job
 
 
-@pytest.mark.parametrize("sampler, transports", [("ddim", ("http", "kafka")), ("euler_a", ("kafka", "http"))])
-def test_kill9_at_a_random_step_then_another_worker_resumes_bit_identical(plane, sampler, transports):
-    a, b, job = start_pair(plane, sampler, transports, 5000)
+# The second case's sampler (not the family's default), guidance and negative prompt are the job's: they reach
+# both workers on the lease (over Kafka, then HTTP) and into the checkpoint's fingerprint.
+JOB_OPTIONS = {"sampler": "euler_a", "guidance_scale": 3.0, "negative_prompt": "blurry, dark"}
+
+
+@pytest.mark.parametrize("sampler, transports, options", [("ddim", ("http", "kafka"), None),
+                                                          ("euler_a", ("kafka", "http"), JOB_OPTIONS)])
+def test_kill9_at_a_random_step_then_another_worker_resumes_bit_identical(plane, sampler, transports, options):
+    a, b, job = start_pair(plane, sampler, transports, 5000, options=options)
     try:
         at_step(a, job.job_id, strike_step())
         plane.bus.wait_event(job.job_id, ev.CheckpointRecorded, timeout=60)

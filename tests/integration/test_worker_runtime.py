@@ -95,3 +95,23 @@ def test_corrupted_newest_checkpoint_resumes_from_the_previous_one(plane):
     assert [le.resume_checkpoint_key for le in leases[1:]] == [newest.key, previous.key]
     assert [o["outcome"] for o in b.outcomes()] == ["invalid_checkpoint", "succeeded"]
     assert video_frames_checksum(plane, done.artifact_key) == reference_checksum(plane.model_dir, job, "ddim")
+
+
+def test_two_jobs_that_differ_only_in_guidance_render_different_frames_each_as_asked(plane):
+    """The job's own guidance and negative prompt reach the render through the lease (the HTTP answer of the
+    real gateway here; the Kafka one in the chaos test): one worker renders the same prompt and seed without
+    and with guidance, and each video equals the uninterrupted reference render of its own settings."""
+    model = model_name()
+    w = plane.worker("g", model, "http", "--max-jobs", "2", "--checkpoint-every", "60")
+    try:
+        w.wait_ready()
+        plain = plane.submit(model, "plain", num_steps=8)
+        guided = plane.submit(model, "guided", num_steps=8, guidance_scale=6.0, negative_prompt="blurry, dark")
+        done = {job.job_id: wait_done(plane.bus, job.job_id) for job in (plain, guided)}
+        assert w.wait_exit(60) == 0, w.logs()
+    finally:
+        w.stop()
+    frames = {job.job_id: video_frames_checksum(plane, done[job.job_id].artifact_key) for job in (plain, guided)}
+    assert frames[plain.job_id] != frames[guided.job_id]
+    assert frames[plain.job_id] == reference_checksum(plane.model_dir, plain, "ddim")
+    assert frames[guided.job_id] == reference_checksum(plane.model_dir, guided, "ddim")

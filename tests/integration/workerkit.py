@@ -52,7 +52,7 @@ class Plane:
     def submit(self, model: str, sampler_tag: str = "", **overrides: Any):
         key = f"{model}-{sampler_tag}-{uuid.uuid4().hex[:6]}"
         command = submit("acme", key, model=model, gpu_type=GPU, resolution=overrides.pop("resolution", RESOLUTION),
-                         duration_s=overrides.pop("duration_s", DURATION_S), fps=FPS, num_steps=STEPS, seed=overrides.pop("seed", 1234),
+                         duration_s=overrides.pop("duration_s", DURATION_S), fps=FPS, num_steps=overrides.pop("num_steps", STEPS), seed=overrides.pop("seed", 1234),
                          prompt=overrides.pop("prompt", "a red fox running in snow"), **overrides)
         self.bus.send(command)
         return command
@@ -242,7 +242,9 @@ def artifact_keys(plane: Plane, job_id: str) -> list[str]:
 
 
 def reference_checksum(model_dir: Path, command, sampler: str) -> str:
-    """The uninterrupted run: same model, request and seed, rendered here from step 0 to the end."""
+    """The uninterrupted run: same model, request and seed, rendered here from step 0 to the end. The job's own
+    guidance and negative prompt when it names them (else the worker's defaults: none); `sampler` is the one
+    the job ran with."""
     import torch
 
     from spotreel.worker.hf_logging import quietly
@@ -251,7 +253,9 @@ def reference_checksum(model_dir: Path, command, sampler: str) -> str:
 
     req = RenderRequest.from_job(prompt=command.prompt, seed=command.seed, num_steps=command.num_steps,
                                  resolution=command.resolution, duration_s=command.duration_s, fps=command.fps,
-                                 sampler=sampler)
+                                 sampler=sampler,
+                                 guidance_scale=1.0 if command.guidance_scale is None else command.guidance_scale,
+                                 negative_prompt=command.negative_prompt or "")
     if (model_dir, req) not in _references:
         torch.set_num_threads(1)  # as the workers run (--threads 1): same reduction order, same bits
         renderer = quietly(lambda: Renderer(model_dir))

@@ -31,7 +31,8 @@ class Outcome:
 SUBMIT_FIELDS = {"model": "model", "gpu_type": "gpu_type", "duration": "duration", "resolution": "resolution",
                  "fps": "fps", "seed": "seed", "priority": "priority", "num_steps": "num_steps",
                  "callback_url": "callback_url", "run_at": "run_at", "delay": "delay_seconds",
-                 "parent": "parents", "dag_policy": "dag_policy"}
+                 "parent": "parents", "dag_policy": "dag_policy", "guidance_scale": "guidance_scale",
+                 "negative_prompt": "negative_prompt", "sampler": "sampler"}
 
 
 def run_at_ms(value: str) -> int:

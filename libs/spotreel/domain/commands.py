@@ -63,6 +63,11 @@ class SubmitJob:
     timeout_ms: int | None = None
     stuck_steps: int = 10
     stuck_min_ms: int = 120_000
+    # Render options (limits.render_problem); None: the model's default (its registry entry, or the worker's
+    # flags). The gateway checks the sampler against the model's family.
+    guidance_scale: float | None = None
+    negative_prompt: str | None = None
+    sampler: str | None = None
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,8 @@ def submission_problem(c: cmd.SubmitJob) -> str | None:
     policy = limits.policy_problem(
         max_attempts=c.max_attempts, backoff_base_ms=c.backoff_base_ms, backoff_max_ms=c.backoff_max_ms,
         timeout_ms=c.timeout_ms, stuck_steps=c.stuck_steps, stuck_min_ms=c.stuck_min_ms)
+    render = limits.render_problem(guidance_scale=c.guidance_scale, negative_prompt=c.negative_prompt,
+                                   sampler=c.sampler)
     checks = (
         (bool(c.tenant) and bool(c.idempotency_key), "tenant and idempotency_key are required"),
         ("\x00" not in c.tenant + c.idempotency_key, "tenant and idempotency_key must not contain NUL"),
@@ -103,6 +105,7 @@ def submission_problem(c: cmd.SubmitJob) -> str | None:
         (0 <= c.backoff_base_ms <= c.backoff_max_ms, "need 0 <= backoff_base_ms <= backoff_max_ms"),
         # The retry and time policy's limits (limits.py), each naming its field.
         (policy is None, policy or ""),
+        (render is None, render or ""),
         (c.poison_threshold >= 2 and c.poison_window_ms >= 0, "poison_threshold >= 2, poison_window_ms >= 0"),
         (c.dag_policy in _DAG_POLICIES, f"dag_policy must be one of {sorted(_DAG_POLICIES)}"),
         (all(c.parents) and len(set(c.parents)) == len(c.parents), "parents must be distinct ids"),
@@ -153,6 +156,9 @@ def _submit(state: JobState | None, c: cmd.SubmitJob, h: Head, now_ms: int) -> E
         timeout_ms=c.timeout_ms,
         stuck_steps=c.stuck_steps,
         stuck_min_ms=c.stuck_min_ms,
+        guidance_scale=c.guidance_scale,
+        negative_prompt=c.negative_prompt,
+        sampler=c.sampler,
     )
     if c.parents:
         return submitted, h.event(ev.JobWaiting, pending_parents=tuple(c.parents))

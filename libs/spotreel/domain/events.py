@@ -57,6 +57,9 @@ class JobSubmitted:
     timeout_ms: int | None = None
     stuck_steps: int = 10
     stuck_min_ms: int = 120_000
+    guidance_scale: float | None = None
+    negative_prompt: str | None = None
+    sampler: str | None = None
 
 
 @dataclass(frozen=True)
@@ -643,6 +646,10 @@ class WorkAssigned:
     resume_step: int | None = None
     resume_progress_pct: float | None = None
     partition: int = 0
+    # The job's render options (None: the model's default, the worker's to fill in).
+    guidance_scale: float | None = None
+    negative_prompt: str | None = None
+    sampler: str | None = None
 
 
 @dataclass(frozen=True)
@@ -700,6 +707,11 @@ class PoolStats:
     # scheduler instance counts the others' requests against the pool's budget and its waiting work.
     preempting: int = 0
     preempted_1m: int = 0
+    # The queue as dispatch orders it (domain/queue_order.py), for the gateway's queue position and ETA:
+    # queued jobs per `priority/tenant=count`, and per tenant `tenant=usage/weight/room` (GPU-seconds over
+    # all partitions, plan weight, leases it may still take under its ceiling, empty for no ceiling).
+    queued_by_tier_tenant: tuple[str, ...] = ()
+    tenant_standing: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,9 @@ def _submitted(e: ev.JobSubmitted) -> JobState:
         timeout_ms=e.timeout_ms,
         stuck_steps=e.stuck_steps,
         stuck_min_ms=e.stuck_min_ms,
+        guidance_scale=e.guidance_scale,
+        negative_prompt=e.negative_prompt,
+        sampler=e.sampler,
         run_at_ms=e.run_at_ms,
         pending_parents=e.parents,
     )

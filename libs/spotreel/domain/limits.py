@@ -57,6 +57,13 @@ MAX_STUCK_STEPS = 1_000
 MIN_STUCK_MS = 1_000
 MAX_STUCK_MS = 86_400_000
 
+# Render options a job may set (None: its model's default, which the worker takes from the registry entry or
+# its own flags). Which samplers a model takes is the registry's business (the gateway checks it); the domain
+# holds what no model can take.
+MIN_GUIDANCE_SCALE = 1.0
+MAX_GUIDANCE_SCALE = 50.0
+MAX_SAMPLER_CHARS = 32
+
 DEFAULT_STUCK_STEPS = 10
 DEFAULT_STUCK_MIN_MS = 120_000
 
@@ -73,6 +80,18 @@ def policy_problem(*, max_attempts: int, backoff_base_ms: int, backoff_max_ms: i
          f"timeout_ms must be null or between {MIN_TIMEOUT_MS} and {MAX_TIMEOUT_MS}"),
         (0 <= stuck_steps <= MAX_STUCK_STEPS, f"stuck_steps must be between 0 and {MAX_STUCK_STEPS}"),
         (MIN_STUCK_MS <= stuck_min_ms <= MAX_STUCK_MS, f"stuck_min_ms must be between {MIN_STUCK_MS} and {MAX_STUCK_MS}"),
+    )
+    return next((why for ok, why in checks if not ok), None)
+
+
+def render_problem(*, guidance_scale: float | None, negative_prompt: str | None, sampler: str | None) -> str | None:
+    """The first limit a job's render options break, naming the field (None: they are fine)."""
+    checks = (
+        (guidance_scale is None or MIN_GUIDANCE_SCALE <= guidance_scale <= MAX_GUIDANCE_SCALE,
+         f"guidance_scale must be null or between {MIN_GUIDANCE_SCALE:g} and {MAX_GUIDANCE_SCALE:g}"),
+        (negative_prompt is None or "\x00" not in negative_prompt, "negative_prompt must not contain NUL"),
+        (sampler is None or (0 < len(sampler) <= MAX_SAMPLER_CHARS and sampler.isascii() and sampler.isidentifier()),
+         f"sampler must be null or a sampler name (letters, digits, _; up to {MAX_SAMPLER_CHARS})"),
     )
     return next((why for ok, why in checks if not ok), None)
 

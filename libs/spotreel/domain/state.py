@@ -93,6 +93,10 @@ class JobState:
     timeout_ms: int | None = None
     stuck_steps: int = 10
     stuck_min_ms: int = 120_000
+    # Render options (None: the model's default).
+    guidance_scale: float | None = None
+    negative_prompt: str | None = None
+    sampler: str | None = None
 
     # Not runnable before this (the submitted run_at, later a retry backoff's end).
     run_at_ms: int | None = None

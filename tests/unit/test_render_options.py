@@ -1,0 +1,102 @@
+"""A job's own render options (`guidance_scale`, `negative_prompt`, `sampler`) on their way from the request to
+the worker's render: the gateway's checks (422 naming the field and the allowed values, the sampler against
+the model family's in the registry), the request hash of a body without them unchanged, the SubmitJob and
+JobSubmitted carrying them, the lease answer (WorkAssigned, over HTTP as JSON and over Kafka as the record)
+handing them to the worker, and the worker preferring them over its own settings for the model."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import pytest
+
+from spotreel.codec import Codec
+from spotreel.domain import events as ev
+from spotreel.domain import ids
+from spotreel.domain.decide import decide
+from spotreel.model_registry import parse
+from spotreel.services.gateway.config import GatewayConfig
+from spotreel.services.gateway.errors import ApiError
+from spotreel.services.gateway.submission import build_submit, normalize
+from spotreel.services.scheduler.handler import work_assigned
+from spotreel.worker.transport import Lease
+from tests.unit.jobkit import leased_job, submit
+from tests.unit.test_gateway_api import BODY, api, post  # noqa: F401  (api: the fixture)
+
+pytestmark = pytest.mark.unit
+
+REGISTRY = parse({"models": {
+    "tiny-t2v": {"directory": "/m/tiny", "family": "unet3d", "sizes": {"multiple": 8, "min": 16, "max": 512},
+                 "frames": {"max": 64}, "steps": {"max": 50}},
+    "wan-1_3b": {"directory": "/m/wan", "family": "wan", "sizes": ["832x480"], "frames": {"min": 5, "max": 81,
+                                                                                          "step": 4},
+                 "steps": {"max": 50}}}})
+OPTIONS = {"guidance_scale": 4.5, "negative_prompt": "blurry, text", "sampler": "dpmpp"}
+
+
+def test_a_body_without_options_hashes_as_before_and_null_means_the_default():
+    cfg = GatewayConfig()
+    plain = normalize(dict(BODY), cfg)
+    assert not set(OPTIONS) & set(plain)
+    spelled = normalize({**BODY, "guidance_scale": None, "negative_prompt": None, "sampler": None}, cfg)
+    assert ids.request_hash(spelled) == ids.request_hash(plain)
+    given = normalize({**BODY, **OPTIONS}, cfg)
+    assert {k: given[k] for k in OPTIONS} == OPTIONS and ids.request_hash(given) != ids.request_hash(plain)
+    s = build_submit("acme", "k1", given, 0, "c1")
+    assert (s.guidance_scale, s.negative_prompt, s.sampler) == (4.5, "blurry, text", "dpmpp")
+    assert build_submit("acme", "k2", plain, 0, "c2").guidance_scale is None
+
+
+@pytest.mark.parametrize(("change", "field", "words"), [
+    ({"guidance_scale": 0.5}, "guidance_scale", "from 1 (no guidance) to 50"),
+    ({"guidance_scale": True}, "guidance_scale", "must be a number"),
+    ({"guidance_scale": 10**400}, "guidance_scale", "to 50"),
+    ({"negative_prompt": 3}, "negative_prompt", "must be a string"),
+    ({"negative_prompt": "a\x00b"}, "negative_prompt", "NUL"),
+    ({"sampler": "lms"}, "sampler", "['ddim', 'euler_a', 'unipc', 'dpmpp', 'flow_euler']"),
+    # With the registry: the model family's samplers only, named in the answer.
+    ({"sampler": "flow_euler"}, "sampler", "(unet3d family) takes samplers ddim, euler_a, unipc, dpmpp"),
+    ({"model": "wan-1_3b", "resolution": "832x480", "duration": 33 / 16, "fps": 16, "sampler": "ddim"}, "sampler",
+     "(wan family) takes samplers unipc, dpmpp"),
+])
+def test_bad_options_are_refused_naming_the_field_and_what_is_allowed(change, field, words):
+    with pytest.raises(ApiError) as info:
+        normalize({**BODY, **change}, GatewayConfig(models=REGISTRY))
+    assert (info.value.status, info.value.field) == (422, field) and words in str(info.value), info.value
+
+
+async def test_the_gateway_answers_422_for_a_sampler_of_another_family_and_sends_the_options(api):  # noqa: F811
+    client, deps = await api(GatewayConfig(models=REGISTRY))
+    r = await post(client, {**BODY, "resolution": "32x32", "sampler": "flow_euler"})
+    assert r.status == 422 and (await r.json())["error"]["field"] == "sampler"
+    r = await post(client, {**BODY, "resolution": "32x32", **OPTIONS}, key="k2")
+    assert r.status == 202, await r.text()
+    [sent] = deps.commands.sent
+    assert (sent.guidance_scale, sent.negative_prompt, sent.sampler) == (4.5, "blurry, text", "dpmpp")
+
+
+def test_the_options_go_from_submit_through_the_events_to_the_lease_answer():
+    d = leased_job(**OPTIONS)
+    submitted = d.history[0]
+    assert isinstance(submitted, ev.JobSubmitted)
+    assert (submitted.guidance_scale, submitted.negative_prompt, submitted.sampler) == (4.5, "blurry, text", "dpmpp")
+    leased = next(e for e in d.history if isinstance(e, ev.JobLeased))
+    answer = work_assigned("rw:1", leased, d.s, 0)
+    codec = Codec.default()
+    over_kafka = codec.decode_message(codec.encode_message(answer))
+    for lease in (Lease.from_answer(asdict(answer)), Lease.from_answer(over_kafka)):  # HTTP JSON, Kafka record
+        assert (lease.guidance_scale, lease.negative_prompt, lease.sampler) == (4.5, "blurry, text", "dpmpp")
+    plain = work_assigned("rw:2", leased, leased_job().s, 0)
+    assert Lease.from_answer(asdict(plain)).sampler is None
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    ({"guidance_scale": 0.0}, "guidance_scale must be null or between 1 and 50"),
+    ({"guidance_scale": float("nan")}, "guidance_scale"),
+    ({"sampler": "dpm++ 2m"}, "sampler must be null or a sampler name"),
+    ({"negative_prompt": "\x00"}, "negative_prompt must not contain NUL"),
+])
+def test_a_submit_job_over_kafka_beyond_the_limits_is_refused(change, words):
+    [rejected] = decide(None, submit(**change), 1_000)
+    assert isinstance(rejected, ev.CommandRejected) and rejected.reason == "invalid_request"
+    assert words in rejected.detail
