@@ -17,13 +17,33 @@ def test_server_versions_match_the_local_tooling():
 
 
 def test_published_ports_match_settings_and_bind_loopback_only():
-    s = Settings()
+    s = Settings(cluster_nodes=3)  # the cluster profile's ports too
     published = re.findall(r'"([\d.]+):(\d+):(\d+)"', COMPOSE)
     assert published, "no published ports found"
-    assert all(host == "127.0.0.1" for host, _, _ in published)
+    assert {host for host, _, _ in published} == {s.cassandra_node_host(n) for n in (1, 2, 3)}
     outside = {int(port) for _, port, _ in published}
-    assert outside == {s.kafka_port, s.cassandra_port, s.s3_port}
-    assert f"PLAINTEXT://127.0.0.1:{s.kafka_port}" in COMPOSE
+    assert outside == {*(s.kafka_node_ports(n)[0] for n in (1, 2, 3)), s.cassandra_port, s.s3_port}
+    for n in (1, 2, 3):
+        assert f"PLAINTEXT://127.0.0.1:{s.kafka_node_ports(n)[0]}" in COMPOSE
+        assert f'"{s.cassandra_node_host(n)}:{s.cassandra_port}:{s.cassandra_port}"' in COMPOSE
+
+
+def test_the_cluster_profile_is_the_local_tooling_s():
+    from spotreel.devstack.cassandra_cluster import initial_token
+
+    cluster = {n: DOC["services"][n] for n in ("kafka-2", "kafka-3", "cassandra-2", "cassandra-3")}
+    assert all(svc["profiles"] == ["cluster"] for svc in cluster.values())
+    assert "profiles" not in DOC["services"]["kafka"] and "profiles" not in DOC["services"]["cassandra"]
+    env = dict(line.split("=", 1) for line in (Path(__file__).resolve().parents[2] / "docker-compose.cluster.env")
+               .read_text().splitlines() if line and not line.startswith("#"))
+    assert env["COMPOSE_PROFILES"] == "cluster" and env["SPOTREEL_CLUSTER_NODES"] == "3"
+    assert env["SPOTREEL_COMPOSE_KAFKA_VOTERS"] == "1@kafka:19093,2@kafka-2:19093,3@kafka-3:19093"
+    s = Settings(cluster_nodes=3)
+    assert (env["SPOTREEL_COMPOSE_KAFKA_RF"], env["SPOTREEL_COMPOSE_KAFKA_MIN_ISR"]) == (str(s.kafka_rf),
+                                                                                       str(s.kafka_min_isr))
+    for n, name in ((1, "cassandra"), (2, "cassandra-2"), (3, "cassandra-3")):
+        opts = DOC["services"][name]["environment"]["JVM_EXTRA_OPTS"]
+        assert f"-Dcassandra.initial_token={initial_token(n, 3)}" in opts, name
 
 
 def test_s3_credentials_match_settings():
@@ -89,6 +109,9 @@ def test_service_settings_are_real_settings_with_the_defaults():
                 continue  # the container's own path
             if field == "webhook_allow_private":
                 assert value == "${SPOTREEL_WEBHOOK_ALLOW_PRIVATE:-0}" and s.webhook_allow_private == 0
+                continue
+            if field == "cluster_nodes":  # 3 from docker-compose.cluster.env
+                assert value == "${SPOTREEL_CLUSTER_NODES:-1}" and s.cluster_nodes == 1
                 continue
             assert str(getattr(s, field)) == str(value), var
         assert env["SPOTREEL_HOST"] == "127.0.0.1"

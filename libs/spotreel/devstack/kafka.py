@@ -61,7 +61,7 @@ class Kafka(Server):
         return render("kafka-server.properties", host=s.host, port=s.kafka_port,
                       controller_port=s.kafka_controller_port, log_dirs=self.kraft_dir,
                       partitions=s.partitions, node_id=1, voters=f"1@{s.host}:{s.kafka_controller_port}",
-                      replication=1, min_isr=1)
+                      replication=1, min_isr=1, controlled_shutdown="true")
 
     def render_log4j(self) -> str:
         return render("kafka-log4j.properties", log_file=self.main_log())

@@ -44,7 +44,8 @@ class KafkaNode(Kafka):
         port, controller = s.kafka_node_ports(self.node)
         return render("kafka-server.properties", host=s.host, port=port, controller_port=controller,
                       log_dirs=self.kraft_dir, partitions=s.partitions, node_id=self.node, voters=self.voters(),
-                      replication=s.kafka_rf, min_isr=s.kafka_min_isr)
+                      replication=s.kafka_rf, min_isr=s.kafka_min_isr,
+                      controlled_shutdown="false")
 
     def cluster_id(self) -> str:
         """One id for every node of the cluster, made by whichever node formats first."""
