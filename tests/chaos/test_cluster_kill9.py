@@ -27,7 +27,7 @@ from tests.chaos.clusterkit import Grant, SimWorker, Submitter, cassandra_normal
 from tests.chaos.wholekit import read_events, wait_until
 from tests.harness.private_stack import PrivateStack, private_settings
 
-pytestmark = pytest.mark.chaos
+pytestmark = [pytest.mark.chaos, pytest.mark.timeout(900)]
 
 WORKERS = 3
 STEPS = 2
