@@ -163,6 +163,11 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         if args.model_dir is not None and (len(names) > 1 or args.model_dir != Path(entry.directory)):
             return _fail(f"--model {entry.name} is in {entry.directory} (registry); --model-dir says {args.model_dir}")
         args.model_dir = Path(entry.directory)
+        if args.model_dir == settings.home / "models" / "tiny-t2v":
+            # The local stack's registry (infra up) names the tiny model: built on first use, as without --model.
+            from spotreel.worker.model_tiny import build_tiny_model
+
+            build_tiny_model(args.model_dir)
     pools = _pools(args.pool)
     if isinstance(pools, str) or problem:
         return _fail(problem or str(pools))

@@ -21,19 +21,20 @@ file; a worker started with `--model NAME` loads the entry's directory, and rend
 sampler or guidance with the entry's. The frame count of a job is round(duration × fps), as the worker
 computes it. Pure functions and a loader; nothing here talks to a service.
 
-The local stack's registry (`local_registry_text`): `spotreel infra up` writes it to `$SPOTREEL_HOME/models.toml`
+The local stack's registry (`platform.seed.local_registry_text`): `spotreel infra up` writes it to `$SPOTREEL_HOME/models.toml`
 when SPOTREEL_MODEL_REGISTRY is unset and hands it to the gateway it starts; `registry_path` finds it for the
 commands an operator runs by hand (`spotreel model list`, `spotreel worker --model`).
 """
 
 from __future__ import annotations
 
-import json
 import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from spotreel.platform.seed import LOCAL_REGISTRY_FILE
 
 # The pool a worker serves without --pool, where a submission with the gateway's defaults goes
 # (GatewayConfig.default_model @ default_gpu_type); the capacity manager's default too.
@@ -202,29 +203,7 @@ def _entry(name: str, spec: Any) -> ModelEntry:
                       float(guidance), pool, *rule)
 
 
-# -- the local stack's registry ---------------------------------------------------------------------------
-
-LOCAL_REGISTRY_FILE = "models.toml"
-
-
-def local_registry_text(home: str | Path) -> str:
-    """The registry `spotreel infra up` writes for the local stack: the tiny model every worker without
-    --model-dir builds under `home` (worker/cli.py), at the sizes, frames and steps its tests and demo ask
-    for. The gateway's defaults (256x256, 16 frames, 20 steps) are inside it."""
-    directory = Path(home) / "models" / "tiny-t2v"
-    return (
-        "# The local stack's model registry, written by `spotreel infra up` (SPOTREEL_MODEL_REGISTRY was unset).\n"
-        "# Edit it freely: `up` never overwrites it. Format: libs/spotreel/model_registry.py.\n"
-        "[models.tiny-t2v]\n"
-        f"directory = {json.dumps(str(directory))}\n"
-        'family = "unet3d"\n'
-        'dtype = "float32"\n'
-        "sizes = { multiple = 8, min = 16, max = 512 }\n"
-        "frames = { min = 1, max = 128 }\n"
-        "steps = { min = 1, max = 100 }\n"
-        'sampler = "ddim"\n'
-        "guidance_scale = 1.0\n"
-        'pool = "any"\n')
+# -- finding the file ---------------------------------------------------------------------------------
 
 
 def registry_path(settings: Any) -> str:

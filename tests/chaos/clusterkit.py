@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from spotreel.platform.seed import DEV_WORKER_KEY
 from spotreel.settings import Settings
 
-MODEL = "chaos-sim"
+# The local registry's model (its gateway refuses others); the simulated GPU type keeps the pool to this test.
+MODEL = "tiny-t2v"
 GPU = "sim-gpu"
 
 

@@ -7,8 +7,9 @@ scheduler, projector), rendered by a real `spotreel worker` process on the tiny 
 - a two-node DAG: the child waits, runs only after its parent succeeded, and both end succeeded;
 - a delayed video cancelled with DELETE ends cancelled and is never leased.
 
-The worker serves a pool of its own (a model name unique to the run), so it takes only these jobs and no
-other worker on the shared stack takes them.
+The worker serves a pool of its own (the registry's tiny-t2v on a GPU type unique to the run: the stack's
+gateway checks the model against its registry), so it takes only these jobs and no other worker on the
+shared stack takes them.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from spotreel.client.http import Client
 from spotreel.settings import Settings
 from spotreel.video import decode_frames
 from tests.chaos.wholekit import api, download, sha256, wait_until
-from tests.integration.workerkit import GPU, WorkerProc, tiny_model
+from tests.integration.workerkit import WorkerProc, tiny_model
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -66,14 +67,14 @@ def _history(url: str, key: str, job_id: str) -> list[dict]:
 
 def test_prompt_to_mp4_through_the_public_api(stack, settings, tmp_path):
     url, key = settings.gateway_url, settings.dev_api_key
-    model = f"e2e-{uuid.uuid4().hex[:8]}"
+    model, gpu = "tiny-t2v", f"e2e-{uuid.uuid4().hex[:8]}"
     run = uuid.uuid4().hex[:8]
     began = time.monotonic()
     worker = WorkerProc(Stack(settings, tmp_path, tiny_model(settings)), "e2e", model, "http",
-                        ("--max-jobs", "3", "--progress-seconds", "0.5"))
+                        ("--max-jobs", "3", "--progress-seconds", "0.5"), gpu=gpu)
     try:
         # -- one video, watched on its SSE stream -----------------------------------------------------
-        body = {"prompt": "a red fox running in snow", "model": model, "gpu_type": GPU, "seed": 4242, **SHAPE}
+        body = {"prompt": "a red fox running in snow", "model": model, "gpu_type": gpu, "seed": 4242, **SHAPE}
         status, accepted, _ = api(url, key, "POST", "/v1/videos", body, {"Idempotency-Key": f"e2e-{run}-one"})
         assert status == 202 and accepted["status"] == "accepted", (status, accepted)
         job = accepted["job_id"]
@@ -83,15 +84,15 @@ def test_prompt_to_mp4_through_the_public_api(stack, settings, tmp_path):
         watcher.start()
 
         # -- a DAG (parent, child) and a delayed video that is cancelled ------------------------------------
-        dag = {"nodes": [{"key": "intro", "prompt": "a small boat on a calm lake", "model": model, "gpu_type": GPU,
+        dag = {"nodes": [{"key": "intro", "prompt": "a small boat on a calm lake", "model": model, "gpu_type": gpu,
                           "seed": 7, **SHAPE},
-                         {"key": "final", "prompt": "a city street at night", "model": model, "gpu_type": GPU,
+                         {"key": "final", "prompt": "a city street at night", "model": model, "gpu_type": gpu,
                           "seed": 8, "parents": ["intro"], **SHAPE}]}
         status, dag_answer, _ = api(url, key, "POST", "/v1/dags", dag, {"Idempotency-Key": f"e2e-{run}-dag"})
         assert status == 202, dag_answer
         node = {v["key"]: v["job_id"] for v in dag_answer["videos"]}
         status, later, _ = api(url, key, "POST", "/v1/videos",
-                               {"prompt": "a sunrise", "model": model, "gpu_type": GPU, "delay_seconds": 3600, **SHAPE},
+                               {"prompt": "a sunrise", "model": model, "gpu_type": gpu, "delay_seconds": 3600, **SHAPE},
                                {"Idempotency-Key": f"e2e-{run}-later"})
         assert status == 202, later
         wait_until(lambda: _status(url, key, later["job_id"])["status"] == "scheduled", 60, "the delayed video")

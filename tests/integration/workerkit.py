@@ -64,12 +64,13 @@ class Plane:
 class WorkerProc:
     """`spotreel worker` in its own process group, its JSON lines on stdout kept in a file."""
 
-    def __init__(self, plane: Plane, name: str, model: str, transport: str, extra: tuple[str, ...]) -> None:
+    def __init__(self, plane: Plane, name: str, model: str, transport: str, extra: tuple[str, ...],
+                 gpu: str = GPU) -> None:
         self.name = name
         self.worker_id = f"{name}-{uuid.uuid4().hex[:6]}"
         self.out = plane.tmp / f"worker-{self.worker_id}.out"
         self.err = plane.tmp / f"worker-{self.worker_id}.err"
-        argv = [sys.executable, "-m", "spotreel.cli", "worker", "--pool", f"{model}@{GPU}",
+        argv = [sys.executable, "-m", "spotreel.cli", "worker", "--pool", f"{model}@{gpu}",
                 "--worker-id", self.worker_id, "--transport", transport, "--gateway-url", plane.gateway_url,
                 "--worker-key", plane.worker_key, "--threads", "1", "--lease-wait", "5",
                 # A worker started by registry name (--model) takes its directory from the registry.

@@ -24,8 +24,9 @@ import urllib.request
 from dataclasses import fields
 from pathlib import Path
 
-from spotreel.platform.errors import ProbeFailed
 from spotreel.devstack.server import Server
+from spotreel.platform.errors import ProbeFailed
+from spotreel.platform.seed import LOCAL_REGISTRY_FILE, local_registry_text
 from spotreel.settings import Settings
 
 
@@ -144,7 +145,29 @@ class ProjectorService(Service):
 
 
 class GatewayService(Service):
+    """The public and worker API. Without SPOTREEL_MODEL_REGISTRY it validates against the local stack's
+    registry, `$SPOTREEL_HOME/models.toml` (the tiny model; written here when missing, never overwritten), so
+    an unknown model or a size the model cannot render is a 422 here too, not a job that fails on a worker."""
+
     name = "gateway"
+
+    def registry(self) -> Path | None:
+        """The local registry this gateway is given; None when the operator named one (it is in the settings)."""
+        return None if self.settings.model_registry else self.settings.home / LOCAL_REGISTRY_FILE
+
+    def prepare(self, say) -> None:
+        super().prepare(say)
+        path = self.registry()
+        if path is not None and not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(local_registry_text(self.settings.home), encoding="utf-8")
+
+    def env(self) -> dict[str, str]:
+        env = super().env()
+        path = self.registry()
+        if path is not None:
+            env["SPOTREEL_MODEL_REGISTRY"] = str(path)
+        return env
 
     def address(self) -> str:
         return self.settings.gateway_url
