@@ -293,7 +293,8 @@ class KafkaTransport:
         sent_at = time.monotonic()
         try:
             self._send(command)
-            waiter.done.wait(self.verdict_seconds)
+            # Never wait out more than a third of this lease's TTL: the pulse sends nothing else meanwhile.
+            waiter.done.wait(min(self.verdict_seconds, lease.lease_ttl_ms / 3000.0))
         finally:
             self._listener.drop_verdict(command.command_id, lease.job_id)
         verdict = waiter.value

@@ -194,7 +194,7 @@ class KafkaLink:
         try:
             await self.sender.send(command)
             try:
-                async with asyncio.timeout(self.verdict_s):
+                async with asyncio.timeout(min(self.verdict_s, self.lease_ttl_ms / 3000.0)):
                     verdict = await fut
             except TimeoutError:
                 verdict = None
