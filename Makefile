@@ -39,10 +39,12 @@ demo: up
 	$(SPOTREEL) demo $(DEMO_ARGS)
 
 # The whole suite: unit (pure, hypothesis), integration against the real servers, e2e and chaos.
-# ruff goes first so that a lint slip fails in seconds, before any server starts. tools/lint-imports runs
-# import-linter over services/ and worker/ too (a bare lint-imports cannot see them; the script says why).
+# ruff and mypy go first so that a lint or type slip fails in seconds, before any server starts (mypy: strict
+# on domain, codec and dispatch, pyproject.toml's [tool.mypy]). tools/lint-imports runs import-linter over
+# services/ and worker/ too (a bare lint-imports cannot see them; the script says why).
 test: setup
 	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/mypy
 	$(SPOTREEL) infra up
 	LINT_IMPORTS=$(BIN)/lint-imports tools/lint-imports
 	$(BIN)/pytest --durations=25 --cov=spotreel.domain --cov-report=term-missing:skip-covered --cov-fail-under=95 $(PYTEST_ARGS)
@@ -55,6 +57,7 @@ test-integration: up
 
 lint: setup
 	$(BIN)/ruff check $(LINT_PATHS)
+	$(BIN)/mypy
 	LINT_IMPORTS=$(BIN)/lint-imports tools/lint-imports
 	$(BIN)/spotreel schemas check
 

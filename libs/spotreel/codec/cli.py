@@ -14,7 +14,7 @@ from spotreel.codec.release import ReleaseRefused, release
 _SCHEMAS_HELP = "schemas directory (default: the installed spotreel.schemas package)"
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     schemas = sub.add_parser("schemas", help="Avro schema compatibility check and release")
     ssub = schemas.add_subparsers(dest="schemas_command", metavar="ACTION")
     ssub.required = True

@@ -80,7 +80,7 @@ def avro_type_of(hint: Any) -> str:
         return _PRIMITIVE_AVRO[hint]
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return f"{NAMESPACE}.{hint.__name__}"
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return f"{NAMESPACE}.{hint.__name__}"
     raise MappingError(f"{hint!r} has no Avro mapping")
 
@@ -102,29 +102,51 @@ def describe_schema_type(schema: Any) -> str:
     return str(kind)
 
 
-# Converters. `None` means "leave the value as it is", which is what keeps flat messages cheap.
+# Converters. `None` means "leave the value as it is", which is what keeps flat messages cheap. The
+# combinators below close over a converter that is known not to be None (a lambda inside the branches
+# would see the name's every assignment in the function, and the checker could not tell).
+
+
+def _or_none(conv: Convert) -> Convert:
+    return lambda v: None if v is None else conv(v)
+
+
+def _each_to_list(conv: Convert) -> Convert:
+    return lambda v: [conv(x) for x in v]
+
+
+def _each_sorted(conv: Convert) -> Convert:
+    return lambda v: sorted(conv(x) for x in v)
+
+
+def _each_into(container: type, conv: Convert) -> Convert:
+    return lambda v: container(conv(x) for x in v)
+
+
+def _each_value(conv: Convert) -> Convert:
+    return lambda v: {k: conv(x) for k, x in v.items()}
 
 
 def _to_avro(hint: Any) -> Convert | None:
     inner = _optional_inner(hint)
     if inner is not None:
         conv = _to_avro(inner)
-        return None if conv is None else (lambda v: None if v is None else conv(v))
+        return None if conv is None else _or_none(conv)
     seq = _sequence_item(hint)
     if seq is not None:
         container, item = seq
         conv = _to_avro(item)
         if container is frozenset:
             # Sorted, so equal sets always encode to equal bytes.
-            return (lambda v: sorted(v)) if conv is None else (lambda v: sorted(conv(x) for x in v))
-        return None if conv is None else (lambda v: [conv(x) for x in v])
+            return (lambda v: sorted(v)) if conv is None else _each_sorted(conv)
+        return None if conv is None else _each_to_list(conv)
     value = _map_value(hint)
     if value is not None:
         conv = _to_avro(value)
-        return None if conv is None else (lambda v: {k: conv(x) for k, x in v.items()})
+        return None if conv is None else _each_value(conv)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return lambda v: v.name
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return mapping_for(hint).to_record
     if hint in _PRIMITIVE_AVRO:
         return None
@@ -135,19 +157,19 @@ def _from_avro(hint: Any) -> Convert | None:
     inner = _optional_inner(hint)
     if inner is not None:
         conv = _from_avro(inner)
-        return None if conv is None else (lambda v: None if v is None else conv(v))
+        return None if conv is None else _or_none(conv)
     seq = _sequence_item(hint)
     if seq is not None:
         container, item = seq
         conv = _from_avro(item)
-        return (lambda v: container(v)) if conv is None else (lambda v: container(conv(x) for x in v))
+        return (lambda v: container(v)) if conv is None else _each_into(container, conv)
     value = _map_value(hint)
     if value is not None:
         conv = _from_avro(value)
-        return None if conv is None else (lambda v: {k: conv(x) for k, x in v.items()})
+        return None if conv is None else _each_value(conv)
     if isinstance(hint, type) and issubclass(hint, enum.Enum):
         return lambda v: hint[v]
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return mapping_for(hint).from_record
     if hint in _PRIMITIVE_AVRO:
         return None
@@ -185,7 +207,7 @@ class DataclassMapping:
         )
 
     def to_record(self, obj: Any) -> dict[str, Any]:
-        state = getattr(obj, "__dict__", None)
+        state: dict[str, Any] | None = getattr(obj, "__dict__", None)
         if not self._to and state is not None and len(state) == len(self._names):
             # Read-only use by the writer, so the instance's own attribute dict is safe to pass as is.
             return state

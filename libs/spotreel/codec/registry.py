@@ -55,7 +55,7 @@ def fingerprint_of(parsed_schema: Any) -> tuple[str, bytes]:
 def _full_name(raw: Any) -> str:
     if not isinstance(raw, dict) or raw.get("type") not in ("record", "enum", "fixed") or "name" not in raw:
         raise SchemaLoadError("a schema file must hold one named type (record, enum or fixed)")
-    name = raw["name"]
+    name: str = raw["name"]
     if "." in name:
         return name
     namespace = raw.get("namespace")
@@ -70,6 +70,7 @@ def make_entry(raw: Any, source: str, version: int | None = None) -> SchemaEntry
         parsed = parse_schema(raw, {})
     except Exception as exc:  # fastavro raises several unrelated types for bad schemas
         raise SchemaLoadError(f"{source}: {type(exc).__name__}: {exc}") from exc
+    assert isinstance(parsed, dict)  # a named type (checked by _full_name) parses to a dict
     _binary_defaults_to_bytes(parsed, set(), parsed.get("__named_schemas", {}))
     canonical, fp = fingerprint_of(parsed)
     return SchemaEntry(full_name, fp, canonical, parsed, raw, source, version)

@@ -112,7 +112,8 @@ def _label(schema: Any) -> str:
         return "one of [" + ", ".join(_label(b).removeprefix("one of ") for b in schema) + "]"
     if isinstance(schema, dict):
         return str(schema.get("name", schema["type"]))
-    return schema
+    name: str = schema  # the name of a primitive or a named type
+    return name
 
 
 class _Compiler:
@@ -124,8 +125,8 @@ class _Compiler:
         if isinstance(schema, str):
             if schema in _PRIMITIVES:
                 return _PRIMITIVES[schema]
-            slot = self.named[schema]
-            return lambda v: slot[0](v)
+            forward = self.named[schema]
+            return lambda v: forward[0](v)
         if isinstance(schema, list):
             return self._union(schema)
         kind = schema["type"]
@@ -190,7 +191,8 @@ class _Compiler:
             "    return None",
         ]
         exec(compile("\n".join(lines), f"<check {schema['name']}>", "exec"), env)  # noqa: S102 (our own text)
-        return env["check"]
+        check: Check = env["check"]
+        return check
 
     @staticmethod
     def _enum(schema: dict[str, Any]) -> Check:

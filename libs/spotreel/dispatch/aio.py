@@ -86,9 +86,9 @@ class AsyncDispatch:
     def forget_answer(self, request_id: str) -> None:
         self.listener.drop_answer(request_id)
 
-    def expect_verdict(self, command_id: str, job_id: str) -> asyncio.Future:
+    def expect_verdict(self, command_id: str, job_id: str) -> asyncio.Future[Any]:
         handoff = self._to_loop()
-        fut: asyncio.Future = handoff.loop.create_future()
+        fut: asyncio.Future[Any] = handoff.loop.create_future()
 
         def resolve(event: Any) -> None:
             if not fut.done():

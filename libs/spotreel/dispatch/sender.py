@@ -23,7 +23,8 @@ from spotreel.settings import Settings
 
 def command_key(command: Any) -> str:
     """A job command is keyed by its job, a schedule command by its schedule, a RequestWork by its worker."""
-    return getattr(command, "job_id", None) or getattr(command, "schedule_id", None) or command.worker_id
+    key: str = getattr(command, "job_id", None) or getattr(command, "schedule_id", None) or command.worker_id
+    return key
 
 
 class AsyncCommandSender:
@@ -52,7 +53,7 @@ class AsyncCommandSender:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
 
-        def report(err, msg) -> None:
+        def report(err: Any, msg: Any) -> None:
             def settle() -> None:
                 if done.done():
                     return

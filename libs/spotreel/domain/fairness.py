@@ -21,7 +21,9 @@ All values come in as arguments; nothing reads a clock.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,8 @@ def decayed(amount: float, at_ms: int, now_ms: int, half_life_ms: int | None) ->
     """`amount` credited at `at_ms`, as it counts at `now_ms` (never more than it was)."""
     if half_life_ms is None or now_ms <= at_ms or amount == 0.0:
         return amount
-    return amount * 0.5 ** ((now_ms - at_ms) / half_life_ms)
+    factor: float = 0.5 ** ((now_ms - at_ms) / half_life_ms)  # a positive base: a float, never complex
+    return amount * factor
 
 
 def credit(total: DecayingTotal, amount: float, at_ms: int, half_life_ms: int | None) -> DecayingTotal:
@@ -123,7 +126,7 @@ def credit(total: DecayingTotal, amount: float, at_ms: int, half_life_ms: int | 
     return DecayingTotal(total.value + decayed(amount, at_ms, total.as_of_ms, half_life_ms), total.as_of_ms)
 
 
-def combined_usage(tenant: str, reports, now_ms: int, half_life_ms: int | None) -> TenantUsage:
+def combined_usage(tenant: str, reports: Iterable[Any], now_ms: int, half_life_ms: int | None) -> TenantUsage:
     """A tenant's usage over all partitions from one report per partition (objects with `at_ms`,
     `consumed_gpu_seconds`, `in_flight`, `in_flight_gpu_seconds`). Sums, so the order of the reports does
     not matter."""

@@ -45,7 +45,10 @@ class GrantReasons:
 def reasons(job: QueuedJob, worker: WorkerOffer, heads: Iterable[QueuedJob], usage: Mapping[str, TenantUsage],
             policies: Mapping[str, TenantPolicy], now_ms: int, config: DispatchConfig) -> GrantReasons:
     heads = list(heads)
-    policy_of = lambda t: policies.get(t, config.default_policy)  # noqa: E731 - a local shorthand
+
+    def policy_of(tenant: str) -> TenantPolicy:
+        return policies.get(tenant, config.default_policy)
+
     # Tenants at their in-flight ceiling were passed over by the rule, and a lower tier never competes with a
     # higher one: neither was competition.
     tier = effective_priority(job.priority, job.enqueued_at_ms, now_ms, config.aging)

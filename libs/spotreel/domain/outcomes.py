@@ -63,7 +63,9 @@ class Head:
     causation_id: str
 
     def event(self, cls: type[E], **fields: Any) -> E:
-        return cls(job_id=self.job_id, version=0, at_ms=self.at_ms, causation_id=self.causation_id, **fields)
+        # Every job event class takes these four; a TypeVar cannot say so of a class's constructor.
+        return cls(job_id=self.job_id, version=0, at_ms=self.at_ms, causation_id=self.causation_id,  # type: ignore[call-arg]
+                   **fields)
 
 
 def number(state: JobState | None, events: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -15,6 +15,7 @@ A tenant's settings are its plan's values with any explicit override on top (``s
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from spotreel.domain.fairness import TenantPolicy
 
@@ -63,7 +64,7 @@ def settings_for(plan: str | None, *, weight: float | None = None, max_in_flight
     base = CUSTOM if plan is None else PLANS.get(plan)
     if base is None:
         raise ValueError(f"unknown plan {plan!r}; plans: {', '.join(PLANS)}")
-    changes = {k: v for k, v in (("weight", weight), ("max_in_flight", max_in_flight),
+    changes: dict[str, Any] = {k: v for k, v in (("weight", weight), ("max_in_flight", max_in_flight),
                                  ("rate_per_minute", rate_per_minute), ("max_priority", max_priority))
                if v is not None}
     return replace(base, **changes)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Mapping
+from typing import Any
 from dataclasses import dataclass, replace
 
 from spotreel.domain.dispatch import DispatchConfig, DispatchIndex, QueuedJob, _select
@@ -56,7 +57,7 @@ def dispatch_order(jobs: Iterable[QueuedJob], usage: Mapping[str, TenantUsage],
         order.append(job)
     if len(index):
         # What waits for its tenant's leases to end, in the order it would go then.
-        rest = [index.get(h) for h in list(index._jobs)]  # noqa: SLF001 - the domain's own index
+        rest = list(index._jobs.values())  # noqa: SLF001 - the domain's own index
         lifted = {t: replace(p, max_in_flight=None) for t, p in policies.items()}
         order += dispatch_order(rest, usage, lifted, now_ms, replace(config, default_policy=replace(
             config.default_policy, max_in_flight=None)))
@@ -89,7 +90,7 @@ def jobs_ahead(tier: int, tenant: str, own_ahead: int, groups: Iterable[QueueGro
     # The tenants' state while the walk charges them: usage, weight, room (from any of their groups, also one
     # with no job, which is how a caller names the state of a tenant whose first job this is). Shares are
     # computed as dispatch computes them (usage / weight, never accumulated), so ties fall alike.
-    state: dict[str, list] = {}
+    state: dict[str, list[Any]] = {}
     for g in groups:
         state.setdefault(g.tenant, [g.usage, g.weight, g.room])
         if g.count <= 0 or g.tier < tier:

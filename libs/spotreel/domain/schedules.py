@@ -353,7 +353,7 @@ def evolve_schedule(state: ScheduleState | None, event: object) -> ScheduleState
             pass
         case _:
             return state
-    return replace(state, version=event.version)  # type: ignore[attr-defined]
+    return replace(state, version=event.version)
 
 
 def fold_schedule(events: Iterable[object], state: ScheduleState | None = None) -> ScheduleState | None:
