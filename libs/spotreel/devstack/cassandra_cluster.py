@@ -72,10 +72,12 @@ class CassandraNode(Cassandra):
         try:
             with node_session(self.settings, host, timeout) as session:
                 row = session.execute("SELECT release_version FROM system.local", timeout=timeout).one()
-                peers = len(list(session.execute("SELECT peer FROM system.peers_v2", timeout=timeout)))
+                gossip = [r.status_with_port or "" for r in
+                          session.execute("SELECT status_with_port FROM system_views.gossip_info", timeout=timeout)]
         except Exception as exc:  # the driver raises many unrelated types for "not ready yet"
             raise ProbeFailed(f"CQL query failed: {type(exc).__name__}: {str(exc)[:200]}") from None
-        return f"Cassandra {row.release_version}, {peers} peers"
+        normal = sum(1 for g in gossip if g.startswith("NORMAL"))
+        return f"Cassandra {row.release_version}, ring: {normal} of {len(gossip)} nodes joined (NORMAL)"
 
     def setup(self, say: Say) -> None:
         if self.node != 1:

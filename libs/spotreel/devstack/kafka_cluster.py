@@ -80,7 +80,10 @@ class KafkaNode(Kafka):
             raise ProbeFailed(f"metadata request failed: {exc.args[0].str() if exc.args else exc}") from None
         if self.node not in md.brokers:
             raise ProbeFailed(f"broker {self.node} not registered yet ({len(md.brokers)} registered)")
-        return f"cluster {md.cluster_id}, {len(md.brokers)} of {self.settings.cluster_nodes} brokers"
+        urp = sum(1 for t in md.topics.values() for p in t.partitions.values()
+                  if p.leader < 0 or len(p.isrs) < len(p.replicas))
+        return (f"cluster {md.cluster_id}, {len(md.brokers)} of {self.settings.cluster_nodes} brokers, "
+                f"{urp} under-replicated partitions")
 
     def setup(self, say: Say) -> None:
         if self.node != 1:

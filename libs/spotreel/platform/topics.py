@@ -207,7 +207,14 @@ def ensure_topics(settings: Settings, say=print, timeout: float = 30.0) -> None:
                     f.result(timeout)
                 fixed.append(f"{spec.name} ({', '.join(f'{k}={v}' for k, v in drift.items())})")
 
+    # Replication is fixed when a topic is made; raising it is a reassignment an operator plans, not a setting.
+    under = [f"{s.name} ({len(next(iter(existing[s.name].partitions.values())).replicas)})" for s in present
+             if existing[s.name].partitions
+             and len(next(iter(existing[s.name].partitions.values())).replicas) < s.replication]
+
     parts = [f"{len(specs)} topics present"]
+    if under:
+        parts.append(f"replication factor below {settings.kafka_rf} (left as is) on {', '.join(under)}")
     if created:
         parts.append(f"created {', '.join(created)}")
     if fixed:
