@@ -17,6 +17,7 @@ from typing import Any, Callable
 from spotreel.devstack.ports import bindable
 from spotreel.devstack.services import services
 from spotreel.devstack.stack import components
+from spotreel.platform.seed import local_registry_text
 from spotreel.settings import Settings
 
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -31,13 +32,23 @@ def _free_block(host: str, start: int = 21000, stop: int = 29000) -> int:
     raise RuntimeError("no five consecutive free ports found for the private services")
 
 
+def sim_registry(home: Path, model: str) -> str:
+    """The private gateway's model registry: the local stack's (the tiny model, which real workers of this
+    plane render) and the simulated model (no worker loads it, so no directory is read), within the gateway's
+    own limits otherwise."""
+    return (local_registry_text(home) + f'\n[models.{model}]\ndirectory = "/simulated/{model}"\nfamily = "unet3d"\n'
+            "sizes = { multiple = 8, min = 16, max = 1920 }\nframes = { max = 3600 }\nsteps = { max = 500 }\n")
+
+
 class PrivateStack:
     def __init__(self, base: Settings, run_id: str, partitions: int, say: Callable[[str], None] = print) -> None:
         self.base = base
         self.say = say
         home = base.home.parent / "spotreel-sim" / run_id
+        # A registry of its own, naming the simulated model: the gateway checks every submission against one.
         self.settings = replace(base, home=home, topic_prefix=f"sim.{run_id}", cassandra_keyspace=f"sim_{run_id}",
-                                gateway_port=_free_block(base.host), partitions=partitions)
+                                gateway_port=_free_block(base.host), partitions=partitions,
+                                model_registry=str(home / "models.toml"))
         self.servers = services(self.settings)
         self.model = f"sim-{run_id}"
         self.worker_key = ""
@@ -54,6 +65,9 @@ class PrivateStack:
         from spotreel.tenancy import create_tenant, create_worker_key
 
         s = self.settings
+        registry = Path(s.model_registry)
+        registry.parent.mkdir(parents=True, exist_ok=True)
+        registry.write_text(sim_registry(s.home, self.model), encoding="utf-8")
         ensure_scheduler_topics(s)
         with cql_session(s) as session:
             migrate(session, s.cassandra_keyspace, say=lambda *_: None)
