@@ -1,7 +1,8 @@
 """The cluster profile under kill -9: a private 3-broker Kafka and 3-node Cassandra (`infra up --nodes 3`), with jobs
 flowing through the real gateway, scheduler and projector to simulated workers. One Kafka broker is killed, then
-one Cassandra node (node 1 of each: the first bootstrap server and the first contact point); no operator acts
-while it is down. Then `infra up` restarts it and the cluster heals.
+one Cassandra node (node 1 of each: the first bootstrap server and the first contact point), then a broker and a
+Cassandra node at once (node 2 of each); no operator acts while they are down. Then `infra up` restarts what
+was killed and the cluster heals.
 
 Checked: jobs acknowledged after each kill are dispatched while the node is down, and more jobs end; after the
 restart no partition is under-replicated, and every Cassandra node is up and NORMAL with no hint left
@@ -33,7 +34,9 @@ WORKERS = 3
 STEPS = 2
 STEP_S = 0.3
 RATE = 2.0  # submissions per second
-FAULTS = (("kafka broker", "kafka-1"), ("cassandra node", "cassandra-1"))
+# Alone, then together (other nodes: each node is killed once).
+FAULTS = (("kafka broker", ("kafka-1",)), ("cassandra node", ("cassandra-1",)),
+          ("kafka broker and cassandra node at once", ("kafka-2", "cassandra-2")))
 
 
 def emit(config: pytest.Config, text: str) -> None:
@@ -73,12 +76,13 @@ def cluster(tmp_path_factory, request):
             assert not left, "the cluster left processes or listeners behind:\n" + "\n".join(left)
 
 
-def healed(stack: PrivateStack, component: str) -> bool:
+def healed(stack: PrivateStack, components: tuple[str, ...]) -> bool:
     try:
-        if component.startswith("kafka"):
-            return under_replicated(stack.settings) == 0
+        if any(c.startswith("kafka") for c in components) and under_replicated(stack.settings) != 0:
+            return False
         # Up and NORMAL, and the hints the other nodes kept for it replayed (their hint files gone).
-        return cassandra_normal(stack.settings) == (3, 3) and not hint_files(stack)
+        return (not any(c.startswith("cassandra") for c in components)
+                or (cassandra_normal(stack.settings) == (3, 3) and not hint_files(stack)))
     except Exception:  # noqa: BLE001 - not answering yet
         return False
 
@@ -99,9 +103,11 @@ def test_the_cluster_survives_kill9_of_a_broker_and_of_a_cassandra_node(cluster,
     done = lambda: sum(w.completed for w in workers)  # noqa: E731
     try:
         wait_until(lambda: done() >= 5, 60, "the first jobs to end on the healthy cluster")
-        for fault, component in FAULTS:
+        for fault, killed in FAULTS:
+            component = " and ".join(killed)
             killed_at = time.time()
-            cluster.kill9(component)
+            for name in killed:
+                cluster.kill9(name)
             grant = wait_until(lambda: next((g for g in list(grants) if g.at > killed_at
                                              and submitter.accepted.get(g.job_id, 0) > killed_at), None),
                                120, f"a job acknowledged after the kill -9 of {component} to be dispatched")
@@ -110,7 +116,7 @@ def test_the_cluster_survives_kill9_of_a_broker_and_of_a_cassandra_node(cluster,
             down_s, ended = time.time() - killed_at, done() - before
             t0 = time.monotonic()
             cluster.up()
-            wait_until(lambda: healed(cluster, component), 120, f"the cluster to heal after {component} is back",
+            wait_until(lambda: healed(cluster, killed), 120, f"the cluster to heal after {component} is back",
                        every=1.0)
             say(f"{fault} ({component}) kill -9: dispatching again {grant.at - killed_at:.1f} s after the kill; "
                 f"{ended} jobs ended in the {down_s:.0f} s it was down; "
