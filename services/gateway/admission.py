@@ -20,9 +20,9 @@ import time
 from dataclasses import dataclass
 
 from spotreel.domain import eta, plans, quotas
-from spotreel.services.gateway.config import GatewayConfig
+from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.deps import PoolLoad, ReadStore, Tenant
-from spotreel.services.gateway.errors import ApiError
+from spotreel.api.errors import ApiError
 
 
 @dataclass(frozen=True)

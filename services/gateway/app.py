@@ -17,10 +17,10 @@ from spotreel import tracing
 from spotreel.services.gateway import guards, internal, openapi, schedules, usage, videos
 from spotreel.services.gateway.admission import Admission
 from spotreel.services.gateway.auth import KeyCache, make_middleware
-from spotreel.services.gateway.config import GatewayConfig
+from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.context import GATEWAY, Gateway
 from spotreel.services.gateway.deps import Deps, SinkUnavailable, StoreUnavailable
-from spotreel.services.gateway.errors import ApiError
+from spotreel.api.errors import ApiError
 from spotreel.services.gateway.metrics import Metrics
 from spotreel.services.gateway.pagetokens import PageTokens
 from spotreel.settings import Settings

@@ -9,7 +9,7 @@ from aiohttp import web
 
 from spotreel.platform.seed import api_key_hash
 from spotreel.services.gateway.deps import AuthStore, Tenant
-from spotreel.services.gateway.errors import ApiError
+from spotreel.api.errors import ApiError
 
 TENANT = web.RequestKey("tenant", Tenant)
 # /metrics is not served here: the gateway serves it on its internal metrics port (app.serve_metrics).

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 
 from spotreel.services.gateway.admission import Admission
-from spotreel.services.gateway.config import GatewayConfig
+from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.deps import Deps
 from spotreel.services.gateway.metrics import Metrics
 from spotreel.services.gateway.pagetokens import PageTokens

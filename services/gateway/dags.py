@@ -21,9 +21,9 @@ from aiohttp import web
 from spotreel.domain import dag, ids
 from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import gateway
-from spotreel.services.gateway.errors import ApiError, invalid
+from spotreel.api.errors import ApiError, invalid
 from spotreel.services.gateway.jsonbody import read_object
-from spotreel.services.gateway.submission import DAG_POLICIES, JOB_ID, check_idempotency_key, normalize
+from spotreel.api.submission import DAG_POLICIES, JOB_ID, check_idempotency_key, normalize
 from spotreel.services.gateway.submit import accept
 
 NODE_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")

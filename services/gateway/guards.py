@@ -12,7 +12,7 @@ import re
 
 from aiohttp import web
 
-from spotreel.services.gateway.errors import ApiError
+from spotreel.api.errors import ApiError
 
 # aiohttp's own default, so no request that passed before is refused now.
 MAX_HEADER_BYTES = 8190

@@ -33,13 +33,13 @@ from spotreel.dispatch.order import request_order
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
 from spotreel.platform.seed import api_key_hash
-from spotreel.services.gateway.config import GatewayConfig
+from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.context import Gateway, gateway
 from spotreel.services.gateway.deps import Deps, StoreUnavailable
-from spotreel.services.gateway.errors import ApiError, invalid, not_found
+from spotreel.api.errors import ApiError, invalid, not_found
 from spotreel.services.gateway.leasedesk import SUPERSEDED, LeaseDesk, Poll
 from spotreel.services.gateway.metrics import Metrics
-from spotreel.services.gateway.submission import _JOB_ID
+from spotreel.api.submission import _JOB_ID
 from spotreel.settings import Settings
 
 WORKER = web.RequestKey("worker_key", str)

@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from spotreel.services.gateway.errors import ApiError, invalid
+from spotreel.api.errors import ApiError, invalid
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 

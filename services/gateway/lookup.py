@@ -9,8 +9,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from spotreel.services.gateway.deps import Claim, Deps
-from spotreel.services.gateway.errors import ApiError, not_found
-from spotreel.services.gateway.submission import JOB_ID
+from spotreel.api.errors import ApiError, not_found
+from spotreel.api.submission import JOB_ID
 from spotreel.services.gateway.views import ACCEPTED
 from spotreel.readmodel.jobs import JobView
 

@@ -7,10 +7,10 @@ from typing import Any
 
 from spotreel.domain import limits
 from spotreel.services.gateway import guards
-from spotreel.services.gateway.config import GatewayConfig
+from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.dags import MAX_NODES, NODE_KEY
-from spotreel.services.gateway.submission import JOB_ID as VIDEO_ID
-from spotreel.services.gateway.submission import (ALL_SAMPLERS, DAG_POLICIES, KEY, MAX_RUN_AT_MS, MAX_SEED, NAME,
+from spotreel.api.submission import JOB_ID as VIDEO_ID
+from spotreel.api.submission import (ALL_SAMPLERS, DAG_POLICIES, KEY, MAX_RUN_AT_MS, MAX_SEED, NAME,
                                                   POLICY_DEFAULTS, POLICY_LIMITS, PRIORITY_RANGE, RESERVED_KEY_PREFIX, RESOLUTION,
                                                   resolution_rule)
 from spotreel.services.gateway.videos import STATUSES

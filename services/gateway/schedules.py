@@ -25,9 +25,9 @@ from spotreel.domain.schedules import OverlapPolicy
 from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import Gateway, gateway
 from spotreel.services.gateway.deps import Claim
-from spotreel.services.gateway.errors import ApiError, invalid
+from spotreel.api.errors import ApiError, invalid
 from spotreel.services.gateway.jsonbody import read_object
-from spotreel.services.gateway.submission import MAX_RUN_AT_MS, check_idempotency_key, normalize, policy_fields
+from spotreel.api.submission import MAX_RUN_AT_MS, check_idempotency_key, normalize, policy_fields
 from spotreel.services.gateway.views import ACCEPTED, iso
 from spotreel.readmodel.schedules import OccurrenceView, ScheduleView
 

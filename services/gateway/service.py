@@ -9,7 +9,7 @@ from aiohttp import web
 
 from spotreel import tracing
 from spotreel.services.gateway.app import create_app, serve_metrics
-from spotreel.services.gateway.config import from_env as gateway_config
+from spotreel.api.config import from_env as gateway_config
 from spotreel.services.gateway.wiring import real_deps
 from spotreel.settings import Settings
 

@@ -20,7 +20,7 @@ from spotreel.domain import expiry
 from spotreel import sse
 from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import gateway
-from spotreel.services.gateway.errors import ApiError
+from spotreel.api.errors import ApiError
 from spotreel.services.gateway.lookup import conflict, find, job_id_of, status_of
 from spotreel.services.gateway.pending import explain, tenant_leases
 from spotreel.services.gateway.views import TERMINAL, claim_json, job_json

@@ -27,10 +27,10 @@ from spotreel.domain import ids
 from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import Gateway, gateway
 from spotreel.services.gateway.deps import Claim, Tenant
-from spotreel.services.gateway.errors import ApiError
+from spotreel.api.errors import ApiError
 from spotreel.services.gateway.jsonbody import read_object
 from spotreel.services.gateway.lookup import find, status_of
-from spotreel.services.gateway.submission import build_submit, check_idempotency_key, normalize
+from spotreel.api.submission import build_submit, check_idempotency_key, normalize
 from spotreel.services.gateway.views import ACCEPTED
 
 

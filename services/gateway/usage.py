@@ -26,7 +26,7 @@ from aiohttp import web
 from spotreel.domain.fairness import combined_usage
 from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import gateway
-from spotreel.services.gateway.errors import ApiError
+from spotreel.api.errors import ApiError
 
 log = logging.getLogger("spotreel.gateway.usage")
 

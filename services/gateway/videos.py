@@ -11,11 +11,11 @@ from spotreel.domain import commands as cmd
 from spotreel.services.gateway import dags, stream
 from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import gateway
-from spotreel.services.gateway.errors import invalid
+from spotreel.api.errors import invalid
 from spotreel.services.gateway.jsonbody import read_object
 from spotreel.services.gateway.lookup import conflict, find, job_id_of, status_of
 from spotreel.services.gateway.pending import explain
-from spotreel.services.gateway.submission import PRIORITY_RANGE
+from spotreel.api.submission import PRIORITY_RANGE
 from spotreel.services.gateway.submit import submit_video
 from spotreel.services.gateway.views import (ACCEPTED, TERMINAL, attempt_json, claim_json, event_json, job_json,
                                              list_item_json, webhook_json)

@@ -26,7 +26,7 @@ from spotreel.platform.topics import ensure_topics
 from spotreel import sse
 from spotreel.services.gateway.app import create_app
 from spotreel.client.cli import progress_line
-from spotreel.services.gateway.config import GatewayConfig
+from spotreel.api.config import GatewayConfig
 from spotreel.tenancy import create_tenant
 from spotreel.services.gateway.wiring import real_deps
 from spotreel.services.projector.projection import project

@@ -21,7 +21,7 @@ from spotreel.platform.migrate import migrate
 from spotreel.platform.topics import commands_topic, ensure_topics
 from spotreel.services.gateway.app import create_app
 from spotreel.services.gateway.cassandra_store import CassandraReads
-from spotreel.services.gateway.config import GatewayConfig
+from spotreel.api.config import GatewayConfig
 from spotreel.tenancy import create_tenant
 from spotreel.services.gateway.wiring import real_deps
 from spotreel.services.projector.projection import project

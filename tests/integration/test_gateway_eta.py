@@ -16,7 +16,7 @@ from spotreel.domain import events as ev
 from spotreel.domain import ids
 from spotreel.platform.topics import pool_stats_topic
 from spotreel.services.gateway.app import create_app
-from spotreel.services.gateway.config import GatewayConfig
+from spotreel.api.config import GatewayConfig
 from spotreel.tenancy import create_tenant
 from spotreel.services.gateway.wiring import real_deps
 from tests.integration import test_gateway_api

@@ -28,7 +28,7 @@ from spotreel.adapters.kafka import delete_topics, ensure_scheduler_topics
 from spotreel.platform.migrate import migrate
 from spotreel.platform.topics import ensure_topics
 from spotreel.services.gateway.app import create_app
-from spotreel.services.gateway.config import GatewayConfig
+from spotreel.api.config import GatewayConfig
 from spotreel.tenancy import create_tenant, create_worker_key
 from spotreel.services.gateway.wiring import real_deps
 

@@ -25,7 +25,7 @@ from spotreel.domain import events as ev
 from spotreel.domain.leases import UNCLAIMED
 from spotreel.platform.migrate import migrate
 from spotreel.services.gateway.app import create_app, serve_metrics
-from spotreel.services.gateway.config import GatewayConfig
+from spotreel.api.config import GatewayConfig
 from spotreel.tenancy import create_worker_key
 from spotreel.services.gateway.wiring import real_deps
 from tests.integration.schedkit import GPU, MODEL, Bus, SchedulerProc, drop_topics, make_topics, submit

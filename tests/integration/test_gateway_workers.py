@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from spotreel.platform.migrate import migrate
 from spotreel.services.gateway.app import create_app
-from spotreel.services.gateway.config import GatewayConfig
+from spotreel.api.config import GatewayConfig
 from spotreel.tenancy import create_tenant, create_worker_key
 from spotreel.services.gateway.wiring import real_deps
 from tests.integration.schedkit import SchedulerProc, drop_topics, make_topics

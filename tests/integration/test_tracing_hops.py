@@ -19,7 +19,7 @@ from spotreel.codec import Codec
 from spotreel.platform.migrate import migrate
 from spotreel.platform.topics import commands_topic, events_topic
 from spotreel.services.gateway.app import create_app
-from spotreel.services.gateway.config import GatewayConfig
+from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.wiring import real_deps
 from spotreel.services.scheduler import replay
 from spotreel.tenancy import create_tenant, create_worker_key

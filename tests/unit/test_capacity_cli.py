@@ -13,7 +13,7 @@ from spotreel.services.capacity.cli import SIM_POOL
 from spotreel.services.capacity.provider_sim import SimulatedProvider
 from spotreel.services.capacity.providers import LocalProvider, default_worker_argv
 from spotreel.services.capacity.sim_config import SimConfig
-from spotreel.services.gateway.config import GatewayConfig
+from spotreel.api.config import GatewayConfig
 from spotreel.worker.cli import DEFAULT_POOL, _pools
 
 pytestmark = pytest.mark.unit

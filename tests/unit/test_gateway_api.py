@@ -12,7 +12,7 @@ from prometheus_client import generate_latest
 
 from spotreel.services.gateway.app import create_app, metrics_app
 from spotreel.services.gateway.context import GATEWAY
-from spotreel.services.gateway.config import GatewayConfig
+from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.deps import PoolLoad, Tenant
 from spotreel.settings import Settings
 from tests.unit.gateway_fakes import fake_deps, job_view, with_status

@@ -7,7 +7,7 @@ from dataclasses import fields
 
 import pytest
 
-from spotreel.services.gateway.config import ENV_PREFIX, GatewayConfig, from_env
+from spotreel.api.config import ENV_PREFIX, GatewayConfig, from_env
 
 
 def _other(value):

@@ -18,7 +18,7 @@ from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
 from spotreel.domain.leases import UNCLAIMED
 from spotreel.services.gateway.app import create_app
-from spotreel.services.gateway.config import GatewayConfig
+from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.leasedesk import SUPERSEDED, LeaseDesk
 from spotreel.settings import Settings
 from tests.unit.gateway_fakes import WORKER_KEY, fake_deps

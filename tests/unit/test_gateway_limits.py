@@ -10,7 +10,7 @@ from spotreel.domain import commands as cmd
 from spotreel.domain import limits
 from spotreel.domain.decide import submission_problem
 from spotreel.services.gateway.openapi import document
-from spotreel.services.gateway.submission import POLICY_LIMITS
+from spotreel.api.submission import POLICY_LIMITS
 from tests.unit.gateway_fakes import with_status
 from tests.unit.test_gateway_api import A, BODY, api, post  # noqa: F401  (api: the fixture)
 

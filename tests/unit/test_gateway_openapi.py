@@ -9,10 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from spotreel.services.gateway.app import create_app
-from spotreel.services.gateway.config import GatewayConfig
-from spotreel.services.gateway.errors import ApiError
+from spotreel.api.config import GatewayConfig
+from spotreel.api.errors import ApiError
 from spotreel.services.gateway.openapi import IDEMPOTENCY, document
-from spotreel.services.gateway.submission import check_idempotency_key, normalize
+from spotreel.api.submission import check_idempotency_key, normalize
 from spotreel.services.gateway.videos import STATUSES
 from spotreel.settings import Settings
 from tests.unit.gateway_fakes import fake_deps

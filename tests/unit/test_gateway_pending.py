@@ -12,7 +12,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from spotreel.domain import events as ev
 from spotreel import sse
 from spotreel.services.gateway.app import create_app
-from spotreel.services.gateway.config import GatewayConfig
+from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.deps import Tenant
 from spotreel.services.gateway.pending import PoolQueue, pending_reason, pool_queue
 from spotreel.settings import Settings

@@ -57,7 +57,7 @@ async def test_without_a_usage_source_it_is_503(api):  # noqa: F811
 
 
 def test_the_document_describes_it():
-    from spotreel.services.gateway.config import GatewayConfig
+    from spotreel.api.config import GatewayConfig
 
     op = document(GatewayConfig())["paths"]["/v1/usage"]["get"]
     assert set(op["responses"]) >= {"200", "401", "503"}

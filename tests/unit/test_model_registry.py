@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from spotreel.model_registry import RegistryError, load, parse
-from spotreel.services.gateway.config import GatewayConfig
+from spotreel.api.config import GatewayConfig
 from tests.unit.test_gateway_api import BODY, api, post  # noqa: F401  (api: the fixture)
 
 pytestmark = pytest.mark.unit

@@ -15,9 +15,9 @@ from spotreel.domain import events as ev
 from spotreel.domain import ids
 from spotreel.domain.decide import decide
 from spotreel.model_registry import parse
-from spotreel.services.gateway.config import GatewayConfig
-from spotreel.services.gateway.errors import ApiError
-from spotreel.services.gateway.submission import build_submit, normalize
+from spotreel.api.config import GatewayConfig
+from spotreel.api.errors import ApiError
+from spotreel.api.submission import build_submit, normalize
 from spotreel.services.scheduler.handler import work_assigned
 from spotreel.worker.transport import Lease
 from tests.unit.jobkit import leased_job, submit

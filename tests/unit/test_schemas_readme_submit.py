@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from spotreel.adapters.partitioning import murmur2, partition_for
 from spotreel.domain import ids
-from spotreel.services.gateway.config import GatewayConfig
-from spotreel.services.gateway.submission import MAX_SEED, build_submit, normalize
+from spotreel.api.config import GatewayConfig
+from spotreel.api.submission import MAX_SEED, build_submit, normalize
 
 README = Path(__file__).resolve().parents[2] / "schemas" / "README.md"
 SECTION = "## Submitting a job without the gateway"

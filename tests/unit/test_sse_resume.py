@@ -17,7 +17,7 @@ from spotreel import sse
 from spotreel.services.gateway.app import create_app
 from spotreel.client.http import ClientError
 from spotreel.client.watch import Watch
-from spotreel.services.gateway.config import GatewayConfig
+from spotreel.api.config import GatewayConfig
 from spotreel.settings import Settings
 from tests.unit.gateway_fakes import fake_deps, job_view
 

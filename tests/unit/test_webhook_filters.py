@@ -12,9 +12,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
 from spotreel.services.gateway.app import create_app
-from spotreel.services.gateway.config import GatewayConfig
+from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.openapi import document
-from spotreel.services.gateway.submission import normalize
+from spotreel.api.submission import normalize
 from spotreel.services.webhooks.payload import milestone, notification_for
 from spotreel.webhook_filters import FILTERS
 from spotreel.settings import Settings

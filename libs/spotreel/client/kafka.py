@@ -4,7 +4,7 @@ Why it exists: an internal service may produce commands to `<prefix>.commands` i
 "Submitting a job without the gateway"), but by the docs alone that meant re-implementing the job-id formula,
 the request hash, the seed, the partitioner and the gateway's validation; one slip and the command is
 refused (`job_id_mismatch`) or lands on a partition whose owner never applies it. This module uses the
-gateway's own functions (`submission.normalize` and `build_submit`, `ids`, `partition_for`), so a job
+gateway's own functions (`spotreel.api.submission`'s `normalize` and `build_submit`, `ids`, `partition_for`), so a job
 submitted here has the same id and request hash as a `POST /v1/videos` of the same body under the same tenant
 and Idempotency-Key, and either one replays the other.
 
@@ -75,7 +75,7 @@ class KafkaJobClient:
         the operator's model registry when `settings.model_registry` is set, as `spotreel gateway` does."""
         from confluent_kafka import Consumer, Producer
 
-        from spotreel.services.gateway.config import GatewayConfig
+        from spotreel.api.config import GatewayConfig
 
         self.settings = settings or Settings.from_env()
         cfg = cfg or GatewayConfig()
@@ -97,8 +97,8 @@ class KafkaJobClient:
 
     def submit(self, tenant: str, idempotency_key: str, body: dict[str, Any], *, now_ms: int | None = None) -> Sent:
         """`body`: the fields of POST /v1/videos (validated and defaulted exactly as the gateway does)."""
-        from spotreel.services.gateway.errors import ApiError
-        from spotreel.services.gateway.submission import KEY, RESERVED_KEY_PREFIX, build_submit, normalize
+        from spotreel.api.errors import ApiError
+        from spotreel.api.submission import KEY, RESERVED_KEY_PREFIX, build_submit, normalize
 
         if not tenant or "\0" in tenant:
             raise InvalidRequest("tenant", "tenant must be non-empty, without NUL")
@@ -131,7 +131,7 @@ class KafkaJobClient:
         return self._send(cmd.RequeueJob(uuid.uuid4().hex, job_id, reason=reason))
 
     def set_priority(self, job_id: str, priority: int) -> Sent:
-        from spotreel.services.gateway.submission import PRIORITY_RANGE
+        from spotreel.api.submission import PRIORITY_RANGE
 
         lo, hi = PRIORITY_RANGE
         if isinstance(priority, bool) or not isinstance(priority, int) or not lo <= priority <= hi:

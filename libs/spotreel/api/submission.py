@@ -15,8 +15,8 @@ from spotreel.domain import ids, limits
 from spotreel.domain.commands import SubmitJob
 from spotreel.domain.decide import submission_problem
 from spotreel.model_registry import SAMPLERS
-from spotreel.services.gateway.config import GatewayConfig
-from spotreel.services.gateway.errors import ApiError, invalid
+from spotreel.api.config import GatewayConfig
+from spotreel.api.errors import ApiError, invalid
 from spotreel.webhook_filters import DEFAULT_FILTER as DEFAULT_WEBHOOK_FILTER
 from spotreel.webhook_filters import FILTERS as WEBHOOK_FILTERS
 from spotreel.webhook_targets import url_refusal

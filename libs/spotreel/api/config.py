@@ -1,5 +1,5 @@
-"""Gateway policy knobs. Kept beside the gateway rather than in the shared Settings: only this service reads
-them. This class is their one list: the entrypoint reads each from `SPOTREEL_GATEWAY_<NAME>` when set
+"""Gateway policy knobs. Kept apart from the shared Settings: only the gateway reads them, and the Kafka client
+(spotreel.client.kafka) its submission limits and defaults. This class is their one list: the entrypoint reads each from `SPOTREEL_GATEWAY_<NAME>` when set
 (`from_env`, e.g. SPOTREEL_GATEWAY_MAX_PROMPT_CHARS=8000), and tests build variants with
 `dataclasses.replace`."""
 
