@@ -100,3 +100,27 @@ def test_a_submit_job_over_kafka_beyond_the_limits_is_refused(change, words):
     [rejected] = decide(None, submit(**change), 1_000)
     assert isinstance(rejected, ev.CommandRejected) and rejected.reason == "invalid_request"
     assert words in rejected.detail
+
+
+def test_the_read_model_shows_the_options_a_job_set_and_nothing_for_one_that_set_none():
+    import json
+
+    from spotreel.services.projector.projection import params_json
+
+    assert {k: v for k, v in json.loads(params_json(leased_job(**OPTIONS).s)).items() if k in OPTIONS} == OPTIONS
+    assert not set(OPTIONS) & set(json.loads(params_json(leased_job().s)))
+
+
+def test_the_local_registry_takes_the_demo_and_the_readme_requests(tmp_path):
+    """`make demo` (32x32, 8 frames, 20 steps) and README's first submissions pass the local stack's registry."""
+    import tomllib
+
+    from spotreel.demo.request import DEFAULT_FPS, DEFAULT_FRAMES, DEFAULT_RESOLUTION, DEFAULT_STEPS
+    from spotreel.platform.seed import local_registry_text
+
+    local = parse(tomllib.loads(local_registry_text(tmp_path)))
+    assert local.problem(model="tiny-t2v", resolution=DEFAULT_RESOLUTION, duration_s=DEFAULT_FRAMES / DEFAULT_FPS,
+                         fps=DEFAULT_FPS, num_steps=DEFAULT_STEPS) is None
+    for change in ({}, {"resolution": "32x32", "duration": 0.5}, {"num_steps": 20, "seed": 7}):
+        body = normalize({"prompt": "a red fox in snow", **change}, GatewayConfig(models=local))
+        assert body["model"] == "tiny-t2v"
