@@ -120,6 +120,17 @@ def cancel_while_running() -> list[Any]:
     return d.history
 
 
+def render_options() -> list[Any]:
+    """A job that sets its own guidance, negative prompt and sampler, preempted and finished on a second lease."""
+    d = leased_job(guidance_scale=4.5, negative_prompt="blurry, text", sampler="dpmpp")
+    d.progress(30.0, step=6)
+    d.checkpoint(6, 30.0)
+    d.expire()
+    d.grant(worker="w2")
+    d.complete()
+    return d.history
+
+
 def dag_pause_and_failure() -> list[Any]:
     d = Driver()
     d.submit(parents=("p1", "p2"), dag_policy="continue", run_at_ms=T0 + 30_000)
@@ -195,7 +206,7 @@ def cron_schedule_paused_and_overlapping() -> list[Any]:
 JOB_SCENARIOS: dict[str, Callable[[], list[Any]]] = {
     f.__name__: f
     for f in (happy_path, preempted_and_resumed, preempted_for_higher_tier, retries_dead_letter_and_requeue,
-              cancel_while_running, dag_pause_and_failure, watched_parent)
+              cancel_while_running, dag_pause_and_failure, watched_parent, render_options)
 }
 SCENARIOS: dict[str, Callable[[], list[Any]]] = {**JOB_SCENARIOS, "cron_schedule": cron_schedule,
                                                  "cron_schedule_paused_and_overlapping":
