@@ -194,6 +194,11 @@ class PoolStatsView:
                 if current is None or current.at_ms <= record.at_ms:
                     self._latest[(record.pool, record.partition)] = record
 
+    @property
+    def started(self) -> bool:
+        """Whether `start` was called (its reader thread exists); the scheduler starts it once."""
+        return self._thread is not None
+
     def start(self) -> None:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 

@@ -42,13 +42,13 @@ class Rebuild:
             self.rebuilding = False
 
     async def on_assigned(self) -> None:
-        if self.worker_leases._thread is None:  # noqa: SLF001 - started once, before the first rebuild
+        if not self.worker_leases.started:  # started once, before the first rebuild
             await asyncio.to_thread(self.worker_leases.start)
         if not await asyncio.to_thread(self.worker_leases.caught_up.wait, 30.0):
             log.warning("worker-leases index not caught up after 30 s; going on with what it read")
-        if self.fair._thread is None:  # noqa: SLF001 - started once, like the worker-leases index
+        if not self.fair.started:  # started once, like the worker-leases index
             await asyncio.to_thread(self.fair.start)
-        if self.pool_view._thread is None and self.preempt_budget.per_minute > 0:  # noqa: SLF001 - once
+        if not self.pool_view.started and self.preempt_budget.per_minute > 0:  # once
             await asyncio.to_thread(self.pool_view.start)
         if not await asyncio.to_thread(self.fair.caught_up.wait, 30.0):
             log.warning("tenant usage and settings not caught up after 30 s; going on with what was read")

@@ -77,6 +77,11 @@ class WorkerLeaseIndex:
 
     # -- the consumer thread -----------------------------------------------------------------------------
 
+    @property
+    def started(self) -> bool:
+        """Whether `start` was called (its reader thread exists); the scheduler starts it once."""
+        return self._thread is not None
+
     def start(self) -> None:
         from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
