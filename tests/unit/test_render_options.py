@@ -21,7 +21,7 @@ from spotreel.api.submission import build_submit, normalize
 from spotreel.services.scheduler.handler import work_assigned
 from spotreel.worker.transport import Lease
 from tests.unit.jobkit import leased_job, submit
-from tests.unit.test_gateway_api import BODY, api, post  # noqa: F401  (api: the fixture)
+from tests.unit.test_gateway_api import BODY, A, api, post  # noqa: F401  (api: the fixture)
 
 pytestmark = pytest.mark.unit
 
@@ -124,3 +124,12 @@ def test_the_local_registry_takes_the_demo_and_the_readme_requests(tmp_path):
     for change in ({}, {"resolution": "32x32", "duration": 0.5}, {"num_steps": 20, "seed": 7}):
         body = normalize({"prompt": "a red fox in snow", **change}, GatewayConfig(models=local))
         assert body["model"] == "tiny-t2v"
+
+
+@pytest.mark.parametrize("name", sorted(OPTIONS))
+async def test_a_schedules_job_refuses_render_options_it_cannot_carry(api, name):  # noqa: F811
+    client, deps = await api()
+    body = {"cron": "0 * * * *", "job": {"prompt": "p", name: OPTIONS[name]}}
+    r = await client.post("/v1/schedules", json=body, headers={**A, "Idempotency-Key": f"s-{name}"})
+    assert r.status == 422 and (await r.json())["error"]["field"] == f"job.{name}", await r.text()
+    assert deps.commands.sent == []
