@@ -83,3 +83,18 @@ def test_haproxy_accepts_the_configuration(settings, tmp_path):
     done = subprocess.run([haproxy_binary(), "-c", "-f", str(lb.config_file)], capture_output=True, text=True,
                           timeout=30)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_prometheus_is_given_every_replica(settings):
+    from spotreel.devstack.replicated import metrics_targets
+    from spotreel.devstack.services import gateway_metrics_port, scheduler_metrics_port
+
+    h = settings.host
+    assert metrics_targets(settings)["gateway"] == [f"{h}:{gateway_metrics_port(settings)}"]
+    plan = replicas.make_plan(settings, replicas.parse("gateway=2,scheduler=2"))
+    replicas.save(settings, plan)
+    targets = metrics_targets(settings)
+    assert sorted(targets) == ["gateway", "projector", "scheduler", "webhooks"]
+    assert targets["gateway"] == [f"{h}:{plan.ports['gateway-1'][1]}", f"{h}:{plan.ports['gateway-2'][1]}"]
+    assert targets["scheduler"] == [f"{h}:{scheduler_metrics_port(settings)}", f"{h}:{plan.ports['scheduler-2'][0]}"]
+    assert len(targets["projector"]) == len(targets["webhooks"]) == 1

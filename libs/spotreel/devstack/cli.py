@@ -68,15 +68,11 @@ def _monitoring_up(settings: Settings) -> int:
             return 1
         server.preflight()
     am.ensure_up(_say)  # first: Prometheus sends its alerts there from its first evaluation
-    # The stack's own services (devstack/services.py) at their fixed loopback ports; workers and others: add files.
-    from spotreel.devstack import services as svc
+    # The stack's own services (devstack/services.py), every replica of each; workers and others: add files.
+    from spotreel.devstack.replicated import metrics_targets
 
-    h = settings.host
-    for name, target in (("scheduler", f"{h}:{svc.scheduler_metrics_port(settings)}"),
-                         ("projector", f"{h}:{svc.projector_metrics_port(settings)}"),
-                         ("webhooks", f"{h}:{svc.webhooks_metrics_port(settings)}"),
-                         ("gateway", f"{h}:{svc.gateway_metrics_port(settings)}")):
-        prom.write_targets(name, [target], {"service": name})
+    for name, targets in metrics_targets(settings).items():
+        prom.write_targets(name, targets, {"service": name})
     prom.ensure_up(_say)
     _say(f"prometheus: scrape targets go in {prom.targets_dir}/*.json (file_sd); rules from monitoring/alerts.yml")
     _say(f"prometheus: operator view at {prom.console_url()}; alerts in {am.address()} (monitoring/alertmanager.yml)")

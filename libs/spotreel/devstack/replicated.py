@@ -12,7 +12,7 @@ from spotreel.devstack import replicas
 from spotreel.devstack.haproxy import HAProxy
 from spotreel.devstack.server import Say, Server
 from spotreel.devstack.services import (GatewayService, ProjectorService, SchedulerService, WebhooksService,
-                                        http_get)
+                                        gateway_metrics_port, http_get, services)
 from spotreel.platform.errors import ProbeFailed
 from spotreel.settings import Settings
 
@@ -132,3 +132,19 @@ def apply(settings: Settings, text: str, say: Say) -> replicas.Plan:
 def _base(settings: Settings) -> list[Server]:
     return [SchedulerService(settings), ProjectorService(settings), GatewayService(settings),
             WebhooksService(settings)]
+
+
+def metrics_targets(settings: Settings) -> dict[str, list[str]]:
+    """Per service, `host:port` of every process's Prometheus endpoint, replicas included (HAProxy has none)."""
+    out: dict[str, list[str]] = {}
+    for comp in services(settings):
+        if isinstance(comp, HAProxy):
+            continue
+        if isinstance(comp, GatewayReplica):
+            port = comp.metrics_port
+        elif isinstance(comp, GatewayService):
+            port = gateway_metrics_port(settings)
+        else:
+            port = comp.port()  # type: ignore[attr-defined]
+        out.setdefault(comp.name.split("-")[0], []).append(f"{settings.host}:{port}")
+    return out
