@@ -98,3 +98,17 @@ def test_keyspace_is_simple_strategy_rf1_and_names_are_checked():
     assert "'class': 'SimpleStrategy', 'replication_factor': 1" in keyspace_cql("spotreel")
     with pytest.raises(InfraError):
         keyspace_cql("drop keyspace x; --")
+
+
+def test_settle_comes_before_each_record_and_before_the_tables_are_used():
+    session = FakeSession()
+    ms = [Migration(1, "one", "CREATE TABLE IF NOT EXISTS a (x int PRIMARY KEY);"),
+          Migration(2, "two", "CREATE TABLE IF NOT EXISTS b (x int PRIMARY KEY);")]
+    migrate(session, "ks", lambda _: None, ms, settle=lambda: session.executed.append("-- settled"))
+    kinds = [s.split(" (")[0] for s in session.executed]
+    assert kinds == ["CREATE KEYSPACE IF NOT EXISTS ks WITH replication = {'class': 'SimpleStrategy', "
+                     "'replication_factor': 1}".split(" (")[0],
+                     "CREATE TABLE IF NOT EXISTS schema_migrations", "-- settled",
+                     "SELECT version, name, checksum FROM schema_migrations",
+                     "CREATE TABLE IF NOT EXISTS a", "-- settled", "INSERT INTO schema_migrations",
+                     "CREATE TABLE IF NOT EXISTS b", "-- settled", "INSERT INTO schema_migrations"]

@@ -69,9 +69,11 @@ def keyspace_cql(keyspace: str, replication: int = 1, datacenter: str = "datacen
 
 
 def migrate(session, keyspace: str, say=print, migrations: list[Migration] | None = None, *,
-            replication: int = 1, datacenter: str = "datacenter1") -> list[str]:
+            replication: int = 1, datacenter: str = "datacenter1", settle=None) -> list[str]:
     """Apply what is missing; returns the labels applied by this call. `replication`, `datacenter`: the
-    keyspace's, when this call creates it (an existing keyspace keeps its own)."""
+    keyspace's, when this call creates it (an existing keyspace keeps its own). `settle`: called after the
+    keyspace and after each migration's statements, before it is recorded, by a caller whose session does
+    not wait for schema agreement after every statement (devstack/cassandra_cluster.py)."""
     migrations = load_migrations() if migrations is None else migrations
     session.execute(keyspace_cql(keyspace, replication, datacenter))
     session.set_keyspace(keyspace)
@@ -79,6 +81,8 @@ def migrate(session, keyspace: str, say=print, migrations: list[Migration] | Non
         "CREATE TABLE IF NOT EXISTS schema_migrations "
         "(version int PRIMARY KEY, name text, checksum text, applied_at timestamp)"
     )
+    if settle is not None:
+        settle()
     applied = {row.version: row for row in session.execute("SELECT version, name, checksum FROM schema_migrations")}
     done = []
     for m in migrations:
@@ -94,6 +98,8 @@ def migrate(session, keyspace: str, say=print, migrations: list[Migration] | Non
         for stmt in statements(m.cql):
             # Every statement is IF NOT EXISTS, so a migration interrupted half-way can simply rerun.
             session.execute(stmt)
+        if settle is not None:
+            settle()
         session.execute(
             "INSERT INTO schema_migrations (version, name, checksum, applied_at) "
             "VALUES (%s, %s, %s, toTimestamp(now())) IF NOT EXISTS",
