@@ -5,7 +5,8 @@ model registry) and a real scheduler on the same topics: every line must exit 0 
 - the client block: `<job-id>` and `<schedule-id>` taken from what `submit` and `schedule create` printed,
   `dag.yaml` from README's own YAML block. `watch` and `get` need a finished video and are only parsed
   (tests/unit/test_readme_commands.py; test_client_cli.py and the demo run them);
-- the operators' block (`model list`, `tenant create|set`, `worker-key create`, `usage`), through
+- the operators' block (`model list`, `tenant create|set`, `worker-key create`, `usage`) and the stack
+  block's `schemas check` (its other lines start and stop the stack: test_infra_cli.py runs those), through
   SPOTREEL_* variables naming the test's prefix, keyspace and registry as an operator's shell would. Between
   `worker-key create` and `usage` a worker holding that key leases a job of the DAG through the gateway
   and hands it back, so `usage` has GPU-seconds to show and `replay <job-id>` and `replay --why <job-id>` (the
@@ -42,7 +43,8 @@ RUN_LAST = {"replay"}  # once a job had a lease
 
 
 def blocks() -> tuple[list[str], list[str], str]:
-    """README's client block, its operators' block and its DAG file."""
+    """README's client block, its operators' block (with the stack block's one line that changes nothing on
+    a stack, `schemas check`; the others start and stop it) and its DAG file."""
     text = README.read_text(encoding="utf-8")
     found = re.findall(r"```sh\n(.*?)```", text, re.S)
 
@@ -51,7 +53,9 @@ def blocks() -> tuple[list[str], list[str], str]:
         return [line for line in block.splitlines() if line.strip().startswith(".venv/bin/spotreel")]
 
     dag = next(b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if "nodes:" in b)
-    return lines("spotreel submit"), lines("spotreel tenant create"), dag
+    checks = [line for line in lines("spotreel infra fetch") if " schemas check" in line]
+    assert checks, "README's stack block lost `spotreel schemas check`"
+    return lines("spotreel submit"), lines("spotreel tenant create") + checks, dag
 
 
 def run(argv: list[str]) -> tuple[int, str]:
@@ -121,6 +125,7 @@ async def test_readmes_commands_run(cli_settings, make_server, scheduler, tmp_pa
     assert said["model list"].startswith("tiny-t2v  family=unet3d") and "samplers=ddim,euler_a" in said["model list"]
     assert re.search(r"tenant acme: API key .*\n\S{20,}", said["tenant create"]), said["tenant create"]
     assert "weight 2" in said["tenant set"] and "max in flight 8" in said["tenant set"], said["tenant set"]
+    assert re.search(r"^\d+ schemas, 0 failing$", said["schemas"], re.M), said["schemas"]
     used = float(re.search(r"^alpha\s+([0-9.]+)", said["usage"], re.M).group(1))
     assert used > 0, said["usage"]
 
