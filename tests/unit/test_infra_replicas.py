@@ -98,3 +98,17 @@ def test_prometheus_is_given_every_replica(settings):
     assert targets["gateway"] == [f"{h}:{plan.ports['gateway-1'][1]}", f"{h}:{plan.ports['gateway-2'][1]}"]
     assert targets["scheduler"] == [f"{h}:{scheduler_metrics_port(settings)}", f"{h}:{plan.ports['scheduler-2'][0]}"]
     assert len(targets["projector"]) == len(targets["webhooks"]) == 1
+
+
+def test_up_replicas_records_a_changed_plan_and_keeps_an_unchanged_one(settings):
+    from spotreel.devstack.replicated import apply
+
+    lines: list[str] = []
+    plan = apply(settings, "gateway=2,webhooks=2", lines.append)
+    assert replicas.load(settings) == plan and lines == [
+        f"replicas: gateway=2,scheduler=1,projector=1,webhooks=2 (recorded in {replicas.plan_file(settings)})"]
+    assert apply(settings, "webhooks=2,gateway=2", lines.append) == plan and len(lines) == 1  # same counts: no-op
+    own = {p for ports in plan.ports.values() for p in ports}
+    assert settings.gateway_port not in own and settings.kafka_port not in own
+    apply(settings, "", lines.append)
+    assert not replicas.plan_file(settings).exists() and lines[-1].startswith("replicas: gateway=1,")
