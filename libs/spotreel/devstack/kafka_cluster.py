@@ -2,8 +2,9 @@
 process, node n on 127.0.0.1 at `settings.kafka_node_ports(n)`, the controller quorum of every node.
 
 Same jars, JVM and config template as the single node (kafka.py); what differs is the node id, the ports, the
-voters, the replication of the internal topics, a cluster id shared by every node, and that only node 1
-declares the topics, once every broker is registered (a replication factor of 3 needs three brokers).
+voters, the replication of the internal topics, a cluster id shared by every node, no controlled shutdown
+(`down` stops every node at once, and the last broker would wait minutes for a quorum of controllers), and
+that only node 1 declares the topics, once every broker is registered (replication factor 3 needs three).
 """
 
 from __future__ import annotations
