@@ -11,7 +11,10 @@
 - ETA: the domain's fluid estimate (queue position, active workers, mean generation time) from the
   scheduler's pool-stats records (poolview.py), a model switch (`model_switch_seconds`) added for a job
   only idle workers with another model loaded can take; above `max_eta_seconds` → 503. Null, with the reason, when
-  the pool has no statistics, no measured generation time or no worker yet.
+  the pool has no statistics, no measured generation time or no worker yet. The queue position is the
+  job's place in dispatch's order (tier, then the tenants' shares, then age: queueplace.py), the same for
+  the 202 and for a queued job's `pending_reason`; records without the per-tier-and-tenant counts (an
+  older scheduler) give every queued job of the pool as ahead.
 """
 
 from __future__ import annotations
@@ -21,8 +24,12 @@ from dataclasses import dataclass
 
 from spotreel.domain import eta, plans, quotas
 from spotreel.api.config import GatewayConfig
+from spotreel.services.gateway import queueplace
 from spotreel.services.gateway.deps import PoolLoad, ReadStore, Tenant
 from spotreel.api.errors import ApiError
+
+# Pool-stats records older than this are not counted in a queue position (their scheduler stopped).
+STALE_MS = 30_000
 
 
 @dataclass(frozen=True)
@@ -33,10 +40,13 @@ class Estimate:
 
 
 class Admission:
-    def __init__(self, cfg: GatewayConfig, reads: ReadStore, on_reject=lambda reason: None, pools=None) -> None:
+    def __init__(self, cfg: GatewayConfig, reads: ReadStore, on_reject=lambda reason: None, pools=None,
+                 usage=None, clock_ms=None) -> None:
         self.cfg = cfg
         self.reads = reads
         self.pools = pools
+        self.usage = usage  # usage.KafkaTenantUsage or None: a tenant's GPU-seconds for its queue position
+        self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self.on_reject = on_reject
         self._buckets: dict[str, quotas.TokenBucket] = {}
         self._in_flight: dict[str, tuple[float, int]] = {}
@@ -88,21 +98,51 @@ class Admission:
             self._pools[pool] = cached
         return cached[1]
 
-    async def estimate(self, pool: str) -> Estimate:
+    async def _ahead(self, pool: str, tenant: Tenant, priority: int, own_ahead: int | None) -> tuple[bool, int | None]:
+        """(known, jobs ahead in dispatch's order); known False: the records carry no per-tenant counts.
+        `own_ahead` None: a new job, behind all of its tenant's queued jobs of its tier."""
+        records = getattr(self.pools, "records", None)
+        if records is None:
+            return False, None
+        queue = queueplace.groups(records(pool), self.clock_ms(), STALE_MS)
+        if queue is None:
+            return False, None
+        if own_ahead is None:
+            own_ahead = queueplace.own_count(queue, tenant.tenant_id, priority)
+        used = None
+        if self.usage is not None and not any(g.tenant == tenant.tenant_id for g in queue):
+            try:
+                used = (await self.usage.usage(tenant.tenant_id)).get("fair_share_gpu_seconds")
+            except Exception:  # noqa: BLE001 - advice only: a tenant with no known usage counts as none
+                used = None
+        load = await self._load(pool)
+        cost = load.mean_generation_seconds if load is not None else None
+        place = queueplace.position(queue, priority, tenant.tenant_id, own_ahead, cost, used, tenant.plan)
+        return True, None if place is None else place - 1
+
+    async def estimate(self, pool: str, tenant: Tenant | None = None, priority: int | None = None,
+                       own_ahead: int | None = None) -> Estimate:
+        """Queue position and wait for a job of `tenant` and `priority` in `pool` (a new one unless
+        `own_ahead`, its tenant's older jobs of its tier, is given); without a tenant, behind every queued job."""
         try:
             load = await self._load(pool)
+            known, ahead = (False, None) if tenant is None or priority is None else \
+                await self._ahead(pool, tenant, priority, own_ahead)
         except Exception:  # noqa: BLE001 - an ETA is advice; a read failure must not refuse the job
             return Estimate(None, None, "pool statistics unavailable")
+        if known and ahead is None:
+            return Estimate(None, None, "the tenant is at its in-flight ceiling: the job waits for its leases to end")
         if load is None:
-            return Estimate(1, None, "no statistics for this pool yet")
+            return Estimate(ahead + 1 if known else 1, None, "no statistics for this pool yet")
+        jobs_ahead = ahead if known else load.queued
         workers = load.workers_active or 0
         gen = load.mean_generation_seconds
         if gen is None:
-            return Estimate(load.queued + 1, None, "no measured generation time for this pool yet")
+            return Estimate(jobs_ahead + 1, None, "no measured generation time for this pool yet")
         idle = min(workers, load.workers_idle or 0)
         # Idle workers with another model loaded switch (unload, load) before they take a job here.
         warm = idle if load.workers_idle_warm is None else min(idle, load.workers_idle_warm)
-        e = eta.estimate(load.queued, workers, int(gen * 1000), idle_workers=idle, cold_idle_workers=idle - warm,
+        e = eta.estimate(jobs_ahead, workers, int(gen * 1000), idle_workers=idle, cold_idle_workers=idle - warm,
                          switch_ms=int(self.cfg.model_switch_seconds * 1000))
         if e.wait_ms is None:
             return Estimate(e.queue_position, None, "no active worker in this pool")

@@ -156,7 +156,7 @@ def create_app(settings: Settings, deps: Deps, cfg: GatewayConfig | None = None)
         cfg = replace(cfg, models=load(settings.model_registry))
     metrics = Metrics.create()
     admission = Admission(cfg, deps.reads, on_reject=lambda reason: metrics.rejections.labels(reason).inc(),
-                          pools=deps.pools)
+                          pools=deps.pools, usage=deps.usage, clock_ms=deps.clock_ms)
     app = web.Application(
         client_max_size=cfg.max_body_bytes,
         handler_args=guards.HANDLER_ARGS,

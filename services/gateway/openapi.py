@@ -243,9 +243,11 @@ VIDEO_SCHEMA = {
                            "accepted (not recorded by the scheduler yet), paused, parents_unfinished, "
                            "retry_backoff or run_at_future (with run_at), tenant_at_ceiling (tenant_leases >= "
                            "max_in_flight of its plan), behind_higher_tier (higher_tier_jobs of a higher priority "
-                           "queued in the pool, all tenants: the tenant's own go first, another tenant's when it "
-                           "is further below its fair share), waiting_for_worker (the next worker of the pool; among jobs of its "
-                           "priority fair share and age decide, which this cannot rank). pool_stats is null "
+                           "queued in the pool, all tenants: tiers go first whoever's they are), waiting_for_worker "
+                           "(the next worker of the pool). Those two also carry queue_position and "
+                           "estimated_wait_seconds: the job's place in dispatch's order (tier, then the tenants' "
+                           "fair shares, then age) and the wait that follows, as the 202 computes them; null with "
+                           "estimate_unavailable_reason when they cannot be told. pool_stats is null "
                            "when no recent statistics exist for the pool",
             "properties": {"code": {"type": "string", "enum": [
                 "accepted", "paused", "parents_unfinished", "retry_backoff", "run_at_future", "tenant_at_ceiling",
@@ -254,6 +256,9 @@ VIDEO_SCHEMA = {
                 "run_at": {"type": ["string", "null"]},
                 "higher_tier_jobs": {"type": "integer", "minimum": 1},
                 "tenant_leases": {"type": "integer"}, "max_in_flight": {"type": "integer"},
+                "queue_position": {"type": ["integer", "null"], "minimum": 1},
+                "estimated_wait_seconds": {"type": ["integer", "null"]},
+                "estimate_unavailable_reason": {"type": "string"},
                 "pool_stats": {"type": ["object", "null"], "properties": {
                     "queued_by_tier": {"type": "object", "additionalProperties": {"type": "integer"}},
                     "busy_workers": {"type": "integer"}, "idle_workers": {"type": "integer"}}}}},

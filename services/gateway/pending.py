@@ -12,16 +12,19 @@ tenant's own leased/running jobs in the read model. In order:
   submitted run_at);
 - `tenant_at_ceiling`: the tenant holds `max_in_flight` leases already; dispatch passes over its jobs;
 - `behind_higher_tier`: N jobs of a higher priority are queued in the pool (over all partitions and
-  tenants). The tenant's own go before this one; another tenant's go first when that tenant is further
-  below its fair share (priority does not cross tenants in dispatch), and a full pool may preempt
-  lower-tier work for them (scheduler README). Pool-stats do not split tiers by tenant, so N counts both;
-- `waiting_for_worker`: none of the above: the next worker of pool X takes it, subject to fair share
-  between tenants and aging (not modelled here).
+  tenants): dispatch serves tiers strictly, whoever's they are, and a full pool may preempt lower-tier
+  work for them (scheduler README);
+- `waiting_for_worker`: none of the above: the next worker of pool X takes it in dispatch's order.
 
-What it cannot know: where exactly the job stands among jobs of its own tier (fair share and aging decide
-that on the partition, from usage this process does not hold), whether the pool-stats it reads are fresh
-to the second (they are published every second; a missing or stale pool gives `pool_stats: null`), and the
-in-flight ceiling the scheduler enforces is read from the tenant's plan as the gateway cached it.
+A queued job's reason also carries `queue_position` (1-based) and `estimated_wait_seconds`: its place in
+dispatch's order (tier, then the tenants' fair shares, then age) and the wait that follows, as the 202
+computes them (admission.py, queueplace.py); null, with `estimate_unavailable_reason`, when they cannot be
+told (no statistics, no measured generation time, no worker, or the tenant at its ceiling).
+
+What it cannot know: an overdue job (past the starvation bound) or a tie on share that the pool-stats
+counts do not show, whether the pool-stats it reads are fresh to the second (they are published every
+second; a missing or stale pool gives `pool_stats: null`), and the in-flight ceiling the scheduler
+enforces is read from the tenant's plan as the gateway cached it.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from spotreel.services.gateway import queueplace
 from spotreel.services.gateway.deps import Deps, Tenant
 from spotreel.readmodel.jobs import JobView
 
@@ -95,11 +99,11 @@ def pending_reason(job: JobView | None, status: str, now_ms: int, pool: PoolQueu
              "busy_workers": pool.busy_workers, "idle_workers": pool.idle_workers}
     if higher > 0:
         return {"code": "behind_higher_tier", "pool": job.pool, "higher_tier_jobs": higher, "pool_stats": stats,
-                "message": f"{higher} job(s) of a higher priority are queued in pool {job.pool}: the tenant's own "
-                           f"go first, other tenants' when they are further below their fair share"}
+                "message": f"{higher} job(s) of a higher priority are queued in pool {job.pool} and go first, "
+                           f"whoever's they are"}
     return {"code": "waiting_for_worker", "pool": job.pool, "pool_stats": stats,
             "message": f"waiting for a worker of pool {job.pool} ({pool.busy_workers} busy, {pool.idle_workers} "
-                       f"idle); among jobs of its priority, fair share and age decide"}
+                       f"idle); among jobs of its priority, the tenants' fair shares and then age decide"}
 
 
 # Pool-stats records older than this are not trusted (their scheduler stopped publishing).
@@ -117,9 +121,12 @@ async def tenant_leases(deps: Deps, tenant: Tenant) -> int | None:
 
 
 async def explain(deps: Deps, tenant: Tenant, found: Any, now_ms: int, run_at_iso: str | None,
-                  leases: Callable[[], Awaitable[int | None]] | None = None) -> dict[str, Any] | None:
+                  leases: Callable[[], Awaitable[int | None]] | None = None, admission: Any = None,
+                  newer: Callable[[], Awaitable[int]] | None = None) -> dict[str, Any] | None:
     """`pending_reason` for a job (JobView) or a claim, from the pool-stats view and the read model.
-    `leases`: how to count the tenant's leases (the SSE stream passes a cached count); default: read now."""
+    `leases`: how to count the tenant's leases (the SSE stream passes a cached count); default: read now.
+    `admission`: where a queued job's position and wait come from (none without it); `newer`: how to count the
+    tenant's queued jobs of the job's priority submitted after it (the stream caches it); default: read now."""
     job = found if isinstance(found, JobView) else None
     status = job.status if job is not None else "accepted"
     if status in NOT_PENDING:
@@ -129,4 +136,27 @@ async def explain(deps: Deps, tenant: Tenant, found: Any, now_ms: int, run_at_is
     held = None
     if job is not None and status == "queued" and tenant.max_in_flight is not None:
         held = await (leases() if leases is not None else tenant_leases(deps, tenant))
-    return pending_reason(job, status, now_ms, pool, held, tenant.max_in_flight, run_at_iso)
+    reason = pending_reason(job, status, now_ms, pool, held, tenant.max_in_flight, run_at_iso)
+    if reason is not None and admission is not None and reason["code"] in PLACED:
+        await place(reason, deps, tenant, job, admission, newer)
+    return reason
+
+
+# The reasons of a job that waits only for its turn: they say where it stands.
+PLACED = frozenset({"behind_higher_tier", "waiting_for_worker"})
+
+
+async def place(reason: dict[str, Any], deps: Deps, tenant: Tenant, job: JobView, admission: Any,
+                newer: Callable[[], Awaitable[int]] | None) -> None:
+    """Add the job's queue position and wait in dispatch's order to `reason`."""
+    records = getattr(deps.pools, "records", None)
+    queue = queueplace.groups(records(job.pool), deps.clock_ms(), STALE_MS) if records is not None else None
+    own_ahead = None
+    if queue is not None:
+        after = await (newer() if newer is not None else
+                       queueplace.newer_of_tier(deps.reads, tenant.tenant_id, job.job_id, job.priority))
+        own_ahead = max(0, queueplace.own_count(queue, tenant.tenant_id, job.priority) - 1 - after)
+    est = await admission.estimate(job.pool, tenant, job.priority, own_ahead if own_ahead is not None else 0)
+    reason["queue_position"], reason["estimated_wait_seconds"] = est.queue_position, est.wait_seconds
+    if est.wait_seconds is None:
+        reason["estimate_unavailable_reason"] = est.reason

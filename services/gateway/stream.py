@@ -23,11 +23,13 @@ from spotreel.services.gateway.context import gateway
 from spotreel.api.errors import ApiError
 from spotreel.services.gateway.lookup import conflict, find, job_id_of, status_of
 from spotreel.services.gateway.pending import explain, tenant_leases
+from spotreel.services.gateway.queueplace import newer_of_tier
 from spotreel.services.gateway.views import TERMINAL, claim_json, job_json
 from spotreel.readmodel.jobs import JobView
 
 HEARTBEAT_SECONDS = 15.0
-# How often a stream re-counts the tenant's leases for `pending_reason` (tenant_at_ceiling).
+# How often a stream re-counts the tenant's leases for `pending_reason` (tenant_at_ceiling) and its queued
+# jobs submitted after this one (queue_position).
 LEASES_EVERY_SECONDS = 5.0
 
 
@@ -43,7 +45,7 @@ def _gist(reason: dict | None) -> tuple:
         return ()
     stats = reason.get("pool_stats") or {}
     return (reason["code"], reason.get("higher_tier_jobs"), reason.get("tenant_leases"),
-            stats.get("idle_workers"), stats.get("busy_workers"))
+            stats.get("idle_workers"), stats.get("busy_workers"), reason.get("queue_position"))
 
 
 async def stream_video(request: web.Request) -> web.StreamResponse:
@@ -64,9 +66,19 @@ async def stream_video(request: web.Request) -> web.StreamResponse:
             counted[:] = [await tenant_leases(gw.deps, request[TENANT]), time.monotonic()]
         return counted[0]
 
+    behind: list = [0, -LEASES_EVERY_SECONDS]  # the tenant's queued jobs submitted after this one, and when
+
+    async def newer() -> int:
+        if time.monotonic() - behind[1] >= LEASES_EVERY_SECONDS:
+            view = found if isinstance(found, JobView) else None
+            n = 0 if view is None else await newer_of_tier(gw.deps.reads, tenant, job_id, view.priority)
+            behind[:] = [n, time.monotonic()]
+        return behind[0]
+
     while True:
         snap = _snapshot(found)
-        reason = await explain(gw.deps, request[TENANT], found, gw.deps.clock_ms(), snap["run_at"], leases)
+        reason = await explain(gw.deps, request[TENANT], found, gw.deps.clock_ms(), snap["run_at"], leases,
+                               gw.admission, newer)
         snap["pending_reason"] = reason
         if sse.is_new(snap["version"], seen):
             await response.write(sse.frame("status", snap, snap["version"]))

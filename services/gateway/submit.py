@@ -90,7 +90,7 @@ async def accept(gw: Gateway, tenant: Tenant, key: str, body: dict[str, Any], *,
             gw.admission.check_rate(tenant, now)
             await gw.admission.check_in_flight(tenant)
         await check_parents(gw, tenant, body["parents"], known_parents)
-    estimate = await gw.admission.estimate(pool)
+    estimate = await gw.admission.estimate(pool, tenant, submit.priority)
     if held is None:
         gw.admission.check_eta(estimate)
         held = await deps.reads.claim(mine)

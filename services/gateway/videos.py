@@ -31,7 +31,8 @@ async def get_video(request: web.Request) -> web.Response:
     body = job_json(found) if isinstance(found, JobView) else claim_json(found)
     callback = found.params.get("callback_url")
     body["webhook"] = webhook_json(callback, await deps.reads.webhook_state(found.job_id) if callback else None)
-    body["pending_reason"] = await explain(deps, request[TENANT], found, deps.clock_ms(), body.get("run_at"))
+    body["pending_reason"] = await explain(deps, request[TENANT], found, deps.clock_ms(), body.get("run_at"),
+                                           admission=gateway(request).admission)
     return web.json_response(body)
 
 

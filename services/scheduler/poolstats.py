@@ -52,13 +52,27 @@ def share_if_room(usage: TenantUsage | None, policy: TenantPolicy | None) -> flo
     return share(usage, policy)
 
 
+def standing(usage: TenantUsage | None, policy: TenantPolicy | None) -> tuple[float, float, int | None]:
+    """What dispatch weighs a tenant by: its usage over all partitions, its weight, and the leases it may
+    still take under its in-flight ceiling (None: no ceiling)."""
+    policy = policy or TenantPolicy()
+    held = usage.in_flight if usage else 0
+    room = None if policy.max_in_flight is None else max(0, policy.max_in_flight - held)
+    return (usage.gpu_seconds if usage else 0.0), policy.weight, room
+
+
 def pool_stats(part: PartitionState, now_ms: int,
-               share_of: Callable[[str], float | None] = lambda tenant: None) -> list[ev.PoolStats]:
-    """`share_of(tenant)`: the tenant's fair share over all partitions, None if it may get no lease now."""
+               share_of: Callable[[str], float | None] = lambda tenant: None,
+               standing_of: Callable[[str], tuple[float, float, int | None]] | None = None) -> list[ev.PoolStats]:
+    """`share_of(tenant)`: the tenant's fair share over all partitions, None if it may get no lease now;
+    `standing_of(tenant)`: `standing` above (None: the records carry no `tenant_standing`)."""
     by_pool: dict[str, list] = {}
     for job in list(part.index._jobs.values()):  # noqa: SLF001 - a read-only walk of the hint index
         by_pool.setdefault(pool_key(job.model, job.gpu_type), []).append(job)
-    pools = set(by_pool) | {p for p, n in part.leased_by_pool.items() if n > 0} | part.known_pools
+    # A pool whose jobs were all queued, leased and ended between two ticks shows in none of the counts;
+    # its measured run time (the ETA's generation time) would never be published: its runs name it too.
+    pools = (set(by_pool) | {p for p, n in part.leased_by_pool.items() if n > 0} | part.known_pools
+             | set(part.run_ms_by_pool))
     part.known_pools |= pools
     recent = [w for w in part.workers.values() if now_ms - w.last_ms <= WORKER_WINDOW_MS]
     mean_cp = _mean(part.checkpoint_gaps_ms)
@@ -67,6 +81,12 @@ def pool_stats(part: PartitionState, now_ms: int,
         jobs = by_pool.get(pool, [])
         tiers = Counter(j.priority for j in jobs)
         tenants = Counter(j.tenant for j in jobs)
+        groups = Counter((j.priority, j.tenant) for j in jobs)
+        standings = []
+        if standing_of is not None:
+            for tenant in sorted(tenants):
+                used, weight, room = standing_of(tenant)
+                standings.append(f"{tenant}={used!r}/{weight!r}/{'' if room is None else room}")
         shares = [x for x in map(share_of, tenants) if x is not None]
         oldest = min((j.enqueued_at_ms for j in jobs), default=now_ms)
         in_pool = [w for w in recent if pool in w.pools]
@@ -87,5 +107,7 @@ def pool_stats(part: PartitionState, now_ms: int,
             lease_losses_1h=lost, lease_loss_rate_per_hour=rate, min_share=min(shares, default=None),
             leased_seconds_1h=leased_s,
             preempting=sum(1 for p in part.yielding.values() if p == pool),
-            preempted_1m=len(asked_1m(part, pool, now_ms))))
+            preempted_1m=len(asked_1m(part, pool, now_ms)),
+            queued_by_tier_tenant=tuple(f"{k}/{t}={v}" for (k, t), v in sorted(groups.items())),
+            tenant_standing=tuple(standings)))
     return out

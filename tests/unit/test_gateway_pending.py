@@ -110,3 +110,32 @@ async def test_get_video_and_the_stream_carry_the_pending_reason_and_tell_when_i
     deps.reads.jobs[JOB] = leased
     body = await (await client.get(f"/v1/videos/{JOB}", headers=A)).json()
     assert body["pending_reason"] is None
+
+
+def _placed(partition: int, groups: dict[tuple[int, str], int], standing: dict[str, str]):
+    tiers: dict[int, int] = {}
+    for (tier, _), n in groups.items():
+        tiers[tier] = tiers.get(tier, 0) + n
+    return ev.PoolStats(pool=POOL, partition=partition, at_ms=NOW, queued=sum(groups.values()), leased=2,
+                        oldest_wait_ms=0, queued_by_tier=tuple(f"{k}={v}" for k, v in tiers.items()),
+                        queued_by_tier_tenant=tuple(f"{k}/{t}={v}" for (k, t), v in groups.items()),
+                        tenant_standing=tuple(f"{t}={s}" for t, s in standing.items()))
+
+
+async def test_a_queued_job_carries_its_place_in_dispatch_order(gw) -> None:
+    """Tier first (b's priority-9 job), then the tenant furthest below its share (a, usage 0, before b at 70
+    GPU-s), then age (the older of a's two jobs): the job is third."""
+    client, deps, pools = gw
+    deps.auth.tenants["tenant-a"] = Tenant("tenant-a")
+    deps.reads.jobs["j" + "d" * 32] = job_view("j" + "d" * 32, "tenant-a", "queued")  # submitted after JOB
+    standing = {"tenant-a": "0.0/1.0/", "tenant-b": "70.0/1.0/"}
+    pools.recs = [_placed(0, {(9, "tenant-b"): 1, (0, "tenant-a"): 2}, standing), _placed(1, {(0, "tenant-b"): 2},
+                                                                                          standing)]
+    reason = (await (await client.get(f"/v1/videos/{JOB}", headers=A)).json())["pending_reason"]
+    assert reason["code"] == "behind_higher_tier" and reason["queue_position"] == 3
+    assert reason["estimated_wait_seconds"] is None and reason["estimate_unavailable_reason"]
+    # a's usage rises past b's: b's two priority-0 jobs go before a's two.
+    pools.recs = [_placed(0, {(9, "tenant-b"): 1, (0, "tenant-a"): 2}, {**standing, "tenant-a": "500.0/1.0/"}),
+                  _placed(1, {(0, "tenant-b"): 2}, {**standing, "tenant-a": "500.0/1.0/"})]
+    reason = (await (await client.get(f"/v1/videos/{JOB}", headers=A)).json())["pending_reason"]
+    assert reason["queue_position"] == 5
