@@ -124,6 +124,7 @@ class Run:
         self.log = log
         self.accepted: list[str] = []
         self.served: list[tuple[float, str, str]] = []  # (time, worker, gateway) of every lease delivered
+        self.polls: list[tuple[float, str, str]] = []  # (time, worker, gateway) of every answered lease poll
         self.last_gateway: dict[str, str] = {}  # worker -> the gateway that served its last poll
         self.submitting = True
         self.stop = asyncio.Event()
@@ -168,6 +169,8 @@ class Run:
             status, lease, gw = await self.post(
                 f"/internal/workers/{wid}/lease", {"gpu_type": GPU, "models": [MODEL], "wait_seconds": 3,
                                                    "lease_ttl_ms": TTL_MS}, self.plane.worker_key)
+            if status in (200, 204):
+                self.polls.append((time.monotonic(), wid, gw))
             if status == 200 and lease:
                 self.served.append((time.monotonic(), wid, gw))
                 self.last_gateway[wid] = gw
@@ -279,6 +282,13 @@ def test_gateways_and_schedulers_killed_under_load_lose_and_duplicate_nothing(pl
     with capman.global_and_fixture_disabled():
         print("\n" + "\n".join(lines), flush=True)
     assert not result.problems, result.problems[:10]
+    # While both gateways were up, each worker's polls reached one of them (HAProxy's hashing on the worker id).
+    before = {}
+    for t, w, g in run.polls:
+        if t < faults[0]["t0"]:
+            before.setdefault(w, set()).add(g)
+    assert all(len(g) == 1 for g in before.values()) and len(before) == WORKERS, before
+    assert set().union(*before.values()) == {"gateway", "gateway-2"}, before
     assert dict(result.outcomes()) == {"JobSucceeded": len(run.accepted)}
     assert len(run.accepted) >= 20
     for f in faults:
