@@ -2,8 +2,8 @@
 
 `expand` is what `services.services` returns through: with the recorded plan all 1 it changes nothing;
 otherwise it adds `scheduler-2`, `projector-2`, ... and, for gateway N > 1, moves every gateway onto the
-plan's ports and puts HAProxy (haproxy.py) on the gateway's usual address, started after the gateways
-(it health-checks them) and stopped before them.
+plan's ports and puts HAProxy (haproxy.py) on the gateway's usual address. HAProxy starts and stops with the
+services, in parallel; it is ready once one gateway passes its health check (its own probe).
 """
 
 from __future__ import annotations
