@@ -127,6 +127,7 @@ def decide_pool(pool: str, parts: dict[int, PartitionState], others: Iterable[ev
     `share_of(tenant)`: its share whatever its ceiling."""
     waiting: Counter = Counter()
     tenants: set[str] = set()
+    top: dict[str, int] = {}  # each waiting tenant's highest queued tier, where known
     free = free_workers(parts.values(), pool, now_ms, holds)
     yielding, recent = 0, []
     running: list[tuple[int, Running]] = []
@@ -135,6 +136,8 @@ def decide_pool(pool: str, parts: dict[int, PartitionState], others: Iterable[ev
                   if pool_key(j.model, j.gpu_type) == pool]
         waiting.update(j.priority for j in queued)
         tenants.update(j.tenant for j in queued)
+        for j in queued:
+            top[j.tenant] = max(top.get(j.tenant, j.priority), j.priority)
         yielding += yielding_of(part, pool)
         recent += asked_1m(part, pool, now_ms)
         running += [(p, r) for r in running_of(part, pool, get)]
@@ -143,6 +146,11 @@ def decide_pool(pool: str, parts: dict[int, PartitionState], others: Iterable[ev
             continue
         waiting.update(tiers_of(stats.queued_by_tier))
         tenants.update(t for t, n in tiers_of_tenants(stats.queued_by_tenant).items() if n > 0)
+        for entry in getattr(stats, "queued_by_tier_tenant", ()) or ():
+            key, _, _ = entry.rpartition("=")
+            tier, _, tenant = key.partition("/")
+            if tier.lstrip("-").isdigit():
+                top[tenant] = max(top.get(tenant, int(tier)), int(tier))
         free += stats.idle_workers
         yielding += getattr(stats, "preempting", 0) or 0
         recent += [now_ms] * (getattr(stats, "preempted_1m", 0) or 0)  # made within the minute: counted as now
@@ -155,7 +163,7 @@ def decide_pool(pool: str, parts: dict[int, PartitionState], others: Iterable[ev
         under = {t: s for t in tenants if (s := share_if_room(t)) is not None}
         holders = {r.tenant: share_of(r.tenant) for _, r in running}
         chosen += plan_fair(under, holders, [r for _, r in running if r.job_id not in asked], free,
-                            yielding + len(chosen), recent + [now_ms] * len(chosen), now_ms, budget, fair_ratio)
+                            yielding + len(chosen), recent + [now_ms] * len(chosen), now_ms, budget, fair_ratio, top)
     return [(where[c.job_id], c) for c in chosen]
 
 

@@ -165,6 +165,9 @@ def test_plan_fair_takes_the_most_over_served_tenants_youngest_lowest_tier_lease
     assert plan_fair({"c": 0.0}, shares, running, 0, 0, [], NOW, B, 0) == ()
     # A tenant's own leases are never taken for it.
     assert plan_fair({"a": 0.0}, {"a": 300.0}, running[:2], 0, 0, [], NOW, B, 2) == ()
+    # Dispatch serves tiers first: for c's tier-0 work only a tier-0 lease is worth taking (b's, less over-served).
+    got = plan_fair({"c": 0.0}, shares, running, 0, 0, [], NOW, B, 2, {"c": 0})
+    assert [(p.job_id, p.for_tenant) for p in got] == [("b1", "c")]
 
 
 fair_leases = st.lists(st.builds(Running, job_id=st.text("abcdef", min_size=1, max_size=3), epoch=st.integers(1, 5),

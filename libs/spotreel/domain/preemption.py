@@ -118,10 +118,12 @@ def plan(demand: Demand, running: Sequence[Running], recent_ms: Sequence[int], n
 
 def plan_fair(waiting: Mapping[str, float], shares: Mapping[str, float], running: Sequence[Running], free_workers: int,
               yielding: int, recent_ms: Sequence[int], now_ms: int, budget: Budget,
-              ratio: int) -> tuple[Preemption, ...]:
+              ratio: int, top_tier: Mapping[str, int] | None = None) -> tuple[Preemption, ...]:
     """`waiting`: tenant -> share, for the tenants with queued work in the pool and room under their ceiling;
     `shares`: the share of every tenant holding a lease in `running`. At most one lease per waiting tenant,
-    within the budget; nothing when `ratio` < 1."""
+    within the budget; nothing when `ratio` < 1. `top_tier`: a waiting tenant's highest queued tier, where
+    known: dispatch serves tiers first across tenants, so a lease of a higher tier would only go back to its
+    own requeued job; such a lease is not taken for that tenant."""
     if ratio < 1:
         return ()
     left = room(recent_ms, now_ms, budget)
@@ -132,9 +134,11 @@ def plan_fair(waiting: Mapping[str, float], shares: Mapping[str, float], running
         if len(chosen) >= left:
             break
         mine = waiting[tenant]
+        ceiling = (top_tier or {}).get(tenant)
         candidates = [r for r in running
                       if r.job_id not in taken and r.tenant != tenant and may_yield(r, now_ms, budget)
-                      and shares.get(r.tenant, 0.0) > mine and shares.get(r.tenant, 0.0) >= ratio * mine]
+                      and shares.get(r.tenant, 0.0) > mine and shares.get(r.tenant, 0.0) >= ratio * mine
+                      and (ceiling is None or r.priority <= ceiling)]
         if not candidates:
             continue
         victim = max(candidates, key=lambda r: (shares.get(r.tenant, 0.0), -r.priority, r.started_ms, r.job_id))
