@@ -63,9 +63,11 @@ def standing(usage: TenantUsage | None, policy: TenantPolicy | None) -> tuple[fl
 
 def pool_stats(part: PartitionState, now_ms: int,
                share_of: Callable[[str], float | None] = lambda tenant: None,
-               standing_of: Callable[[str], tuple[float, float, int | None]] | None = None) -> list[ev.PoolStats]:
+               standing_of: Callable[[str], tuple[float, float, int | None]] | None = None,
+               preemptible_of: Callable[[str], Counter] | None = None) -> list[ev.PoolStats]:
     """`share_of(tenant)`: the tenant's fair share over all partitions, None if it may get no lease now;
-    `standing_of(tenant)`: `standing` above (None: the records carry no `tenant_standing`)."""
+    `standing_of(tenant)`: `standing` above (None: the records carry no `tenant_standing`);
+    `preemptible_of(pool)`: this partition's leases of the pool that may be asked back now, by tier."""
     by_pool: dict[str, list] = {}
     for job in list(part.index._jobs.values()):  # noqa: SLF001 - a read-only walk of the hint index
         by_pool.setdefault(pool_key(job.model, job.gpu_type), []).append(job)
@@ -109,5 +111,7 @@ def pool_stats(part: PartitionState, now_ms: int,
             preempting=sum(1 for p in part.yielding.values() if p == pool),
             preempted_1m=len(asked_1m(part, pool, now_ms)),
             queued_by_tier_tenant=tuple(f"{k}/{t}={v}" for (k, t), v in sorted(groups.items())),
-            tenant_standing=tuple(standings)))
+            tenant_standing=tuple(standings),
+            preemptible_by_tier=tuple(f"{k}={v}" for k, v in sorted((preemptible_of(pool) if preemptible_of
+                                                                     else Counter()).items()) if v > 0)))
     return out

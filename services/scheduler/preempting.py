@@ -16,10 +16,15 @@ tick, per pool, from:
 - **the budget:** the times of its own requests for the pool in the last minute, plus the other partitions'
   `PoolStats.preempted_1m` (counted as made now, so they hold the budget a little longer than a minute).
 
-What this does not promise: another instance's requests are seen a stats tick (about a second) and a Kafka
-round trip late, so two instances deciding within that window can both ask a lease back for one waiting job,
-and together exceed the pool's budget by what each asked in that window. With one instance owning every
-partition (the local stack) the budget is exact. The request times are memory: a new owner of a partition
+**One decider per pool and tick:** another instance's requests are seen a stats tick (about a second) and a
+Kafka round trip late, so two instances deciding in the same second would each spend the whole budget
+(measured: a budget of 2, two processes, 4 requests within 1.5 s). So only the owner of the *lowest
+partition holding a lease that may be asked back now* (for the tier plan: of a tier below the highest
+waiting one) asks that tick; the others wait. Each record says, per partition, which leases may be asked
+back (`PoolStats.preemptible_by_tier`) in the same record as the requests made for them (`preempted_1m`,
+`preempting`), so when the decider's leases stop being candidates the next one sees what was spent. Still
+not exact: an instance that has no fresh record of a lower partition (its owner just started or stopped
+publishing) decides as if it were alone. With one instance owning every partition the budget is exact. The request times are memory: a new owner of a partition
 starts with an empty minute (the previous owner's requests stop counting). Demand counts every
 queued job of a higher tier, also one whose tenant is at its in-flight ceiling and so cannot take the freed
 worker, and another instance's `idle_workers` may still count a worker that has since taken a lease
@@ -38,7 +43,7 @@ from typing import Any
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
 from spotreel.domain.ids import pool_key
-from spotreel.domain.preemption import MINUTE_MS, Budget, Demand, Preemption, Running, plan, plan_fair
+from spotreel.domain.preemption import MINUTE_MS, Budget, Demand, Preemption, Running, may_yield, plan, plan_fair
 from spotreel.domain.state import JobState, Status
 from spotreel.platform.topics import pool_stats_topic
 from spotreel.settings import Settings
@@ -79,6 +84,20 @@ def running_of(part: PartitionState, pool: str, get: Callable[[str], JobState | 
                            asked=s.cancel_requested or s.pause_requested or s.preempt_requested,
                            preempted_last=s.preempted_last, tenant=s.tenant))
     return out
+
+
+def preemptible_by_tier(part: PartitionState, pool: str, now_ms: int, budget: Budget,
+                        get: Callable[[str], JobState | None]) -> Counter:
+    """This partition's leases of `pool` that may be asked back now (`may_yield`), by tier."""
+    return Counter(r.priority for r in running_of(part, pool, get) if may_yield(r, now_ms, budget))
+
+
+def decider(own: dict[int, Counter], others: dict[int, Counter], below: int | None) -> int | None:
+    """The partition whose owner decides the pool's preemptions this tick: the lowest holding a lease that may
+    be asked back, of a tier below `below` when given; None: no partition holds one."""
+    holding = [p for p, tiers in (*own.items(), *others.items())
+               if any(n > 0 and (below is None or t < below) for t, n in tiers.items())]
+    return min(holding, default=None)
 
 
 def yielding_of(part: PartitionState, pool: str) -> int:
@@ -131,6 +150,8 @@ def decide_pool(pool: str, parts: dict[int, PartitionState], others: Iterable[ev
     free = free_workers(parts.values(), pool, now_ms, holds)
     yielding, recent = 0, []
     running: list[tuple[int, Running]] = []
+    own_victims: dict[int, Counter] = {}
+    other_victims: dict[int, Counter] = {}
     for p, part in parts.items():
         queued = [j for j in list(part.index._jobs.values())  # noqa: SLF001 - read-only walk
                   if pool_key(j.model, j.gpu_type) == pool]
@@ -140,7 +161,9 @@ def decide_pool(pool: str, parts: dict[int, PartitionState], others: Iterable[ev
             top[j.tenant] = max(top.get(j.tenant, j.priority), j.priority)
         yielding += yielding_of(part, pool)
         recent += asked_1m(part, pool, now_ms)
-        running += [(p, r) for r in running_of(part, pool, get)]
+        mine = running_of(part, pool, get)
+        running += [(p, r) for r in mine]
+        own_victims[p] = Counter(r.priority for r in mine if may_yield(r, now_ms, budget))
     for stats in others:
         if stats.pool != pool or stats.partition in parts or now_ms - stats.at_ms > STALE_MS:
             continue
@@ -154,11 +177,14 @@ def decide_pool(pool: str, parts: dict[int, PartitionState], others: Iterable[ev
         free += stats.idle_workers
         yielding += getattr(stats, "preempting", 0) or 0
         recent += [now_ms] * (getattr(stats, "preempted_1m", 0) or 0)  # made within the minute: counted as now
+        other_victims[stats.partition] = tiers_of(getattr(stats, "preemptible_by_tier", ()) or ())
     if not running or not waiting:
         return []
     where = {r.job_id: p for p, r in running}
-    chosen = plan(Demand(dict(waiting), free, yielding), [r for _, r in running], recent, now_ms, budget)
-    if fair_ratio >= 1:
+    chosen: list[Preemption] = []
+    if decider(own_victims, other_victims, max(waiting)) in parts:
+        chosen = list(plan(Demand(dict(waiting), free, yielding), [r for _, r in running], recent, now_ms, budget))
+    if fair_ratio >= 1 and decider(own_victims, other_victims, None) in parts:
         asked = {c.job_id for c in chosen}
         under = {t: s for t in tenants if (s := share_if_room(t)) is not None}
         holders = {r.tenant: share_of(r.tenant) for _, r in running}

@@ -21,7 +21,7 @@ from spotreel.services.scheduler import clock, statecodec
 from spotreel.services.scheduler.fairshare import GlobalUsage, usage_key
 from spotreel.services.scheduler.partition import PartitionState
 from spotreel.services.scheduler.poolstats import pool_stats, share_if_room, standing
-from spotreel.services.scheduler.preempting import decide_pool, note_asked
+from spotreel.services.scheduler.preempting import decide_pool, note_asked, preemptible_by_tier
 from spotreel.services.scheduler.workerleases import later_grant
 
 log = logging.getLogger("spotreel.scheduler")
@@ -50,7 +50,8 @@ class Stats:
                 self.metrics.tenant_wasted_gpu_seconds.labels(tenant, pool, str(p)).set(wasted)
             usage, policies = self.global_usage(part, now), self.fair.policies()
             for stats in pool_stats(part, now, lambda t: share_if_room(usage.get(t), policies.get(t)),
-                                    lambda t: standing(usage.get(t), policies.get(t))):
+                                    lambda t: standing(usage.get(t), policies.get(t)),
+                                    lambda pool: preemptible_by_tier(part, pool, now, self.preempt_budget, self.get)):
                 self.metrics.queue_depth.labels(stats.pool, str(p)).set(stats.queued)
                 await self.app.producer.send(pool_stats_topic(self.settings), f"{stats.pool}/{p}".encode(),
                                              self.codec.encode_message(stats), p, None, None)

@@ -3,6 +3,7 @@ worker to the waiting higher tier (dispatch/order.py)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 import pytest
@@ -123,3 +124,21 @@ def test_a_release_for_a_preemption_is_counted_with_its_reason() -> None:
     released = ev.LeaseReleased(d.job_id, 3, T0, "rel", 1, "w1", "preempted_for", 0)
     m.observe_lease_end(before, released)
     assert m.preemptions.labels(POOL, "preempted_for")._value.get() == 1  # noqa: SLF001
+
+
+def test_only_the_owner_of_the_lowest_partition_with_a_lease_to_ask_back_decides() -> None:
+    """Two instances deciding in the same second would each spend the pool's budget: the owner of the lowest
+    partition holding a lease that may be asked back (below the waiting tier) decides, the others wait."""
+    low = leased_job(key="low", priority=1)
+    part, states = _owner(low, partition=1)
+    now = T0 + 30_000
+    waiting = replace(_stats(0, {9: 1}, now), preemptible_by_tier=("1=1",))  # partition 0 holds one too
+    assert decide_pool(POOL, {1: part}, [waiting], now, BUDGET, states.get, lambda w: True) == []
+    # Partition 0's lease is of the waiting tier (no candidate there), or already asked: partition 1 decides.
+    for other in (("9=1",), ()):
+        got = decide_pool(POOL, {1: part}, [replace(waiting, preemptible_by_tier=other)], now, BUDGET, states.get,
+                          lambda w: True)
+        assert [c.job_id for _, c in got] == [low.job_id]
+    # The record the scheduler publishes says which of its leases may be asked back.
+    [record] = pool_stats(part, now, preemptible_of=lambda pool: Counter({1: 1}))
+    assert record.preemptible_by_tier == ("1=1",)

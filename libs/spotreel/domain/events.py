@@ -712,6 +712,9 @@ class PoolStats:
     # all partitions, plan weight, leases it may still take under its ceiling, empty for no ceiling).
     queued_by_tier_tenant: tuple[str, ...] = ()
     tenant_standing: tuple[str, ...] = ()
+    # Leases of this pool here that may be asked back now, `priority=count` (preempting.py: the owner of the
+    # lowest partition holding one decides the pool's preemptions, so two instances do not both spend the budget).
+    preemptible_by_tier: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
