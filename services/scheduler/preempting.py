@@ -24,7 +24,8 @@ waiting one) asks that tick; the others wait. Each record says, per partition, w
 back (`PoolStats.preemptible_by_tier`) in the same record as the requests made for them (`preempted_1m`,
 `preempting`), so when the decider's leases stop being candidates the next one sees what was spent. Still
 not exact: an instance that has no fresh record of a lower partition (its owner just started or stopped
-publishing) decides as if it were alone. With one instance owning every partition the budget is exact. The request times are memory: a new owner of a partition
+publishing) decides as if it were alone, and the victim is the lowest tier among the decider's own leases,
+not necessarily the pool's. With one instance owning every partition the budget is exact. The request times are memory: a new owner of a partition
 starts with an empty minute (the previous owner's requests stop counting). Demand counts every
 queued job of a higher tier, also one whose tenant is at its in-flight ceiling and so cannot take the freed
 worker, and another instance's `idle_workers` may still count a worker that has since taken a lease
