@@ -153,8 +153,11 @@ async def place(reason: dict[str, Any], deps: Deps, tenant: Tenant, job: JobView
     queue = queueplace.groups(records(job.pool), deps.clock_ms(), STALE_MS) if records is not None else None
     own_ahead = None
     if queue is not None:
-        after = await (newer() if newer is not None else
-                       queueplace.newer_of_tier(deps.reads, tenant.tenant_id, job.job_id, job.priority))
+        try:
+            after = await (newer() if newer is not None else
+                           queueplace.newer_of_tier(deps.reads, tenant.tenant_id, job.job_id, job.priority))
+        except Exception:  # noqa: BLE001 - a position is advice: without the list, the job counts as the newest
+            after = 0
         own_ahead = max(0, queueplace.own_count(queue, tenant.tenant_id, job.priority) - 1 - after)
     est = await admission.estimate(job.pool, tenant, job.priority, own_ahead if own_ahead is not None else 0)
     reason["queue_position"], reason["estimated_wait_seconds"] = est.queue_position, est.wait_seconds
