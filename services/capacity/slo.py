@@ -53,8 +53,11 @@ def verdict(target: Target, values_s: list[float]) -> dict[str, Any]:
             "status": "no data" if value is None else ("met" if value <= target.limit_s else "missed")}
 
 
-def measure(events: Iterable[Any], p0_priority: int = 9) -> dict[str, Any]:
-    """Samples (seconds) of every SLO measured on the events, per tier where the seeds say so."""
+def measure(events: Iterable[Any], p0_priority: int = 9,
+            submitted: tuple[int, int] | None = None) -> dict[str, Any]:
+    """Samples (seconds) of every SLO measured on the events, per tier where the seeds say so. `submitted`:
+    only the jobs whose JobSubmitted is stamped within [from_ms, to_ms) (one stage of a ramp, say); their
+    whole lives count, also what happened after the window."""
     by_job: dict[str, list[Any]] = defaultdict(list)
     for e in events:
         if getattr(e, "job_id", None) is not None and hasattr(e, "at_ms"):
@@ -64,11 +67,13 @@ def measure(events: Iterable[Any], p0_priority: int = 9) -> dict[str, Any]:
     recovery: list[float] = []
     for evs in by_job.values():
         evs.sort(key=lambda e: getattr(e, "version", 0))
-        submitted = next((e for e in evs if event_name(e) == "JobSubmitted"), None)
-        if submitted is None:
+        first = next((e for e in evs if event_name(e) == "JobSubmitted"), None)
+        if first is None:
             continue  # the run's window began after this job's submission
-        since = max(submitted.at_ms, submitted.run_at_ms or 0)
-        tier = submitted.priority
+        if submitted is not None and not submitted[0] <= first.at_ms < submitted[1]:
+            continue
+        since = max(first.at_ms, first.run_at_ms or 0)
+        tier = first.priority
         leased_once = False
         preempted_at: int | None = None
         count = 0
@@ -95,10 +100,12 @@ def measure(events: Iterable[Any], p0_priority: int = 9) -> dict[str, Any]:
             "p0": pickup.get(p0_priority, []), "p0_priority": p0_priority}
 
 
-def report(events: Iterable[Any], ack_s: dict[str, float | None] | None = None, p0_priority: int = 9) -> dict[str, Any]:
+def report(events: Iterable[Any], ack_s: dict[str, float | None] | None = None, p0_priority: int = 9,
+           submitted: tuple[int, int] | None = None) -> dict[str, Any]:
     """The SLO report: each target's verdict (per tier where it applies) and the distributions behind it.
-    `ack_s`: {"p50": .., "p99": ..} of the submit ack from Prometheus, or None when not measured."""
-    m = measure(events, p0_priority)
+    `ack_s`: {"p50": .., "p99": ..} of the submit ack from Prometheus, or None when not measured;
+    `submitted`: only jobs submitted within [from_ms, to_ms) (see `measure`)."""
+    m = measure(events, p0_priority, submitted)
     tiers = sorted(set(m["pickup"]) | set(m["completion"]))
     slos: dict[str, Any] = {
         "pickup": {str(t): verdict(BY_NAME["pickup"], m["pickup"].get(t, [])) for t in tiers},

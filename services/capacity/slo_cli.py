@@ -21,6 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prometheus", metavar="URL",
                    help="read the submit ack (POST /v1/videos) from this Prometheus, e.g. http://127.0.0.1:9590")
     p.add_argument("--window", default="1h", help="range of the ack query (PromQL duration, default 1h)")
+    p.add_argument("--submitted", metavar="FROM_MS:TO_MS",
+                   help="only jobs submitted within this window (epoch ms; e.g. a ramp stage's from_ms:to_ms "
+                        "from `spotreel simulate --out`)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON document")
     p.set_defaults(func=_run)
 
@@ -47,6 +50,14 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     from spotreel.services.capacity.sim_stack import read_events
     from spotreel.services.capacity.slo import render_text, report
 
+    window = None
+    if args.submitted:
+        try:
+            lo, hi = (int(x) for x in args.submitted.split(":"))
+        except ValueError:
+            print(f"spotreel slo: --submitted: use FROM_MS:TO_MS, got {args.submitted!r}", file=sys.stderr)
+            return 2
+        window = (lo, hi)
     if args.prefix:
         settings = dataclasses.replace(settings, topic_prefix=args.prefix)
     if args.partitions:
@@ -57,7 +68,9 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     except Exception as exc:  # noqa: BLE001 - one line, not a traceback
         print(f"spotreel slo: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    rep = report(events, ack, args.p0_priority)
+    rep = report(events, ack, args.p0_priority, window)
+    if window is not None:
+        rep["submitted_window_ms"] = list(window)
     rep["events_read"] = len(events)
     rep["topic_prefix"] = settings.topic_prefix
     print(json.dumps(rep, indent=1) if args.json else

@@ -66,3 +66,15 @@ def test_report_judges_each_target_and_says_no_data_rather_than_met() -> None:
     assert empty["slos"]["p0_start_p99"]["status"] == "no data"
     text = render_text(rep)
     assert "pickup" in text and "45.0 s" in text and "200 ms" in text and "not measured" in text
+
+
+def test_a_submission_window_keeps_only_the_jobs_submitted_in_it_with_their_whole_lives() -> None:
+    """One stage of a ramp: jobs submitted in [from, to) count, with a completion that lands after `to`."""
+    early = _job("early", 5, 100, at=0)
+    inside = _job("inside", 5, 2_000, at=60_000, complete_after_ms=20_000)
+    late = _job("late", 5, 300, at=130_000)
+    start = next(e.at_ms for e in inside if type(e).__name__ == "JobSubmitted")
+    m = measure(early + inside + late, submitted=(start, start + 10_000))
+    assert m["pickup"] == {5: [2.0]} and m["completion"] == {5: [22.0]}  # done 12 s after the window closed
+    assert report(early + inside + late, submitted=(start, start + 1))["slos"]["pickup"]["5"]["n"] == 1
+    assert measure(early + inside + late, submitted=(0, 1))["pickup"] == {}
