@@ -54,6 +54,9 @@ class ProjectorConfig:
     # librdkafka's own default; the group drops a member that does not poll for this long (a batch whose
     # writes wait for Cassandra does not poll), and tests shorten it.
     max_poll_interval_ms: int = 300_000
+    # A killed projector's partitions move to its replacement after this, not the 45 s default; tests
+    # shorten it down to the broker's group.min.session.timeout.ms (6 s by default).
+    session_timeout_ms: int = 10_000
 
 
 @dataclass
@@ -97,8 +100,7 @@ class Projector:
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "enable.partition.eof": True,
-            # A killed projector's partitions move to its replacement after this, not the 45 s default.
-            "session.timeout.ms": 10000,
+            "session.timeout.ms": config.session_timeout_ms,
             "heartbeat.interval.ms": 2000,
             "max.poll.interval.ms": config.max_poll_interval_ms,
             # Bigger fetches: the projector is throughput-bound, not latency-bound.

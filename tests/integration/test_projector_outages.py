@@ -20,8 +20,11 @@ from spotreel.services.projector.store import Store
 from tests.integration.projector_kit import (assert_tables_are_the_fold, interleave, isolated, make_histories,
                                              prepare_keyspace, produce)
 
-POLL_INTERVAL_MS = 10_000  # the least librdkafka allows with the projector's 10 s session timeout
-OUTAGE_S = 16.0
+# The broker's least session timeout (group.min.session.timeout.ms, 6 s by default), and librdkafka wants
+# max.poll.interval.ms >= session.timeout.ms: a batch stuck for OUTAGE_S outlives the poll interval.
+SESSION_TIMEOUT_MS = 6_000
+POLL_INTERVAL_MS = 6_000
+OUTAGE_S = 10.0
 
 
 class CassandraGoesAway(Store):
@@ -64,7 +67,8 @@ def test_a_batch_stuck_past_the_poll_interval_is_projected_after_the_group_dropp
     produce(stack.kafka_bootstrap, topic, interleave(histories))
 
     store = CassandraGoesAway(cql, OUTAGE_S)
-    stats = Projector(_config(s, stack, unique, max_poll_interval_ms=POLL_INTERVAL_MS), store, Codec.default()).run()
+    stats = Projector(_config(s, stack, unique, max_poll_interval_ms=POLL_INTERVAL_MS,
+                                     session_timeout_ms=SESSION_TIMEOUT_MS), store, Codec.default()).run()
     assert store.refused["write"] > 0 and stats.commit_failures >= 1, (store.refused, stats)
     assert_tables_are_the_fold(cql, unique, histories)
 
