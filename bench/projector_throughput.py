@@ -53,7 +53,7 @@ from spotreel.codec import Codec
 from spotreel.platform.migrate import migrate
 from spotreel.services.projector import consumer as current_consumer
 from spotreel.services.projector import store as current_store
-from spotreel.services.projector.service import deadletter_topic
+from spotreel.services.projector.service import events_deadletter_topic
 from spotreel.settings import Settings
 from tests.integration.projector_kit import dump, interleave, make_histories, produce
 
@@ -127,7 +127,7 @@ def run_projector(consumer_mod: ModuleType, store_mod: ModuleType, s: Settings, 
     migrate(session, keyspace, say=lambda *_: None)
     session.set_keyspace(keyspace)
     config = consumer_mod.ProjectorConfig(bootstrap=s.kafka_bootstrap, group_id=group, events_topic=topic,
-                                          deadletter_topic=deadletter_topic(s), until_idle=True,
+                                          events_deadletter_topic=events_deadletter_topic(s), until_idle=True,
                                           batch_size=batch_size)
     projector = consumer_mod.Projector(config, store_mod.Store(session), Codec.default())
     first: list[float] = []
@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> None:
     s = replace(base, topic_prefix=f"bench.{tag}", cassandra_keyspace=tag)
     topic = f"{s.topic_prefix}.events"
     admin = AdminClient({"bootstrap.servers": s.kafka_bootstrap})
-    admin.create_topics([NewTopic(topic, 3, 1), NewTopic(deadletter_topic(s), 1, 1)])[topic].result(30)
+    admin.create_topics([NewTopic(topic, 3, 1), NewTopic(events_deadletter_topic(s), 1, 1)])[topic].result(30)
     cluster = Cluster([s.host], port=s.cassandra_port, protocol_version=5)
     session = cluster.connect()
     keyspaces = [f"{tag}_after"] + ([f"{tag}_before"] if args.before else [])
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> None:
             session.execute(f"DROP KEYSPACE IF EXISTS {ks}", timeout=120)
         cluster.shutdown()
         tmp.cleanup()
-        for f in admin.delete_topics([topic, deadletter_topic(s)]).values():
+        for f in admin.delete_topics([topic, events_deadletter_topic(s)]).values():
             try:
                 f.result(30)
             except Exception:

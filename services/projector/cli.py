@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
-    from spotreel.services.projector.service import build, deadletter_topic, ensure_deadletter_topic
+    from spotreel.services.projector.service import build, events_deadletter_topic, ensure_deadletter_topic
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s projector %(levelname)s %(message)s")
     from spotreel import tracing
@@ -41,6 +41,6 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
                metrics_port=args.metrics_port, batch_size=args.batch_size) as projector:
         stats = projector.run(stop)
     print(f"projector: {stats.events} events, {stats.rejections} rejections, {stats.dead_lettered} dead-lettered "
-          f"({deadletter_topic(settings)}), {stats.writes} writes in {stats.batches} batches, "
+          f"({events_deadletter_topic(settings)}), {stats.writes} writes in {stats.batches} batches, "
           f"{stats.replayed_histories} job states restored from events_by_job", flush=True)
     return 0

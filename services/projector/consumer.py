@@ -41,7 +41,7 @@ class ProjectorConfig:
     bootstrap: str
     group_id: str
     events_topic: str
-    deadletter_topic: str
+    events_deadletter_topic: str
     rebuild: bool = False
     until_idle: bool = False
     # --until-idle gives up waiting for a partition assignment after this long.
@@ -259,7 +259,7 @@ class Projector:
         log.warning("dead-lettering %s[%d]@%d: %s %s", m.topic(), m.partition(), m.offset(), code, detail)
         headers = [("error", code.encode()), ("detail", detail[:1000].encode()),
                    ("source", f"{m.topic()}/{m.partition()}/{m.offset()}".encode())]
-        self.producer.produce(self.config.deadletter_topic, key=m.key(), value=m.value() or b"", headers=headers)
+        self.producer.produce(self.config.events_deadletter_topic, key=m.key(), value=m.value() or b"", headers=headers)
         self.producer.poll(0)
 
     # -- folding ------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import contextlib
 import logging
 from typing import Iterator
 
-from spotreel.platform.topics import events_deadletter_topic as deadletter_topic
+from spotreel.platform.topics import events_deadletter_topic
 from spotreel.settings import Settings
 
 log = logging.getLogger("spotreel.projector")
@@ -60,7 +60,7 @@ def build(settings: Settings, *, rebuild: bool = False, until_idle: bool = False
             store.truncate()
         config = ProjectorConfig(
             bootstrap=settings.kafka_bootstrap, group_id=group_id(settings), events_topic=events_topic(settings),
-            deadletter_topic=deadletter_topic(settings), rebuild=rebuild, until_idle=until_idle,
+            events_deadletter_topic=events_deadletter_topic(settings), rebuild=rebuild, until_idle=until_idle,
             batch_size=batch_size,
         )
         on_lag = _metrics(metrics_port) if metrics_port else None

@@ -24,7 +24,7 @@ from spotreel.domain import events as ev
 from spotreel.domain.commands import RequestWork
 from spotreel.domain.leases import PREEMPTED_FOR
 from spotreel.domain.state import JobState
-from spotreel.platform.topics import assignments_topic, deadletter_topic, replies_topic, worker_leases_topic
+from spotreel.platform.topics import assignments_topic, commands_deadletter_topic, replies_topic, worker_leases_topic
 from spotreel.tracing import TRACEPARENT
 
 from spotreel.services.scheduler import clock, followups, statecodec
@@ -87,7 +87,7 @@ class Pipeline:
                 self.metrics.deadletters.labels(out.deadletter["reason"]).inc()
                 log.warning("dead-lettered %s[%d]@%d: %s", msg.topic, p, msg.offset, out.deadletter["detail"])
                 value = self.codec.encode("spotreel.v1.DeadLetteredCommand", out.deadletter)
-                after_acks.append((deadletter_topic(self.settings), msg.key, value, p,
+                after_acks.append((commands_deadletter_topic(self.settings), msg.key, value, p,
                                    [(CMD_OFFSET_HEADER, str(msg.offset).encode())]))
                 continue
             if out.reply is not None:

@@ -19,7 +19,7 @@ from typing import Any
 from spotreel.adapters.partitioning import partition_for
 from spotreel.domain import events as ev
 from spotreel.domain.renewals import after_handover
-from spotreel.platform.topics import deadletter_topic, scheduler_app_id
+from spotreel.platform.topics import commands_deadletter_topic, scheduler_app_id
 
 from spotreel.services.scheduler import clock, followups, redelivery, statecodec
 from spotreel.services.scheduler.catchup import catch_up
@@ -159,5 +159,5 @@ class Rebuild:
         boot = self.settings.kafka_bootstrap
         committed = redelivery.committed_offset(boot, scheduler_app_id(self.settings), self.commands, p)
         caught = catch_up(boot, self.events, p, self.codec, marker, self.get, self.get_schedule, committed)
-        dead = redelivery.deadlettered_since(boot, deadletter_topic(self.settings), p, committed)
+        dead = redelivery.deadlettered_since(boot, commands_deadletter_topic(self.settings), p, committed)
         return caught, dead, committed

@@ -22,7 +22,7 @@ from spotreel.domain import commands as c
 from spotreel.domain import events as ev
 from spotreel.domain import ids
 from spotreel.domain.evolve import fold
-from spotreel.platform.topics import commands_topic, deadletter_topic, events_topic, replies_topic
+from spotreel.platform.topics import commands_topic, commands_deadletter_topic, events_topic, replies_topic
 from spotreel.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -194,7 +194,7 @@ class Bus:
                 return answer
 
     def deadletters(self) -> list[dict]:
-        cons = self._consumer(deadletter_topic(self.settings))
+        cons = self._consumer(commands_deadletter_topic(self.settings))
         out = []
         try:
             for msg in cons.consume(100, 2.0):

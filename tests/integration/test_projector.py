@@ -6,7 +6,7 @@ from __future__ import annotations
 from confluent_kafka import Consumer
 
 from spotreel.readmodel.jobs import ReadModels
-from spotreel.services.projector.service import build, deadletter_topic
+from spotreel.services.projector.service import build, events_deadletter_topic
 from tests.integration.projector_kit import (assert_tables_are_the_fold, dump, interleave, isolated,
                                              make_histories, prepare_keyspace, produce)
 
@@ -40,7 +40,7 @@ def test_tables_are_the_fold_rebuild_changes_nothing_and_garbage_is_dead_lettere
     assert_tables_are_the_fold(cql, unique, histories)
     first = dump(cql, unique)
 
-    (dead,) = _dead_letters(stack.kafka_bootstrap, deadletter_topic(s), 1)
+    (dead,) = _dead_letters(stack.kafka_bootstrap, events_deadletter_topic(s), 1)
     assert dead.value() == b"\x00not avro at all"
     assert dict(dead.headers())["error"] == b"bad_marker"
 

@@ -15,7 +15,7 @@ import time
 from spotreel.codec import Codec
 from spotreel.platform.topics import events_topic
 from spotreel.services.projector.consumer import Projector, ProjectorConfig
-from spotreel.services.projector.service import deadletter_topic
+from spotreel.services.projector.service import events_deadletter_topic
 from spotreel.services.projector.store import Store
 from tests.integration.projector_kit import (assert_tables_are_the_fold, interleave, isolated, make_histories,
                                              prepare_keyspace, produce)
@@ -54,7 +54,7 @@ class CassandraGoesAway(Store):
 
 def _config(s, stack, unique: str, **kw) -> ProjectorConfig:
     return ProjectorConfig(bootstrap=stack.kafka_bootstrap, group_id=f"{unique}.projector", events_topic=events_topic(s),
-                           deadletter_topic=deadletter_topic(s), until_idle=True, **kw)
+                           events_deadletter_topic=events_deadletter_topic(s), until_idle=True, **kw)
 
 
 def test_a_batch_stuck_past_the_poll_interval_is_projected_after_the_group_dropped_it(

@@ -70,7 +70,7 @@ def tenants_topic(settings: Settings) -> str:
     return f"{settings.topic_prefix}.tenants"
 
 
-def deadletter_topic(settings: Settings) -> str:
+def commands_deadletter_topic(settings: Settings) -> str:
     return f"{settings.topic_prefix}.commands.deadletter"
 
 
@@ -79,7 +79,7 @@ def assignments_topic(settings: Settings) -> str:
 
 
 def events_deadletter_topic(settings: Settings) -> str:
-    """The projector's dead letters: events it could not project (not the scheduler's `deadletter_topic`)."""
+    """The projector's dead letters: events it could not project (not the scheduler's `commands_deadletter_topic`)."""
     return f"{settings.topic_prefix}.events.deadletter"
 
 
@@ -115,7 +115,7 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         # seconds for one, nobody reads them later.
         TopicSpec(replies_topic(settings), p, {"cleanup.policy": "delete", "retention.ms": str(3600 * 1000)}),
         # Dead letters wait for a person; they must not expire before someone looks.
-        TopicSpec(deadletter_topic(settings), p, {"cleanup.policy": "delete", "retention.ms": "-1"}),
+        TopicSpec(commands_deadletter_topic(settings), p, {"cleanup.policy": "delete", "retention.ms": "-1"}),
         TopicSpec(pool_stats_topic(settings), p, dict(COMPACTED)),
         # Which lease each worker holds, whichever partition granted it: one job per worker across partitions.
         TopicSpec(worker_leases_topic(settings), p, dict(COMPACTED)),
