@@ -255,8 +255,9 @@ def reference_checksum(model_dir: Path, command, sampler: str) -> str:
     req = RenderRequest.from_job(prompt=command.prompt, seed=command.seed, num_steps=command.num_steps,
                                  resolution=command.resolution, duration_s=command.duration_s, fps=command.fps,
                                  sampler=sampler,
-                                 guidance_scale=1.0 if command.guidance_scale is None else command.guidance_scale,
-                                 negative_prompt=command.negative_prompt or "")
+                                 guidance_scale=1.0 if getattr(command, "guidance_scale", None) is None
+                                 else command.guidance_scale,
+                                 negative_prompt=getattr(command, "negative_prompt", None) or "")
     if (model_dir, req) not in _references:
         torch.set_num_threads(1)  # as the workers run (--threads 1): same reduction order, same bits
         renderer = quietly(lambda: Renderer(model_dir))
