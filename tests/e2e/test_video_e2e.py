@@ -33,6 +33,7 @@ from tests.integration.workerkit import WorkerProc, tiny_model
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 SHAPE = {"resolution": "32x24", "duration": 0.5, "fps": 8, "num_steps": 24}
+WATCHED_STEPS = 100
 TERMINAL = {"succeeded", "failed", "cancelled", "dead_lettered"}
 
 
@@ -74,7 +75,10 @@ def test_prompt_to_mp4_through_the_public_api(stack, settings, tmp_path):
                         ("--max-jobs", "3", "--progress-seconds", "0.5"), gpu=gpu)
     try:
         # -- one video, watched on its SSE stream -----------------------------------------------------
-        body = {"prompt": "a red fox running in snow", "model": model, "gpu_type": gpu, "seed": 4242, **SHAPE}
+        # Long enough (about 4 s here) that the stream, which polls the read model every second, sees the
+        # first progress report: the scheduler persists one report per lease and then one per interval.
+        body = {"prompt": "a red fox running in snow", "model": model, "gpu_type": gpu, "seed": 4242,
+                **SHAPE, "num_steps": WATCHED_STEPS}
         status, accepted, _ = api(url, key, "POST", "/v1/videos", body, {"Idempotency-Key": f"e2e-{run}-one"})
         assert status == 202 and accepted["status"] == "accepted", (status, accepted)
         job = accepted["job_id"]
@@ -105,6 +109,8 @@ def test_prompt_to_mp4_through_the_public_api(stack, settings, tmp_path):
         assert done["status"] == "succeeded", done
         statuses = [data for event, data in snapshots if event == "status"]
         assert statuses and statuses[-1]["status"] == "succeeded" and snapshots[-1][0] == "end", snapshots
+        reported = [e for e in _history(url, key, job) if e["type"] == "ProgressReported"]
+        assert reported, _history(url, key, job)
         running = [s["progress"]["percent"] for s in statuses if s["status"] == "running"]
         assert any(0 < p < 100 for p in running), statuses
         assert running == sorted(running), running  # no preemption here: progress only rises

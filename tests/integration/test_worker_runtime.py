@@ -36,7 +36,9 @@ def test_worker_renders_a_job_end_to_end(plane, transport):
     w = plane.worker("solo", model, transport, "--once", "--checkpoint-every", "0.5", "--lease-ttl-ms", "8000")
     try:
         w.wait_ready()
-        job = plane.submit(model)
+        # Denoising lasts about 4 s: longer than the quiet time a pacing hint may impose on this lease (a third
+        # of its 8 s TTL), so the pulse reports progress whatever the control plane's speed.
+        job = plane.submit(model, num_steps=80)
         done = wait_done(plane.bus, job.job_id)
         assert w.wait_exit(60) == 0, w.logs()
     finally:
