@@ -15,6 +15,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from spotreel import knobs
 from spotreel.model_registry import DEFAULT_POOL
 from spotreel.settings import Settings
 from spotreel.worker.stuck import DEFAULT_MIN_S, DEFAULT_STEPS
@@ -61,8 +62,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mtbf-prior-losses", type=float, default=1.0,
                    help="weight of the --mtbf prior, as that many losses seen over as many MTBFs of leased time "
                         "(default %(default)s)")
-    p.add_argument("--checkpoint-min", type=float, default=5.0)
-    p.add_argument("--checkpoint-max", type=float, default=600.0)
+    p.add_argument("--checkpoint-min", type=float, default=5.0,
+                   help="shortest adaptive checkpoint interval in seconds (default %(default)s)")
+    p.add_argument("--checkpoint-max", type=float, default=600.0,
+                   help="longest adaptive checkpoint interval in seconds (default %(default)s)")
     p.add_argument("--heartbeat-seconds", type=float, help="default: the control plane's, at most TTL/3")
     p.add_argument("--progress-seconds", type=float, help="default: the control plane's, at most TTL/3")
     p.add_argument("--stuck-steps", type=int, default=DEFAULT_STEPS,
@@ -75,6 +78,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "Prometheus is told by a file in its targets directory, removed at exit")
     p.add_argument("--grace", type=float, default=20.0,
                    help="seconds between SIGTERM and exit: emergency checkpoint + release must fit")
+    # --transport, --gateway-url, --worker-key and --model-dir are Settings (SPOTREEL_WORKER_TRANSPORT, ...).
+    knobs.from_environment(p, "SPOTREEL_WORKER_", skip=("transport", "gateway_url", "worker_key", "model_dir"))
     p.set_defaults(func=_run)
 
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Callable, Sequence
 
+from spotreel import knobs
 from spotreel.settings import Settings
 
 # Each registrar adds its subparsers and sets `func(args, settings) -> int` on them.
@@ -41,6 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    try:
+        # The service options opened to the environment (spotreel.knobs) become defaults; a flag still wins.
+        knobs.apply(parser, os.environ)
+    except ValueError as exc:
+        print(f"spotreel: {exc}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     try:
         settings = Settings.from_env()

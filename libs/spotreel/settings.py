@@ -11,10 +11,12 @@ from pathlib import Path
 
 
 def _default_home() -> Path:
+    """$XDG_STATE_HOME/spotreel (~/.local/state/spotreel)"""
     return Path(os.environ.get("XDG_STATE_HOME", Path.home() / ".local" / "state")) / "spotreel"
 
 
 def _default_cache() -> Path:
+    """$XDG_CACHE_HOME/spotreel (~/.cache/spotreel)"""
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "spotreel"
 
 
@@ -26,10 +28,12 @@ class Settings:
     debug: int = 0
     # Downloaded jars live outside the repo and outside `home`, so `--fresh` never refetches them.
     cache_dir: Path = field(default_factory=_default_cache)
+    # The address the services bind to and every local server (and the clients' default view of them) is on.
     host: str = "127.0.0.1"
 
-    # Tools the local stack runs; names on PATH or absolute paths.
+    # The java the local stack runs its JVMs with: a name on PATH or an absolute path.
     java_bin: str = "java"
+    # The Maven the local stack fetches its jars with: a name on PATH or an absolute path.
     maven_bin: str = "mvn"
     # Empty: Maven's own configuration decides (Central, or the user's mirror in ~/.m2/settings.xml).
     maven_repo_url: str = ""
@@ -42,72 +46,100 @@ class Settings:
     # Extra options for every JVM the local stack starts (space-separated), e.g. to attach a profiler.
     jvm_extra_opts: str = ""
 
-    # Pinned: both exist on Maven Central (latest patch releases of 3.9 and 5.0 when pinned).
+    # Kafka release the local stack runs (pinned: the latest 3.9 patch release on Maven Central).
     kafka_version: str = "3.9.2"
+    # Port of the local stack's (first) Kafka broker.
     kafka_port: int = 19092
+    # Port of the local stack's (first) KRaft controller.
     kafka_controller_port: int = 19093
+    # Heap of each local Kafka broker's JVM (-Xmx and -Xms).
     kafka_heap: str = "768m"
 
+    # Cassandra release the local stack runs (pinned: the latest 5.0 patch release on Maven Central).
     cassandra_version: str = "5.0.9"
+    # The CQL port of every Cassandra node, local or not (the contact points are hosts on it).
     cassandra_port: int = 19042
+    # Inter-node (gossip) port of the local Cassandra nodes.
     cassandra_storage_port: int = 17000
+    # Heap of each local Cassandra node's JVM.
     cassandra_heap: str = "1g"
+    # The keyspace every table lives in.
     cassandra_keyspace: str = "spotreel"
 
     # The cluster profile (devstack/cluster.py, `spotreel infra up --nodes 3`): how many Kafka brokers and
-    # Cassandra nodes the local stack runs. 1: the single-node stack. Broker n (n >= 2) listens on kafka_port
-    # + (n-1) * kafka_node_port_step (its controller likewise); Cassandra node n on 127.0.0.n with the same ports.
+    # Cassandra nodes the local stack runs (Cassandra node n on 127.0.0.n with the same ports). 1: the
+    # single-node stack.
     cluster_nodes: int = 1
+    # Local broker n (n >= 2) listens on kafka_port + (n-1) * this (its controller likewise).
     kafka_node_port_step: int = 100
-    # Clients' view of the servers, so the same code runs against managed clusters. Empty: the local stack's
-    # (every broker of the profile; every Cassandra node's address).
+    # Clients' view of the brokers (comma-separated host:port), so the same code runs against managed
+    # clusters. Empty: every broker of the local stack's profile.
     kafka_bootstrap_servers: str = ""
+    # Clients' view of the Cassandra nodes (comma-separated hosts on cassandra_port). Empty: every node of the
+    # local stack's profile.
     cassandra_contact_points: str = ""
     # The datacenter the Cassandra driver prefers (DCAwareRoundRobinPolicy) and the keyspace replicates in
     # (NetworkTopologyStrategy when its replication factor is above 1; SimpleSnitch's datacenter by default).
     cassandra_datacenter: str = "datacenter1"
-    # Replication of every topic and of the keyspace, and the topics' min.insync.replicas. 0: from the
-    # profile (min(cluster_nodes, 3) replicas; 2 in sync when there are 3, else 1).
+    # Replication of every topic. 0: from the profile (min(cluster_nodes, 3)).
     kafka_replication_factor: int = 0
+    # The topics' min.insync.replicas. 0: from the replication (2 when there are 3 replicas, else 1).
     kafka_min_insync_replicas: int = 0
+    # Replication of the keyspace. 0: from the profile (min(cluster_nodes, 3)).
     cassandra_replication_factor: int = 0
-    # Consistency of every read and write (the LWT claims' commit too) and of the LWTs' Paxos round:
-    # a quorum of the local datacenter's replicas, so a write acknowledged survives one node lost (RF 3).
+    # Consistency of every read and write (the LWT claims' commit too): a quorum of the local datacenter's
+    # replicas, so a write acknowledged survives one node lost (RF 3).
     cassandra_consistency: str = "LOCAL_QUORUM"
+    # Consistency of the LWTs' Paxos round.
     cassandra_serial_consistency: str = "LOCAL_SERIAL"
 
+    # Port of the local S3 server (SeaweedFS's S3 gateway); the clients' S3 endpoint is http://host:this.
     s3_port: int = 18333
+    # Port of the local SeaweedFS master.
     s3_master_port: int = 19333
+    # Port of the local SeaweedFS volume server.
     s3_volume_port: int = 18080
+    # Port of the local SeaweedFS filer.
     s3_filer_port: int = 18888
     # `weed mini` always runs its admin server; pin its port so it cannot collide with anything else.
     s3_admin_port: int = 18646
+    # S3 access key of every client (and of the local server).
     s3_access_key: str = "spotreel"
+    # S3 secret key of every client (and of the local server).
     s3_secret_key: str = "spotreel-secret"
+    # S3 region the clients sign for.
     s3_region: str = "us-east-1"
+    # Bucket of the finished videos.
     s3_bucket_artifacts: str = "spotreel-artifacts"
+    # Bucket of the workers' checkpoints.
     s3_bucket_checkpoints: str = "spotreel-checkpoints"
 
+    # Port of the gateway's public API (and the base of the local stack's metrics ports: + 1 to + 4).
     gateway_port: int = 18700
     # Key of the gateway's page tokens (share it between gateway replicas); empty: one per process.
     gateway_token_key: str = ""
     # 1: webhooks may go to loopback/private/link-local addresses (the local stack and tests); 0 refuses them.
     webhook_allow_private: int = 0
+    # API key of the development tenant `dev` that the local stack seeds; the client commands' default key.
     dev_api_key: str = "sr_dev_local_key_not_secret"
 
-    # `spotreel worker`: the gateway it asks for work (empty: this stack's gateway), its key for the
-    # /internal API (empty: the local stack's development worker key), its diffusers model directory
-    # (empty: the tiny model, built on first use under home/models/tiny-t2v) and how it reaches the
-    # control plane ("http" through the gateway, or "kafka" directly for internal pools).
+    # `spotreel worker`: the gateway it asks for work (empty: this stack's gateway).
     worker_gateway_url: str = ""
+    # `spotreel worker`: its key for the /internal API (empty: the local stack's development worker key).
     worker_key: str = ""
+    # `spotreel worker`: its diffusers model directory (empty: the tiny model, built on first use under
+    # home/models/tiny-t2v).
     worker_model_dir: str = ""
+    # `spotreel worker`: how it reaches the control plane ("http" through the gateway, or "kafka" directly
+    # for internal pools).
     worker_transport: str = "http"
     # The operator's model registry (TOML, spotreel/model_registry.py): the gateway validates submissions
     # against it, `spotreel model list` prints it, `spotreel worker --model NAME` loads from it. Empty: none.
     model_registry: str = ""
 
+    # First part of every topic's name (`spotreel.commands`, ...).
     topic_prefix: str = "spotreel"
+    # Partitions of every keyed topic (and so the scheduler's unit of parallelism).
     partitions: int = 6
     # Faust tables of the scheduler whose compacted changelog topics `infra up` declares ahead of time
     # (comma-separated); see spotreel.platform.topics.changelog_topic for the naming convention.
@@ -124,19 +156,20 @@ class Settings:
     # (domain/fairness.py); 0: no decay, the plain cumulative total.
     fair_share_half_life_s: int = 3600
     # Priority preemption (domain/preemption.py): at most this many leases asked back per pool in any rolling
-    # minute (0: no preemption), never one granted less than `preempt_min_run_s` seconds ago.
+    # minute (0: no preemption).
     preempt_per_minute: int = 2
+    # Preemption never asks back a lease granted less than this many seconds ago.
     preempt_min_run_s: int = 60
     # Fair-share preemption (domain/preemption.plan_fair): a lease of a tenant whose share is at least this many
     # times that of a tenant waiting in the pool (and larger) is asked back for it, within the same budget.
     # 0 (default): off.
     preempt_fair_share_ratio: int = 0
     # Bounded state (domain/retention.py): a terminal job leaves the scheduler's table (a tombstone in its
-    # compacted changelog) this many seconds after its last change; a summary of it (outcome, version,
-    # request hash) stays until `scheduler_summary_retention_s` after that change, for idempotent
-    # resubmission and late DAG children. The events topic keeps the whole history either way. Memory: about
-    # 5 KB per job in the table, 0.7 KB per summary (bench/README.md, "Bounded state").
+    # compacted changelog) this many seconds after its last change. The events topic keeps the whole history
+    # either way. Memory: about 5 KB per job in the table (bench/README.md, "Bounded state").
     scheduler_retention_s: int = 86_400
+    # A summary of a terminal job (outcome, version, request hash; about 0.7 KB) stays this many seconds after
+    # its last change, for idempotent resubmission and late DAG children.
     scheduler_summary_retention_s: int = 3 * 86_400
     # The janitor (services/janitor, inside `spotreel webhooks`): how often it sweeps the checkpoint and artifact
     # buckets for what is due only later (failed jobs' checkpoints, expired videos; domain/expiry.py).

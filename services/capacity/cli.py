@@ -11,6 +11,7 @@ import threading
 import time
 from typing import Any
 
+from spotreel import knobs
 from spotreel.settings import Settings
 from spotreel.model_registry import DEFAULT_POOL
 
@@ -77,6 +78,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     sim.add_argument("--sim-lease-wait", type=float, default=5.0,
                      help="long-poll seconds per lease request; an idle drained worker ends within it (default 5)")
     sim.add_argument("--sim-seed", type=int, default=1, help="seed of the lifetimes and notices (default 1)")
+    knobs.from_environment(p, "SPOTREEL_CAPACITY_")
     p.set_defaults(func=_run)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from spotreel import knobs
 from spotreel.settings import Settings
 
 
@@ -14,6 +15,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=None, help="override SPOTREEL_GATEWAY_PORT")
     p.add_argument("--metrics-port", type=int, default=0,
                    help="serve Prometheus metrics on settings.host:PORT, apart from the public API (0: off)")
+    # --port is Settings' SPOTREEL_GATEWAY_PORT; the policy knobs are GatewayConfig's SPOTREEL_GATEWAY_<NAME>.
+    knobs.from_environment(p, "SPOTREEL_GATEWAY_", skip=("port",))
     p.set_defaults(func=_serve)
     t = sub.add_parser("tenant", help="manage tenants")
     tsub = t.add_subparsers(dest="tenant_command", metavar="ACTION")
@@ -50,9 +53,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
+    from spotreel.api.config import from_env
     from spotreel.services.gateway.service import serve
 
-    return serve(settings, port=args.port, metrics_port=args.metrics_port)
+    try:
+        config = from_env()
+    except ValueError as exc:
+        print(f"spotreel gateway: {exc}", file=sys.stderr)
+        return 2
+    return serve(settings, port=args.port, metrics_port=args.metrics_port, config=config)
 
 
 def _plan_arguments(p: argparse.ArgumentParser) -> None:

@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 
+from spotreel import knobs
 from spotreel.settings import Settings
 
 
@@ -19,7 +20,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="exit once every partition is read to its end")
     p.add_argument("--metrics-port", type=int, default=0,
                    help="serve Prometheus metrics (spotreel_projection_lag) on 127.0.0.1:PORT")
-    p.add_argument("--batch-size", type=int, default=2000)
+    p.add_argument("--batch-size", type=int, default=2000,
+                   help="most events the projector reads (and writes the rows of) per batch")
+    # --rebuild, --truncate and --until-idle are operations, not settings.
+    knobs.from_environment(p, "SPOTREEL_PROJECTOR_", skip=("rebuild", "truncate", "until_idle"))
     p.set_defaults(func=_run)
 
 

@@ -7,12 +7,15 @@ import logging
 import sys
 from pathlib import Path
 
+from spotreel import knobs
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser("scheduler", help="run the scheduler (Faust): commands in, events out")
     run.add_argument("--data-dir", type=Path, default=None, help="Faust data dir (default under SPOTREEL_HOME)")
     run.add_argument("--metrics-port", type=int, default=0, help="Prometheus on 127.0.0.1:PORT (0: off)")
-    run.add_argument("--loglevel", default="info")
+    run.add_argument("--loglevel", default="info", help="level of the Faust worker's and spotreel's logs")
+    knobs.from_environment(run, "SPOTREEL_SCHEDULER_")
     run.set_defaults(func=_run)
 
     rep = sub.add_parser("replay", help="print a job's timeline, or rebuild state from the events topic")

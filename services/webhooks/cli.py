@@ -8,6 +8,7 @@ import asyncio
 import logging
 import signal
 
+from spotreel import knobs
 from spotreel.settings import Settings
 
 
@@ -19,6 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backoff-cap", type=float, default=300.0, help="largest retry delay ceiling, seconds")
     p.add_argument("--no-janitor", action="store_true",
                    help="do not run the janitor (checkpoint and video deletion, services/janitor) in this process")
+    knobs.from_environment(p, "SPOTREEL_WEBHOOKS_")
     p.set_defaults(func=_run)
 
 

@@ -11,36 +11,54 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 ENV_PREFIX = "SPOTREEL_GATEWAY_"
+# Knobs that are not read from SPOTREEL_GATEWAY_<NAME> (the registry is SPOTREEL_MODEL_REGISTRY, in Settings).
+NOT_FROM_ENV = frozenset({"models"})
 
 
 @dataclass(frozen=True)
 class GatewayConfig:
     # aiohttp refuses larger bodies with 413 before any handler runs, so a huge prompt costs no parsing.
     max_body_bytes: int = 64 * 1024
+    # Longest prompt (and negative prompt) a submission may carry, in characters.
     max_prompt_chars: int = 4000
+    # Longest video a submission may ask for, in seconds.
     max_duration_s: float = 60.0
+    # Highest frame rate a submission may ask for.
     max_fps: int = 60
+    # Most denoising steps a submission may ask for.
     max_num_steps: int = 500
-    # Sizes every diffusers text-to-video model can render: the VAE works in blocks of 8 pixels; the
-    # pixel cap is 1080p either way round. 16 keeps tiny test renders (32x24 in the e2e test) possible.
+    # Sizes every diffusers text-to-video model can render: the VAE works in blocks of 8 pixels.
     resolution_multiple: int = 8
+    # Shortest side in pixels; 16 keeps tiny test renders (32x24 in the e2e test) possible.
     min_side: int = 16
+    # Longest side in pixels.
     max_side: int = 1920
+    # Most pixels of a frame: 1080p either way round.
     max_pixels: int = 1920 * 1080
+    # Most parents a job of a DAG may wait for.
     max_parents: int = 64
+    # Longest delay (delay_seconds) a submission may ask for before its job starts.
     max_delay_s: int = 30 * 24 * 3600
     # The operator's model registry (spotreel.model_registry.ModelRegistry; None: no registry, any model name).
     # create_app loads it from SPOTREEL_MODEL_REGISTRY when the config has none.
     models: Any = None
+    # Model of a submission that names none.
     default_model: str = "tiny-t2v"
+    # GPU type of a submission that names none ("any": whichever pool serves the model).
     default_gpu_type: str = "any"
+    # Resolution (WIDTHxHEIGHT) of a submission that names none.
     default_resolution: str = "256x256"
+    # Frame rate of a submission that names none.
     default_fps: int = 8
+    # Duration in seconds of a submission that names none.
     default_duration_s: float = 2.0
+    # Denoising steps of a submission that names none.
     default_num_steps: int = 20
     # Used when the tenants row has no rate; a per-minute rate becomes a token every 60000/rate ms.
     default_rate_per_minute: int = 600
+    # Burst of the submission rate limit when the tenants row has none.
     default_burst: int = 20
+    # A tenant's dispatch cap (jobs running at once) when the tenants row has none.
     default_max_in_flight: int = 100
     # A tenant may queue this many times its dispatch cap before admission says no: dispatch limits how
     # many run at once, this limits how far ahead of the workers a tenant can pile work.
@@ -51,27 +69,40 @@ class GatewayConfig:
     # only idle workers with another model loaded can take. An operator's estimate: the worker measures
     # its own (spotreel_worker_model_switch_seconds) but does not report it to the control plane.
     model_switch_seconds: float = 60.0
+    # Retry-After (seconds) of the worker API's 503 when this gateway has no connection to the scheduler.
     retry_after_unavailable_s: int = 5
+    # How long an API key's lookup is cached, in seconds.
     auth_cache_seconds: float = 30.0
+    # How long a tenant's count of jobs in flight is cached for admission, in seconds.
     in_flight_cache_seconds: float = 2.0
+    # How long the pools' statistics (queue, workers) are cached for ETAs, in seconds.
     pool_stats_cache_seconds: float = 2.0
+    # How often a job's event stream (SSE) polls the read model, in seconds.
     stream_poll_seconds: float = 1.0
+    # Longest a job's event stream stays open, in seconds.
     stream_max_seconds: float = 3600.0
+    # Lifetime of a presigned video URL, in seconds.
     presign_seconds: int = 900
+    # Page size of a listing that asks for none.
     default_page_size: int = 50
+    # Largest page size a listing may ask for.
     max_page_size: int = 200
-    # Worker API (/internal): lease long-poll, lease length, the cadence workers are told to keep, and how
-    # long a fenced command waits for the scheduler's verdict before answering 202 "pending".
+    # Worker API (/internal): a lease long-poll's length when the worker asks for none, in seconds.
     lease_poll_default_seconds: float = 20.0
+    # Worker API: the longest lease long-poll a worker may ask for, in seconds.
     lease_poll_max_seconds: float = 60.0
+    # Worker API: length of a lease when the worker asks for none.
     lease_ttl_ms: int = 30_000
+    # Worker API: the heartbeat cadence workers are told to keep, in seconds.
     heartbeat_seconds: float = 10.0
+    # Worker API: the progress-report cadence workers are told to keep, in seconds.
     progress_seconds: float = 5.0
     # A lease whose long-poll had ended when it was granted waits this long for the worker's next poll,
     # then is released as unclaimed (leasedesk.py). Workers poll again at once after a 204.
     unclaimed_lease_hold_seconds: float = 5.0
     # A worker's unanswered RequestWork blocks a new one for this long (then another partition is asked).
     lease_request_stale_seconds: float = 30.0
+    # How long a fenced command waits for the scheduler's verdict before answering 202 "pending".
     verdict_seconds: float = 5.0
     # A renewal verdict slower than this (or none in time) adds `renew_in_seconds` (a third of a TTL) to the answer:
     # the holder spaces out its renewals while the control plane is behind (domain.leases.renew_in_s).
@@ -90,7 +121,7 @@ def from_env(env: Mapping[str, str] | None = None) -> GatewayConfig:
     for f in fields(GatewayConfig):
         name = ENV_PREFIX + f.name.upper()
         raw = env.get(name)
-        if raw is None or f.name == "models":
+        if raw is None or f.name in NOT_FROM_ENV:
             continue
         kind = kinds[f.type]
         try:
