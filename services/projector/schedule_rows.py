@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from spotreel.domain import events as ev
-from spotreel.domain.schedules import TEMPLATE_FIELDS
+from spotreel.domain.schedules import template_body
 from spotreel.services.projector.projection import RowOp
 
 SCHEDULES = "schedules_by_id"
@@ -20,7 +20,7 @@ TABLES = (SCHEDULES, TENANT_SCHEDULES, OCCURRENCES)
 
 
 def template_json(e: ev.ScheduleCreated) -> str:
-    return json.dumps({name: getattr(e, name) for name in TEMPLATE_FIELDS}, sort_keys=True, separators=(",", ":"))
+    return json.dumps(template_body(e), sort_keys=True, separators=(",", ":"))
 
 
 def _schedule(e: Any, **values: Any) -> RowOp:

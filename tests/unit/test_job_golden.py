@@ -203,6 +203,24 @@ def cron_schedule_paused_and_overlapping() -> list[Any]:
     return history
 
 
+def cron_schedule_render_options() -> list[Any]:
+    """A schedule whose template sets a time limit, guidance, a negative prompt and a sampler (CreateSchedule
+    and ScheduleCreated v3), one occurrence fired."""
+    hour = 3_600_000
+    t = T0 // hour * hour
+    create = c.CreateSchedule(
+        "create", "hourly-options", "acme", "0 * * * *", "UTC", "skip", "tiny-t2v", "h100", "clouds", 2.0,
+        "512x512", 8, 3, 10, timeout_ms=600_000, guidance_scale=4.5, negative_prompt="blurry, text",
+        sampler="dpmpp",
+    )
+    state, history = None, []
+    for command, now in ((create, t + 60_000), (c.FireOccurrence("f1", "hourly-options"), t + hour + 5)):
+        out = decide_schedule(state, command, now)
+        state = fold_schedule(out, state)
+        history.extend(out)
+    return history
+
+
 JOB_SCENARIOS: dict[str, Callable[[], list[Any]]] = {
     f.__name__: f
     for f in (happy_path, preempted_and_resumed, preempted_for_higher_tier, retries_dead_letter_and_requeue,
@@ -210,7 +228,8 @@ JOB_SCENARIOS: dict[str, Callable[[], list[Any]]] = {
 }
 SCENARIOS: dict[str, Callable[[], list[Any]]] = {**JOB_SCENARIOS, "cron_schedule": cron_schedule,
                                                  "cron_schedule_paused_and_overlapping":
-                                                     cron_schedule_paused_and_overlapping}
+                                                     cron_schedule_paused_and_overlapping,
+                                                 "cron_schedule_render_options": cron_schedule_render_options}
 
 
 def _fold(name: str, events: list[Any]) -> Any:
@@ -238,15 +257,16 @@ def test_golden_history(name: str) -> None:
 
 # Fields added after a history was recorded, and the default each must have where the history is silent: a
 # state or event written before them reads with these, as Avro resolves an old record.
-ADDED_LATER = {"guidance_scale": None, "negative_prompt": None, "sampler": None}
+# (timeout_ms: a schedule's template, ScheduleCreated inside a schedule's state, gained it after a job's.)
+ADDED_LATER = {"guidance_scale": None, "negative_prompt": None, "sampler": None, "timeout_ms": None}
 
 
 def _as_recorded(encoded: Any, recorded: Any) -> Any:
     """`encoded` without the fields the recording predates, provided they hold their default (else kept, so
-    the comparison fails)."""
+    the comparison fails), at every depth (a schedule's state holds its ScheduleCreated)."""
     if not isinstance(encoded, dict) or not isinstance(recorded, dict):
         return encoded
-    return {k: v for k, v in encoded.items()
+    return {k: _as_recorded(v, recorded.get(k)) for k, v in encoded.items()
             if k in recorded or k not in ADDED_LATER or v != ADDED_LATER[k]}
 
 

@@ -228,3 +228,50 @@ def test_a_recorded_cron_that_no_longer_parses_is_refused_not_raised() -> None:
 
 def test_a_start_beyond_the_calendar_is_refused() -> None:
     assert _rejected(decide_schedule(None, create(start_ms=10**18), T)) == "invalid_request"
+
+
+OPTIONS = {"timeout_ms": 600_000, "guidance_scale": 4.5, "negative_prompt": "blurry, text", "sampler": "dpmpp"}
+
+
+def test_an_occurrences_job_carries_the_templates_time_limit_and_render_options() -> None:
+    s = Sched(**OPTIONS)
+    created = s.out[0]
+    assert isinstance(created, ev.ScheduleCreated)
+    assert {k: getattr(created, k) for k in OPTIONS} == OPTIONS
+    fired = s.fire(T + HOUR)[0]
+    assert s.state is not None
+    submit = submit_for(s.state, fired)
+    assert {k: getattr(submit, k) for k in OPTIONS} == OPTIONS
+    [submitted, _] = decide(None, submit, T + HOUR)
+    assert isinstance(submitted, ev.JobSubmitted)
+    assert {k: getattr(submitted, k) for k in OPTIONS} == OPTIONS
+    assert fold((submitted,)).sampler == "dpmpp"  # type: ignore[union-attr]
+
+
+def test_a_template_without_options_hashes_its_occurrences_as_before_they_existed() -> None:
+    """A schedule created before the options (its ScheduleCreated decodes them as null) must give the same
+    request hash after the upgrade, or a firing replayed across it would be refused idempotency_key_reused."""
+    s = Sched()
+    fired = s.fire(T + HOUR)[0]
+    assert s.state is not None
+    old_body = {name: getattr(s.state.created, name) for name in (
+        "model", "gpu_type", "prompt", "duration_s", "resolution", "fps", "seed", "num_steps", "priority",
+        "callback_url", "max_attempts", "max_preemptions", "keep_checkpoints", "backoff_base_ms", "backoff_max_ms",
+        "poison_threshold", "poison_window_ms")}
+    old_hash = ids.request_hash({**old_body, "schedule_id": "nightly", "occurrence_ms": T + HOUR})
+    assert submit_for(s.state, fired).request_hash == old_hash
+    with_options = Sched(**OPTIONS)
+    assert with_options.state is not None
+    assert submit_for(with_options.state, with_options.fire(T + HOUR)[0]).request_hash != old_hash
+
+
+@pytest.mark.parametrize(("overrides", "words"), [
+    ({"guidance_scale": 0.5}, "guidance_scale must be null or between 1 and 50"),
+    ({"sampler": "dpm++ 2m"}, "sampler must be null or a sampler name"),
+    ({"negative_prompt": "a\x00b"}, "negative_prompt must not contain NUL"),
+    ({"timeout_ms": 1}, "timeout_ms must be null or between"),
+])
+def test_a_create_schedule_over_kafka_with_options_beyond_the_limits_is_refused(overrides: dict, words: str) -> None:
+    [rejected] = decide_schedule(None, create(**overrides), T)
+    assert isinstance(rejected, ev.ScheduleCommandRejected) and rejected.reason == "invalid_request"
+    assert words in rejected.detail, rejected.detail

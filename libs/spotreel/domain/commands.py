@@ -277,7 +277,9 @@ class CreateSchedule:
     (same meaning as in SubmitJob). `missed_policy`: skip | run_once | run_all (see schedules.py).
     `timezone`: the IANA zone the expression is read in (cron.py defines DST gaps and overlaps).
     `overlap_policy`: allow | skip | cancel_previous, what an occurrence does while an earlier one's job
-    has not ended (schedules.py). Occurrences at or after `start_ms` count (default: from creation on)."""
+    has not ended (schedules.py). Occurrences at or after `start_ms` count (default: from creation on).
+    `timeout_ms`, `guidance_scale`, `negative_prompt`, `sampler` (added later, null by default) are the
+    template's time limit and render options, copied into each occurrence's SubmitJob."""
 
     command_id: str
     schedule_id: str
@@ -306,6 +308,10 @@ class CreateSchedule:
     poison_threshold: int = 3
     poison_window_ms: int = 60_000
     overlap_policy: str = "allow"
+    timeout_ms: int | None = None
+    guidance_scale: float | None = None
+    negative_prompt: str | None = None
+    sampler: str | None = None
 
 
 @dataclass(frozen=True)

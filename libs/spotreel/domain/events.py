@@ -444,6 +444,10 @@ class ScheduleCreated:
     poison_threshold: int
     poison_window_ms: int
     overlap_policy: str = "allow"
+    timeout_ms: int | None = None
+    guidance_scale: float | None = None
+    negative_prompt: str | None = None
+    sampler: str | None = None
 
 
 @dataclass(frozen=True)

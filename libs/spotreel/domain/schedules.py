@@ -68,7 +68,16 @@ TEMPLATE_FIELDS = (
     "backoff_max_ms",
     "poison_threshold",
     "poison_window_ms",
+    "timeout_ms",
+    "guidance_scale",
+    "negative_prompt",
+    "sampler",
 )
+# Added to the template later (schema v3 of CreateSchedule and ScheduleCreated), null when not set: the job has
+# no time limit and renders with its model's defaults. They enter an occurrence's request hash and the
+# projected template only where set, so the occurrences of a schedule created before them hash as they did (a
+# firing replayed across the upgrade still reaches the same job as a no-op, not idempotency_key_reused).
+LATER_TEMPLATE_FIELDS = ("timeout_ms", "guidance_scale", "negative_prompt", "sampler")
 
 
 class OverlapPolicy:
@@ -114,6 +123,12 @@ def _template(source: Any) -> dict[str, Any]:
     return {name: getattr(source, name) for name in TEMPLATE_FIELDS}
 
 
+def template_body(source: Any) -> dict[str, Any]:
+    """The template as hashed and projected: every field, those of LATER_TEMPLATE_FIELDS only where set."""
+    return {name: value for name, value in _template(source).items()
+            if value is not None or name not in LATER_TEMPLATE_FIELDS}
+
+
 def _rejected(state: ScheduleState | None, c: Any, now_ms: int, reason: str, detail: str = "") -> tuple[Any]:
     return (
         ev.ScheduleCommandRejected(
@@ -143,7 +158,7 @@ def _head(c: Any, now_ms: int) -> dict[str, Any]:
 def submit_for(state: ScheduleState, fired: ev.OccurrenceFired) -> cmd.SubmitJob:
     """The SubmitJob for one fired occurrence. Deterministic, so producing it twice is harmless."""
     template = _template(state.created)
-    body = {**template, "schedule_id": state.schedule_id, "occurrence_ms": fired.occurrence_ms}
+    body = {**template_body(state.created), "schedule_id": state.schedule_id, "occurrence_ms": fired.occurrence_ms}
     return cmd.SubmitJob(
         command_id=f"{state.schedule_id}:{fired.occurrence_ms}",
         job_id=fired.job_id,
