@@ -397,7 +397,14 @@ SCHEDULE_SCHEMA = {"type": "object", "required": ["id", "status", "cron", "timez
     "id": {"type": "string"}, "status": {"type": "string", "enum": SCHEDULE_STATUSES},
     "cron": {"type": ["string", "null"]}, "timezone": {"type": ["string", "null"]},
     "catch_up": {"type": ["string", "null"]}, "overlap": {"type": ["string", "null"]},
-    "job": {"type": "object"}, "next_occurrence_at": {"type": ["string", "null"]},
+    "job": {"type": "object", "description": "the template each occurrence's video is submitted with; "
+                                             "timeout_seconds, guidance_scale, negative_prompt and sampler are "
+                                             "null where the schedule set none",
+            "properties": {"timeout_seconds": {"type": ["integer", "null"]},
+                           "guidance_scale": {"type": ["number", "null"]},
+                           "negative_prompt": {"type": ["string", "null"]},
+                           "sampler": {"type": ["string", "null"]}}},
+    "next_occurrence_at": {"type": ["string", "null"]},
     "last_tick_at": {"type": ["string", "null"]}, "version": {"type": "integer"}}}
 
 

@@ -3,7 +3,9 @@ PauseSchedule, ResumeSchedule, DeleteSchedule keyed by schedule_id); the project
 schedules_by_tenant and occurrences_by_schedule, which GET reads.
 
 POST body: {"cron", "timezone"?, "catch_up"?, "catch_up_grace_seconds"?, "catch_up_max_runs"?, "overlap"?,
-"start_at"?, "job": {the fields of POST /v1/videos but run_at, delay_seconds, parents, dag_policy}}.
+"start_at"?, "job": {the fields of POST /v1/videos but run_at, delay_seconds, parents, dag_policy and
+webhook_events}}. The job is checked by POST /v1/videos' own `normalize` (the model registry included), so a
+template is refused exactly where a one-off video would be, the field named `job.<field>`.
 The schedule id is derived from (tenant, Idempotency-Key) like a video's (`ids.schedule_id_for`); the key is
 claimed in submission_claims with the request's hash, so a retry with the same key and body is the same
 schedule (`replayed`) and another body is 409. Until the projector has written the schedule, GET answers from
@@ -36,9 +38,11 @@ _DIGITS = re.compile(r"[0-9]{1,9}")
 KNOWN = frozenset({"cron", "timezone", "catch_up", "catch_up_grace_seconds", "catch_up_max_runs", "overlap",
                    "start_at", "job"})
 NOT_IN_TEMPLATE = ("run_at", "delay_seconds", "parents", "dag_policy")
-# Job fields a schedule cannot carry yet (CreateSchedule has no timeout and no render options, occurrences no
-# event filter): 422 rather than silently dropped.
-UNSUPPORTED_IN_TEMPLATE = ("timeout_seconds", "webhook_events", "guidance_scale", "negative_prompt", "sampler")
+# Job fields a schedule cannot carry yet (the gateway stores a job's event filter by job id at submit, and an
+# occurrence's job is submitted by the scheduler): 422 rather than silently dropped.
+UNSUPPORTED_IN_TEMPLATE = ("webhook_events",)
+# Shown in a schedule's job whether set or not (null: no time limit, the model's default).
+OPTIONS = ("timeout_seconds", "guidance_scale", "negative_prompt", "sampler")
 CATCH_UP = tuple(p.value for p in MissedPolicy)
 OVERLAP = OverlapPolicy.ALL
 MAX_GRACE_S = 86_400
@@ -136,8 +140,9 @@ def build_create(tenant: str, schedule_id: str, body: dict[str, Any], command_id
         duration_s=job["duration"], resolution=job["resolution"], fps=job["fps"], seed=seed,
         num_steps=job["num_steps"], priority=job["priority"], callback_url=job["callback_url"],
         start_ms=body["start_at"], grace_ms=body["catch_up_grace_seconds"] * 1000,
-        max_catchup=body["catch_up_max_runs"], overlap_policy=body["overlap"],
-        **{k: v for k, v in policy_fields(job).items() if k != "timeout_ms"},
+        max_catchup=body["catch_up_max_runs"], overlap_policy=body["overlap"], **policy_fields(job),
+        guidance_scale=job.get("guidance_scale"), negative_prompt=job.get("negative_prompt"),
+        sampler=job.get("sampler"),
     )
 
 
@@ -146,7 +151,10 @@ def schedule_json(s: ScheduleView) -> dict[str, Any]:
     job = {"prompt": t.get("prompt"), "model": t.get("model"), "gpu_type": t.get("gpu_type"),
            "duration": t.get("duration_s"), "resolution": t.get("resolution"), "fps": t.get("fps"),
            "seed": t.get("seed"), "num_steps": t.get("num_steps"), "priority": t.get("priority"),
-           "callback_url": t.get("callback_url")}
+           "callback_url": t.get("callback_url"),
+           "timeout_seconds": t["timeout_ms"] // 1000 if t.get("timeout_ms") is not None else None,
+           "guidance_scale": t.get("guidance_scale"), "negative_prompt": t.get("negative_prompt"),
+           "sampler": t.get("sampler")}
     return {"id": s.schedule_id, "status": s.status, "cron": s.cron, "timezone": s.timezone,
             "catch_up": s.catch_up, "catch_up_grace_seconds": s.grace_ms // 1000,
             "catch_up_max_runs": s.max_catch_up, "overlap": s.overlap_policy, "job": job,
@@ -160,6 +168,7 @@ def claim_schedule_json(c: Claim) -> dict[str, Any]:
     b = c.params
     job = dict(b.get("job", {}))
     job.pop("run_at", None)
+    job.update({name: job.get(name) for name in OPTIONS})
     return {"id": c.job_id, "status": ACCEPTED, "cron": b.get("cron"), "timezone": b.get("timezone"),
             "catch_up": b.get("catch_up"), "catch_up_grace_seconds": b.get("catch_up_grace_seconds"),
             "catch_up_max_runs": b.get("catch_up_max_runs"), "overlap": b.get("overlap"), "job": job,

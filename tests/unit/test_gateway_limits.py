@@ -77,15 +77,20 @@ async def test_the_job_view_shows_the_policy(api):  # noqa: F811
                    "backoff_max_seconds": 60, "stuck_steps": 10, "stuck_min_seconds": 120}
 
 
-async def test_a_schedule_template_carries_the_retry_policy_and_refuses_a_timeout(api):  # noqa: F811
+async def test_a_schedule_template_carries_the_retry_policy_and_the_timeout(api):  # noqa: F811
     client, deps = await api()
     body = {"cron": "0 * * * *", "job": {"prompt": "p", "max_attempts": 2, "backoff_base_seconds": 1}}
     r = await client.post("/v1/schedules", json=body, headers={**A, "Idempotency-Key": "s1"})
     assert r.status == 202, await r.text()
     sent = deps.commands.sent[-1]
     assert isinstance(sent, cmd.CreateSchedule) and (sent.max_attempts, sent.backoff_base_ms) == (2, 1_000)
+    assert sent.timeout_ms is None
     body["job"]["timeout_seconds"] = 60
     r = await client.post("/v1/schedules", json=body, headers={**A, "Idempotency-Key": "s2"})
+    assert r.status == 202, await r.text()
+    assert deps.commands.sent[-1].timeout_ms == 60_000
+    body["job"]["timeout_seconds"] = 0
+    r = await client.post("/v1/schedules", json=body, headers={**A, "Idempotency-Key": "s3"})
     assert r.status == 422 and (await r.json())["error"]["field"] == "job.timeout_seconds"
 
 

@@ -2,7 +2,8 @@
 the worker's render: the gateway's checks (422 naming the field and the allowed values, the sampler against
 the model family's in the registry), the request hash of a body without them unchanged, the SubmitJob and
 JobSubmitted carrying them, the lease answer (WorkAssigned, over HTTP as JSON and over Kafka as the record)
-handing them to the worker, and the worker preferring them over its own settings for the model."""
+handing them to the worker, the worker preferring them over its own settings for the model, and a schedule's
+job template taking them (and timeout_seconds) under the same checks into each occurrence's job."""
 
 from __future__ import annotations
 
@@ -126,10 +127,73 @@ def test_the_local_registry_takes_the_demo_and_the_readme_requests(tmp_path):
         assert body["model"] == "tiny-t2v"
 
 
-@pytest.mark.parametrize("name", sorted(OPTIONS))
-async def test_a_schedules_job_refuses_render_options_it_cannot_carry(api, name):  # noqa: F811
+async def test_a_schedules_job_carries_the_options_into_its_create_schedule_and_get(api):  # noqa: F811
+    client, deps = await api(GatewayConfig(models=REGISTRY))
+    body = {"cron": "0 * * * *", "job": {"prompt": "p", "resolution": "32x32", "timeout_seconds": 600, **OPTIONS}}
+    r = await client.post("/v1/schedules", json=body, headers={**A, "Idempotency-Key": "s-options"})
+    assert r.status == 202, await r.text()
+    [sent] = deps.commands.sent
+    assert (sent.guidance_scale, sent.negative_prompt, sent.sampler, sent.timeout_ms) == \
+        (4.5, "blurry, text", "dpmpp", 600_000)
+    got = await (await client.get(f"/v1/schedules/{sent.schedule_id}", headers=A)).json()  # from the claim
+    assert {k: got["job"][k] for k in OPTIONS} == OPTIONS and got["job"]["timeout_seconds"] == 600
+
+
+async def test_a_schedule_without_options_sends_none_and_shows_nulls(api):  # noqa: F811
     client, deps = await api()
-    body = {"cron": "0 * * * *", "job": {"prompt": "p", name: OPTIONS[name]}}
-    r = await client.post("/v1/schedules", json=body, headers={**A, "Idempotency-Key": f"s-{name}"})
-    assert r.status == 422 and (await r.json())["error"]["field"] == f"job.{name}", await r.text()
+    r = await client.post("/v1/schedules", json={"cron": "0 * * * *", "job": {"prompt": "p"}},
+                          headers={**A, "Idempotency-Key": "s-plain"})
+    assert r.status == 202, await r.text()
+    [sent] = deps.commands.sent
+    assert (sent.guidance_scale, sent.negative_prompt, sent.sampler, sent.timeout_ms) == (None,) * 4
+    got = await (await client.get(f"/v1/schedules/{sent.schedule_id}", headers=A)).json()
+    assert {k: got["job"][k] for k in (*OPTIONS, "timeout_seconds")} == dict.fromkeys((*OPTIONS, "timeout_seconds"))
+
+
+# The very refusals of POST /v1/videos (same function), the field named job.<field>.
+@pytest.mark.parametrize(("change", "field", "words"), [
+    ({"guidance_scale": 0.5}, "job.guidance_scale", "from 1 (no guidance) to 50"),
+    ({"negative_prompt": 3}, "job.negative_prompt", "must be a string"),
+    ({"sampler": "lms"}, "job.sampler", "['ddim', 'euler_a', 'unipc', 'dpmpp', 'flow_euler']"),
+    ({"sampler": "flow_euler"}, "job.sampler", "(unet3d family) takes samplers ddim, euler_a, unipc, dpmpp"),
+    ({"timeout_seconds": 0}, "job.timeout_seconds", "must be between"),
+])
+async def test_a_schedules_job_refuses_what_a_video_refuses(api, change, field, words):  # noqa: F811
+    client, deps = await api(GatewayConfig(models=REGISTRY))
+    body = {"cron": "0 * * * *", "job": {"prompt": "p", "resolution": "32x32", **change}}
+    r = await client.post("/v1/schedules", json=body, headers={**A, "Idempotency-Key": "s-bad"})
+    error = (await r.json())["error"]
+    assert r.status == 422 and error["field"] == field and words in error["message"], error
     assert deps.commands.sent == []
+
+
+async def test_a_schedules_job_still_refuses_webhook_events(api):  # noqa: F811
+    client, deps = await api()
+    body = {"cron": "0 * * * *", "job": {"prompt": "p", "callback_url": "https://example.com/h",
+                                        "webhook_events": ["started"]}}
+    r = await client.post("/v1/schedules", json=body, headers={**A, "Idempotency-Key": "s-events"})
+    assert r.status == 422 and (await r.json())["error"]["field"] == "job.webhook_events"
+    assert deps.commands.sent == []
+
+
+def test_the_schedule_projection_keeps_the_options_a_template_set_and_omits_unset_ones():
+    import json
+
+    from spotreel.domain.schedules import decide_schedule
+    from spotreel.services.gateway.schedules import schedule_json
+    from spotreel.readmodel.schedules import ScheduleView
+    from spotreel.services.projector.schedule_rows import template_json
+    from tests.unit.test_job_schedules import create
+
+    with_options, plain = (decide_schedule(None, create(**o), 0)[0] for o in ({**OPTIONS, "timeout_ms": 60_000}, {}))
+    assert {k: json.loads(template_json(with_options))[k] for k in OPTIONS} == OPTIONS
+    assert not {*OPTIONS, "timeout_ms"} & set(json.loads(template_json(plain)))
+    assert json.loads(template_json(with_options))["timeout_ms"] == 60_000
+
+    def shown(created):  # GET /v1/schedules/{id} of the projected row
+        view = ScheduleView(created.schedule_id, "acme", "active", "0 * * * *", "UTC", "skip", 60_000, 100, "allow",
+                            json.loads(template_json(created)), 0, 0, None, None, 2)
+        return schedule_json(view)["job"]
+
+    assert {k: shown(with_options)[k] for k in OPTIONS} == OPTIONS and shown(with_options)["timeout_seconds"] == 60
+    assert {k: shown(plain)[k] for k in (*OPTIONS, "timeout_seconds")} == dict.fromkeys((*OPTIONS, "timeout_seconds"))

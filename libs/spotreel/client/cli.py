@@ -88,10 +88,7 @@ def _submit_flags(p: argparse.ArgumentParser) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     p = _common(sub.add_parser("submit", help="submit a video job and print its id"), "submit", cmds.submit)
     _submit_flags(p)
-    # Render options of this job (default: the model's, from the registry): `spotreel model list` shows them.
-    p.add_argument("--guidance-scale", type=float, help="classifier-free guidance (1 = off)")
-    p.add_argument("--negative-prompt", help="what the video should not show (takes effect with guidance > 1)")
-    p.add_argument("--sampler", help="denoising sampler, one of the model family's (e.g. ddim, dpmpp, unipc)")
+    cmds.add_render_flags(p)
     _with_id(sub, "status", "a video's status, progress, attempt and result", cmds.status)
     _with_id(sub, "watch", "live progress until the video ends, reconnecting where the stream dropped "
                            "(exit 0: succeeded)", cmds.watch)

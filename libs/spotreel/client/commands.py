@@ -33,6 +33,15 @@ SUBMIT_FIELDS = {"model": "model", "gpu_type": "gpu_type", "duration": "duration
                  "callback_url": "callback_url", "run_at": "run_at", "delay": "delay_seconds",
                  "parent": "parents", "dag_policy": "dag_policy", "guidance_scale": "guidance_scale",
                  "negative_prompt": "negative_prompt", "sampler": "sampler"}
+RENDER_FIELDS = {"guidance_scale": "guidance_scale", "negative_prompt": "negative_prompt", "sampler": "sampler"}
+
+
+def add_render_flags(p: argparse.ArgumentParser) -> None:
+    """A job's render options (default: the model's, from the registry; `spotreel model list` shows them), the
+    same flags for `submit` and `schedule create`."""
+    p.add_argument("--guidance-scale", type=float, help="classifier-free guidance (1 = off)")
+    p.add_argument("--negative-prompt", help="what the video should not show (takes effect with guidance > 1)")
+    p.add_argument("--sampler", help="denoising sampler, one of the model family's (e.g. ddim, dpmpp, unipc)")
 
 
 def run_at_ms(value: str) -> int:

@@ -7,12 +7,12 @@ import argparse
 from typing import Any
 
 from spotreel.client.http import Client
-from spotreel.client.commands import Outcome, run_at_ms
+from spotreel.client.commands import RENDER_FIELDS, Outcome, add_render_flags, run_at_ms
 
 # Flags of `schedule create` → fields of the schedule's job template (argparse dest → API name).
 JOB_FIELDS = {"model": "model", "gpu_type": "gpu_type", "duration": "duration", "resolution": "resolution",
               "fps": "fps", "seed": "seed", "priority": "priority", "num_steps": "num_steps",
-              "callback_url": "callback_url"}
+              "callback_url": "callback_url", **RENDER_FIELDS}
 SCHEDULE_FIELDS = {"timezone": "timezone", "catch_up": "catch_up", "catch_up_grace": "catch_up_grace_seconds",
                    "catch_up_max_runs": "catch_up_max_runs", "overlap": "overlap", "start_at": "start_at"}
 
@@ -20,8 +20,10 @@ SCHEDULE_FIELDS = {"timezone": "timezone", "catch_up": "catch_up", "catch_up_gra
 def schedule_text(s: dict[str, Any]) -> str:
     job = s.get("job") or {}
     nxt = s.get("next_occurrence_at") or "-"
+    options = ", ".join(f"{name} {job[name]!r}" for name in RENDER_FIELDS.values() if job.get(name) is not None)
     return (f"{s['id']}  {s['status']:<8}  {s.get('cron')!s:<16} {s.get('timezone')!s:<20} next {nxt}\n"
-            f"  catch-up {s.get('catch_up')}, overlap {s.get('overlap')}; job: {job.get('prompt')!r}")
+            f"  catch-up {s.get('catch_up')}, overlap {s.get('overlap')}; job: {job.get('prompt')!r}"
+            + (f" ({options})" if options else ""))
 
 
 def list_text(page: dict[str, Any]) -> str:
@@ -104,6 +106,7 @@ def register(sub: argparse._SubParsersAction, common) -> None:
     for name, kind in (("model", str), ("gpu-type", str), ("duration", float), ("resolution", str), ("fps", int),
                        ("seed", int), ("priority", int), ("num-steps", int), ("callback-url", str)):
         p.add_argument(f"--{name}", type=kind, default=None)
+    add_render_flags(p)
     p = common(ssub.add_parser("list", help="your schedules, newest first"), "schedule list", list_)
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--page-token", help="the next page: the token the previous page printed")
