@@ -63,3 +63,20 @@ async def test_schedule_commands(server, cli_settings, cql):
     assert code == 1 and "409" in err
     code, _, err = await spotreel(url, key, "schedule", "get", "s" + "0" * 32)
     assert code == 1 and "404" in err
+
+
+async def test_schedule_create_with_render_options(server, cli_settings, cql):
+    url, key = server
+    code, out, err = await spotreel(url, key, "schedule", "create", "@daily", "dawn", "--guidance-scale", "4.5",
+                                    "--negative-prompt", "blurry, text", "--sampler", "dpmpp",
+                                    "--idempotency-key", "dawn", "--json")
+    assert code == 0, err
+    sid = json.loads(out)["schedule_id"]
+    [create] = schedule_commands(cli_settings, sid)
+    assert (create.guidance_scale, create.negative_prompt, create.sampler) == (4.5, "blurry, text", "dpmpp")
+    Projected(cql).apply(create, T)
+    code, out, err = await spotreel(url, key, "schedule", "get", sid)
+    assert code == 0, err
+    assert "(guidance_scale 4.5, negative_prompt 'blurry, text', sampler 'dpmpp')" in out, out
+    code, out, _ = await spotreel(url, key, "schedule", "create", "@daily", "dawn", "--sampler", "lms", "--json")
+    assert code == 1 and json.loads(out)["error"]["field"] == "job.sampler"
