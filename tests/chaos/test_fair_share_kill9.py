@@ -22,7 +22,7 @@ from spotreel.adapters.kafka import produce_command
 from spotreel.domain import events as ev
 from spotreel.domain.plans import settings_for
 from spotreel.tenancy import publish_settings, settings_record
-from tests.integration.schedkit import Bus, SchedulerProc, drop_topics, make_topics, scheduler_settings, submit
+from tests.integration.schedkit import Bus, SchedulerProc, make_topics, scheduler_settings, submit, teardown
 from tests.integration.schedkit import GPU, MODEL
 from tests.integration.test_scheduler_fair_share import _fleet
 
@@ -67,7 +67,7 @@ def test_shares_converge_after_a_kill9_and_no_grant_passes_a_ceiling(stack, tmp_
     bus = Bus(settings)
     run = uuid.uuid4().hex[:6]
     restarted_ms: list[int] = []
-    try:
+    with teardown(settings, procs, bus):
         procs[0].wait_owning(set(range(PARTS)), timeout=90)
         # More than either tenant can run in the time (about 4 grants a second), so both stay backlogged.
         for tenant, n in (("a", 200), ("b", 100)):
@@ -110,12 +110,3 @@ def test_shares_converge_after_a_kill9_and_no_grant_passes_a_ceiling(stack, tmp_
             k[0] == j for k in granted)) for t in WEIGHT}
         assert all(n > 0 for n in left.values()), left  # both backlogged to the end
         assert sum(isinstance(e, ev.LeaseExpired) for e in bus.events) == 0
-    except BaseException:
-        for proc in procs:
-            print(f"----- tail of {proc.log_path.name} -----\n{proc.log()[-3000:]}")
-        raise
-    finally:
-        bus.close()
-        for proc in procs:
-            proc.stop()
-        drop_topics(settings)

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
@@ -245,3 +247,21 @@ def make_topics(settings: Settings) -> None:
 
 def drop_topics(settings: Settings) -> None:
     delete_topics(settings)
+
+
+@contextmanager
+def teardown(settings: Settings, procs: list[SchedulerProc], bus: Bus, tail: int = 3000) -> Iterator[None]:
+    """The end of a test that runs scheduler processes: on a failure, the last `tail` characters of every
+    process's log; in any case the bus closed, every process stopped (a list the block may add to, e.g. the
+    replacement of a killed one) and the run's topics dropped."""
+    try:
+        yield
+    except BaseException:
+        for proc in procs:
+            print(f"----- tail of {proc.log_path.name} -----\n{proc.log()[-tail:]}")
+        raise
+    finally:
+        bus.close()
+        for proc in procs:
+            proc.stop()
+        drop_topics(settings)

@@ -27,8 +27,8 @@ from spotreel.services.capacity.sim_kafka import KafkaLink
 from spotreel.devstack.ports import free_port
 from spotreel.tenancy import publish_settings, settings_record
 from spotreel.services.gateway.usage import KafkaTenantUsage
-from tests.integration.schedkit import (GPU, MODEL, Bus, SchedulerProc, drop_topics, make_topics, scheduler_settings,
-                                        submit)
+from tests.integration.schedkit import (GPU, MODEL, Bus, SchedulerProc, make_topics, scheduler_settings, submit,
+                                        teardown)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -99,7 +99,7 @@ def test_weights_three_to_one_hold_across_partitions_and_a_newcomer_is_served_at
              for name, port in zip("ab", ports)]
     bus = Bus(settings)
     run = uuid.uuid4().hex[:6]
-    try:
+    with teardown(settings, procs, bus, tail=4000):
         _wait_split(procs)
         # More than either tenant can run in the time, so both stay backlogged throughout.
         backlog = _jobs("a", {0, 1}, 140, run) + _jobs("b", {2, 3}, 140, run)
@@ -157,12 +157,3 @@ def test_weights_three_to_one_hold_across_partitions_and_a_newcomer_is_served_at
             exported = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                            if line.startswith("spotreel_scheduler_tenant_gpu_seconds{") and f'tenant="{tenant}"' in line)
             assert exported == pytest.approx(used[tenant], abs=0.01), (tenant, exported)
-    except BaseException:
-        for proc in procs:
-            print(f"----- tail of {proc.log_path.name} -----\n{proc.log()[-4000:]}")
-        raise
-    finally:
-        bus.close()
-        for proc in procs:
-            proc.stop()
-        drop_topics(settings)

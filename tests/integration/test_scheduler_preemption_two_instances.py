@@ -22,8 +22,8 @@ import pytest
 from spotreel.adapters.partitioning import partition_for
 from spotreel.domain import commands as c
 from spotreel.domain import events as ev
-from tests.integration.schedkit import GPU, MODEL, Bus, SchedulerProc, drop_topics, make_topics, \
-    scheduler_settings, submit
+from tests.integration.schedkit import GPU, MODEL, Bus, SchedulerProc, make_topics, scheduler_settings, submit, \
+    teardown
 from tests.integration.test_scheduler_fair_share import _wait_split
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -56,7 +56,7 @@ def test_a_priority_9_job_on_one_process_preempts_a_lease_of_the_other(stack, tm
     procs = [SchedulerProc(settings, tmp_path, name, env=env) for name in ("first", "second")]
     bus = Bus(settings)
     run = uuid.uuid4().hex[:6]
-    try:
+    with teardown(settings, procs, bus):
         _wait_split(procs)
         owned = [procs[0].wait_owning(), procs[1].wait_owning()]
         deciding = 0 if 0 in owned[0] else 1  # owns partition 0, the lowest holding a lease to ask back
@@ -108,12 +108,3 @@ def test_a_priority_9_job_on_one_process_preempts_a_lease_of_the_other(stack, tm
         assert all(a.for_priority == 9 and a.reason == "preempted_for" for a in asked.values())
         assert len(served) == len(asked)
         assert len(asked) == BUDGET  # the pool's budget, over both processes
-    except BaseException:
-        for proc in procs:
-            print(f"----- tail of {proc.log_path.name} -----\n{proc.log()[-3000:]}")
-        raise
-    finally:
-        bus.close()
-        for proc in procs:
-            proc.stop()
-        drop_topics(settings)
