@@ -1,13 +1,18 @@
 """Settings for every spotreel process, read from SPOTREEL_* environment variables.
 
 One frozen dataclass, built once by an entrypoint and passed down; nothing reads the environment later.
+What only the local launcher needs (JVM heaps and options, Maven and server versions, the servers' internal
+ports, start and stop timeouts) is in spotreel.devstack.settings.DevstackSettings, a subclass of this one, so
+runtime code never sees it. Every knob, with its variable: docs/SETTINGS.md.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, fields
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Self
 
 
 def _default_home() -> Path:
@@ -26,43 +31,16 @@ class Settings:
     home: Path = field(default_factory=_default_home)
     # Non-zero: CLIs show tracebacks of unexpected errors instead of one summarising line.
     debug: int = 0
-    # Downloaded jars live outside the repo and outside `home`, so `--fresh` never refetches them.
+    # Downloads (the local stack's jars, the tests' tiny models) live outside the repo and outside `home`, so
+    # `--fresh` never refetches them.
     cache_dir: Path = field(default_factory=_default_cache)
     # The address the services bind to and every local server (and the clients' default view of them) is on.
     host: str = "127.0.0.1"
 
-    # The java the local stack runs its JVMs with: a name on PATH or an absolute path.
-    java_bin: str = "java"
-    # The Maven the local stack fetches its jars with: a name on PATH or an absolute path.
-    maven_bin: str = "mvn"
-    # Empty: Maven's own configuration decides (Central, or the user's mirror in ~/.m2/settings.xml).
-    maven_repo_url: str = ""
-    # Seconds `up` waits for a server to answer; Cassandra's cold start on 2 cores is the long pole.
-    start_timeout: int = 240
-    # Seconds `down` waits after SIGTERM before SIGKILL.
-    stop_timeout: int = 60
-    # 1: the JVMs skip the C2 compiler, which halves start-up on 2 cores; 0 for benchmarks of peak speed.
-    jvm_fast_start: int = 1
-    # Extra options for every JVM the local stack starts (space-separated), e.g. to attach a profiler.
-    jvm_extra_opts: str = ""
-
-    # Kafka release the local stack runs (pinned: the latest 3.9 patch release on Maven Central).
-    kafka_version: str = "3.9.2"
     # Port of the local stack's (first) Kafka broker.
     kafka_port: int = 19092
-    # Port of the local stack's (first) KRaft controller.
-    kafka_controller_port: int = 19093
-    # Heap of each local Kafka broker's JVM (-Xmx and -Xms).
-    kafka_heap: str = "768m"
-
-    # Cassandra release the local stack runs (pinned: the latest 5.0 patch release on Maven Central).
-    cassandra_version: str = "5.0.9"
     # The CQL port of every Cassandra node, local or not (the contact points are hosts on it).
     cassandra_port: int = 19042
-    # Inter-node (gossip) port of the local Cassandra nodes.
-    cassandra_storage_port: int = 17000
-    # Heap of each local Cassandra node's JVM.
-    cassandra_heap: str = "1g"
     # The keyspace every table lives in.
     cassandra_keyspace: str = "spotreel"
 
@@ -95,14 +73,6 @@ class Settings:
 
     # Port of the local S3 server (SeaweedFS's S3 gateway); the clients' S3 endpoint is http://host:this.
     s3_port: int = 18333
-    # Port of the local SeaweedFS master.
-    s3_master_port: int = 19333
-    # Port of the local SeaweedFS volume server.
-    s3_volume_port: int = 18080
-    # Port of the local SeaweedFS filer.
-    s3_filer_port: int = 18888
-    # `weed mini` always runs its admin server; pin its port so it cannot collide with anything else.
-    s3_admin_port: int = 18646
     # S3 access key of every client (and of the local server).
     s3_access_key: str = "spotreel"
     # S3 secret key of every client (and of the local server).
@@ -175,10 +145,9 @@ class Settings:
     # buckets for what is due only later (failed jobs' checkpoints, expired videos; domain/expiry.py).
     janitor_sweep_every_s: int = 600
 
-    def kafka_node_ports(self, node: int) -> tuple[int, int]:
-        """(broker port, controller port) of local broker `node` (1-based)."""
-        shift = (node - 1) * self.kafka_node_port_step
-        return self.kafka_port + shift, self.kafka_controller_port + shift
+    def kafka_node_port(self, node: int) -> int:
+        """The port of local broker `node` (1-based)."""
+        return self.kafka_port + (node - 1) * self.kafka_node_port_step
 
     def cassandra_node_host(self, node: int) -> str:
         """The loopback address of local Cassandra node `node` (1-based): 127.0.0.n (Linux routes 127/8 to lo)."""
@@ -191,7 +160,7 @@ class Settings:
         if self.kafka_bootstrap_servers:
             return self.kafka_bootstrap_servers
         nodes = range(1, max(1, self.cluster_nodes) + 1)
-        return ",".join(f"{self.host}:{self.kafka_node_ports(n)[0]}" for n in nodes)
+        return ",".join(f"{self.host}:{self.kafka_node_port(n)}" for n in nodes)
 
     @property
     def cassandra_hosts(self) -> list[str]:
@@ -233,7 +202,7 @@ class Settings:
         return self.home / "data"
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Self:
         env = dict(os.environ if env is None else env)
         kwargs: dict[str, object] = {}
         for f in fields(cls):

@@ -1,7 +1,8 @@
 """docs/SETTINGS.md, the one list of every knob: written from the code, so it cannot drift from it.
 
-Three sources, each already the single home of its knobs: Settings (SPOTREEL_<NAME>, the comment above each
-field), GatewayConfig (SPOTREEL_GATEWAY_<NAME>, likewise) and the service commands' options that
+Four sources, each already the single home of its knobs: Settings (SPOTREEL_<NAME>, the comment above each
+field), the launcher's DevstackSettings (SPOTREEL_<NAME> too, its own fields), GatewayConfig
+(SPOTREEL_GATEWAY_<NAME>, likewise) and the service commands' options that
 spotreel.knobs opens to the environment (SPOTREEL_<COMMAND>_<OPTION>, their help). Other variables read
 directly (tracing's) are listed in OTHER below. `python -m spotreel.settings_catalogue` rewrites the file;
 `--check` exits 1 when it is out of date; tests/unit/test_settings_catalogue.py runs the check and refuses a
@@ -18,6 +19,7 @@ from typing import Any
 
 from spotreel import knobs, tracing
 from spotreel.devstack import monitoring
+from spotreel.devstack.settings import DevstackSettings
 from spotreel.api.config import ENV_PREFIX as GATEWAY_PREFIX, NOT_FROM_ENV, GatewayConfig
 from spotreel.settings import Settings
 
@@ -48,7 +50,10 @@ def rows() -> dict[str, list[tuple[str, str, str, str]]]:
     from spotreel.cli import build_parser
 
     sections: dict[str, list[tuple[str, str, str, str]]] = {}
+    runtime = frozenset(f.name for f in fields(Settings))
     for title, cls, prefix, skip in (("Settings (every process)", Settings, "SPOTREEL_", frozenset()),
+                                     ("Local launcher (DevstackSettings, `spotreel infra`)", DevstackSettings,
+                                      "SPOTREEL_", runtime),
                                      ("Gateway policy (GatewayConfig)", GatewayConfig, GATEWAY_PREFIX, NOT_FROM_ENV)):
         notes = knobs.field_comments(cls)
         sections[title] = [(f.name, prefix + f.name.upper(), _default(f), notes.get(f.name, ""))
@@ -67,7 +72,8 @@ def render() -> str:
     out = ["# Settings", "",
            "Every knob of the spotreel processes, the environment variable that sets it, its default and what it",
            "means. Written by `python -m spotreel.settings_catalogue` from the code (libs/spotreel/settings.py,",
-           "libs/spotreel/api/config.py and the service commands' options); do not edit by hand.",
+           "libs/spotreel/devstack/settings.py, libs/spotreel/api/config.py and the service commands' options);",
+           "do not edit by hand.",
            "tests/unit/test_settings_catalogue.py fails when this file is out of date.", "",
            "A command-line option, where a knob has one, wins over its variable. A value that is not of the knob's",
            "type stops the process at start with the variable's name.", ""]

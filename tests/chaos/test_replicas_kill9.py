@@ -92,9 +92,10 @@ def plane(stack, settings, tmp_path):
     from spotreel.platform.migrate import migrate
     from spotreel.services.capacity.sim_stack import _free_block
     from spotreel.tenancy import create_tenant, create_worker_key
+    from spotreel.devstack.settings import launcher_settings
 
     run = uuid.uuid4().hex[:8]
-    s = replace(settings, home=tmp_path / "home", topic_prefix=f"rk.{run}", cassandra_keyspace=f"rk_{run}",
+    s = replace(launcher_settings(settings), home=tmp_path / "home", topic_prefix=f"rk.{run}", cassandra_keyspace=f"rk_{run}",
                 gateway_port=_free_block(settings.host), partitions=PARTITIONS, stop_timeout=10)
     ensure_scheduler_topics(s)
     p = Plane(s)

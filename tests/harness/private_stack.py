@@ -26,6 +26,7 @@ from typing import Callable
 from spotreel.devstack import ports as portlib
 from spotreel.devstack.processes import group_members, read_pidfile, stop_group
 from spotreel.devstack.services import settings_env
+from spotreel.devstack.settings import DevstackSettings
 from spotreel.devstack.stack import components
 from spotreel.settings import Settings
 
@@ -43,14 +44,14 @@ def _block_free(host: str, base: int) -> bool:
     return all(portlib.bindable(host, p) for p in wanted)
 
 
-def private_settings(home: Path, rng: random.Random | None = None, **overrides: object) -> Settings:
+def private_settings(home: Path, rng: random.Random | None = None, **overrides: object) -> DevstackSettings:
     """Settings for a private stack: the environment's, with `home` and a block of free ports chosen at random
     in PORT_RANGE (and the default topic prefix and keyspace unless `overrides` say otherwise)."""
     rng = rng or random.Random()
     # Tools, heaps and the jar cache as the caller's environment sets them; home and ports its own.
     own = {"home": home, "topic_prefix": "spotreel", "cassandra_keyspace": "spotreel", "worker_gateway_url": "",
            **overrides}
-    base_settings = replace(Settings.from_env(), **own)  # type: ignore[arg-type]
+    base_settings = replace(DevstackSettings.from_env(), **own)  # type: ignore[arg-type]
     for _ in range(200):
         base = rng.randrange(PORT_RANGE[0], PORT_RANGE[1], 20)
         if _block_free(base_settings.host, base):

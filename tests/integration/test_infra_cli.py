@@ -17,7 +17,7 @@ import pytest
 
 from spotreel.devstack import ports as portlib
 from spotreel.devstack.stack import components
-from spotreel.settings import Settings
+from spotreel.devstack.settings import DevstackSettings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -63,8 +63,8 @@ def processes_under(home: Path) -> list[tuple[int, str]]:
 
 
 @pytest.fixture(scope="module")
-def settings() -> Settings:
-    return Settings.from_env()
+def settings() -> DevstackSettings:
+    return DevstackSettings.from_env()
 
 
 def test_status_json_shape_and_exit_code(settings):

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from spotreel.devstack.settings import DevstackSettings
 from spotreel.settings import Settings
 
-PORT_FIELDS = [f.name for f in fields(Settings) if f.name.endswith("_port")]
+PORT_FIELDS = [f.name for f in fields(DevstackSettings) if f.name.endswith("_port")]
 
 
 def _bindable(port: int) -> bool:

@@ -13,7 +13,7 @@ from spotreel.devstack.stack import components
 from spotreel.platform.errors import InfraError
 from spotreel.platform.migrate import keyspace_cql
 from spotreel.platform.topics import topic_specs
-from spotreel.settings import Settings
+from spotreel.devstack.settings import DevstackSettings
 from tests.unit.infra_env import fake_jar_cache, isolate
 from tests.unit.test_infra_config import props, yaml_scalars
 
@@ -21,9 +21,9 @@ pytestmark = pytest.mark.unit
 
 
 @pytest.fixture
-def settings(monkeypatch, tmp_path) -> Settings:
+def settings(monkeypatch, tmp_path) -> DevstackSettings:
     isolate(monkeypatch, tmp_path)
-    s = Settings.from_env()
+    s = DevstackSettings.from_env()
     fake_jar_cache(s)
     return replace(s, cluster_nodes=3)
 

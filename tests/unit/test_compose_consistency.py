@@ -5,19 +5,19 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from spotreel.settings import Settings
+from spotreel.devstack.settings import DevstackSettings
 
 COMPOSE = (Path(__file__).resolve().parents[2] / "docker-compose.kafka.yml").read_text()
 
 
 def test_server_versions_match_the_local_tooling():
-    s = Settings()
+    s = DevstackSettings()
     assert f"image: apache/kafka:{s.kafka_version}" in COMPOSE
     assert f"image: cassandra:{s.cassandra_version}" in COMPOSE
 
 
 def test_published_ports_match_settings_and_bind_loopback_only():
-    s = Settings(cluster_nodes=3)  # the cluster profile's ports too
+    s = DevstackSettings(cluster_nodes=3)  # the cluster profile's ports too
     published = re.findall(r'"([\d.]+):(\d+):(\d+)"', COMPOSE)
     assert published, "no published ports found"
     assert {host for host, _, _ in published} == {s.cassandra_node_host(n) for n in (1, 2, 3)}
@@ -38,7 +38,7 @@ def test_the_cluster_profile_is_the_local_tooling_s():
                .read_text().splitlines() if line and not line.startswith("#"))
     assert env["COMPOSE_PROFILES"] == "cluster" and env["SPOTREEL_CLUSTER_NODES"] == "3"
     assert env["SPOTREEL_COMPOSE_KAFKA_VOTERS"] == "1@kafka:19093,2@kafka-2:19093,3@kafka-3:19093"
-    s = Settings(cluster_nodes=3)
+    s = DevstackSettings(cluster_nodes=3)
     assert (env["SPOTREEL_COMPOSE_KAFKA_RF"], env["SPOTREEL_COMPOSE_KAFKA_MIN_ISR"]) == (str(s.kafka_rf),
                                                                                        str(s.kafka_min_isr))
     for n, name in ((1, "cassandra"), (2, "cassandra-2"), (3, "cassandra-3")):
@@ -47,7 +47,7 @@ def test_the_cluster_profile_is_the_local_tooling_s():
 
 
 def test_s3_credentials_match_settings():
-    s = Settings()
+    s = DevstackSettings()
     assert f'"accessKey": "{s.s3_access_key}"' in COMPOSE
     assert f'"secretKey": "{s.s3_secret_key}"' in COMPOSE
     assert f"-s3.port={s.s3_port}" in COMPOSE
@@ -75,13 +75,13 @@ def _spotreel_argv(service: str) -> list[str]:
 
 
 def test_every_local_stack_service_and_a_worker_are_in_compose():
-    local = {s.name for s in services(Settings())}
+    local = {s.name for s in services(DevstackSettings())}
     assert local <= set(DOC["services"]), local - set(DOC["services"])
     assert set(SPOTREEL) <= set(DOC["services"])
 
 
 def test_service_commands_parse_and_use_the_local_stack_metrics_ports():
-    s = Settings()
+    s = DevstackSettings()
     parser = build_parser()
     for name in SPOTREEL:
         argv = _spotreel_argv(name)
@@ -97,7 +97,7 @@ def test_service_commands_parse_and_use_the_local_stack_metrics_ports():
 
 
 def test_service_settings_are_real_settings_with_the_defaults():
-    s = Settings()
+    s = DevstackSettings()
     for name in ("provision", *SPOTREEL):
         svc = DOC["services"][name]
         assert svc["network_mode"] == "host", name  # 127.0.0.1 reaches the published ports

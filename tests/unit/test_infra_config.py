@@ -12,16 +12,16 @@ from spotreel.devstack.kafka import Kafka
 from spotreel.devstack.maven import Bundle, cassandra_bundle, fetch, kafka_bundle, render_pom
 from spotreel.devstack.seaweed import GRPC_OFFSET, Seaweed
 from spotreel.devstack.stack import components
-from spotreel.settings import Settings
+from spotreel.devstack.settings import DevstackSettings
 from tests.unit.infra_env import fake_jar_cache, isolate
 
 pytestmark = pytest.mark.unit
 
 
 @pytest.fixture
-def settings(monkeypatch, tmp_path) -> Settings:
+def settings(monkeypatch, tmp_path) -> DevstackSettings:
     isolate(monkeypatch, tmp_path)
-    s = Settings.from_env()
+    s = DevstackSettings.from_env()
     fake_jar_cache(s)
     return s
 
@@ -123,7 +123,7 @@ def test_components_have_distinct_ports_logs_and_pidfiles(settings):
 
 
 def test_pom_names_the_pinned_coordinates():
-    s = Settings()
+    s = DevstackSettings()
     pom = render_pom(kafka_bundle(s))
     assert f"<artifactId>kafka_2.13</artifactId><version>{s.kafka_version}</version>" in pom
     assert "<artifactId>kafka-tools</artifactId>" in pom
@@ -134,14 +134,14 @@ def test_pom_names_the_pinned_coordinates():
 
 
 def test_versions_are_pinned_patch_releases():
-    s = Settings()
+    s = DevstackSettings()
     assert re.fullmatch(r"3\.9\.\d+", s.kafka_version)
     assert re.fullmatch(r"5\.0\.\d+", s.cassandra_version)
 
 
 def test_fetch_is_a_no_op_when_the_marker_matches(settings):
     # No Maven at all: a second fetch must not even look for it.
-    no_mvn = Settings(**{**settings.__dict__, "maven_bin": "/nonexistent/mvn"})
+    no_mvn = DevstackSettings(**{**settings.__dict__, "maven_bin": "/nonexistent/mvn"})
     said: list[str] = []
     jars = fetch(no_mvn, said.append)
     assert set(jars) == {"kafka", "cassandra"}

@@ -14,6 +14,7 @@ import traceback
 from typing import Callable, NoReturn
 
 from spotreel.platform.errors import InfraError
+from spotreel.devstack.settings import launcher_settings
 from spotreel.settings import Settings
 
 ACTIONS = ("fetch", "up", "down", "status")
@@ -119,7 +120,8 @@ def _guarded(action: str, handler: Callable[[argparse.Namespace, Settings], int]
     def run(args: argparse.Namespace, settings: Settings) -> int:
         _quiet_client_libraries()
         try:
-            return handler(args, settings)
+            # The launcher's knobs (JVM heaps, versions, internal ports) join the runtime settings here.
+            return handler(args, launcher_settings(settings))
         except InfraError as exc:
             for line in exc.lines():
                 print(line, file=sys.stderr, flush=True)

@@ -7,10 +7,12 @@ import shutil
 from pathlib import Path
 
 from spotreel.platform.errors import InfraError
+from spotreel.devstack.settings import launcher_settings
 from spotreel.settings import Settings
 
 
 def java_bin(settings: Settings, component: str) -> str:
+    settings = launcher_settings(settings)
     found = shutil.which(settings.java_bin)
     # JAVA_HOME only stands in for the default name; an explicit SPOTREEL_JAVA_BIN must exist itself.
     if found is None and settings.java_bin == "java" and "JAVA_HOME" in os.environ:
@@ -24,6 +26,7 @@ def java_bin(settings: Settings, component: str) -> str:
 
 
 def common_jvm_options(settings: Settings, logs_dir: Path, tmp_dir: Path) -> list[str]:
+    settings = launcher_settings(settings)
     return [
         # C1 only: on 2 cores the C2 compiler threads fight three servers starting at once; measured
         # `up` of the whole stack: 17-26 s with C2, 11-14 s without. Peak speed is irrelevant at dev loads.

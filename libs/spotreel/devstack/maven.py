@@ -13,6 +13,7 @@ from typing import Callable
 
 from spotreel.platform.errors import InfraError
 from spotreel.devstack.render import render, write_if_changed
+from spotreel.devstack.settings import launcher_settings
 from spotreel.settings import Settings
 
 # An explicit plugin version: Maven 3.8.7 would otherwise resolve an old one without includeScope fixes.
@@ -75,13 +76,13 @@ class Bundle:
 
 
 def kafka_bundle(settings: Settings) -> Bundle:
-    v = settings.kafka_version
+    v = launcher_settings(settings).kafka_version
     # kafka-tools brings the slf4j -> reload4j binding that the broker only has at compile time.
     return Bundle("kafka", v, (f"org.apache.kafka:kafka_2.13:{v}", f"org.apache.kafka:kafka-tools:{v}"))
 
 
 def cassandra_bundle(settings: Settings) -> Bundle:
-    v = settings.cassandra_version
+    v = launcher_settings(settings).cassandra_version
     return Bundle("cassandra", v, (f"org.apache.cassandra:cassandra-all:{v}",))
 
 
@@ -128,6 +129,7 @@ def fetch(settings: Settings, say: Callable[[str], None] = print, *, report_cach
 
 
 def _download(settings: Settings, bundle: Bundle) -> list[Path]:
+    settings = launcher_settings(settings)
     root = bundle.root(settings)
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -172,7 +174,7 @@ def _download(settings: Settings, bundle: Bundle) -> list[Path]:
 
 
 def _mvn_error(settings: Settings, bundle: Bundle, output: str, log: Path) -> InfraError:
-    repo = settings.maven_repo_url or "Maven Central"
+    repo = launcher_settings(settings).maven_repo_url or "Maven Central"
     text = re.sub(r"\x1b\[[0-9;]*m", "", output)
     errors = [line.strip() for line in text.splitlines() if line.strip().startswith("[ERROR]")]
     detail = _shorten(errors[0].removeprefix("[ERROR]").strip() if errors else text.strip()[-300:])

@@ -18,6 +18,7 @@ from spotreel.platform.errors import InfraError, ProbeFailed
 from spotreel.devstack.layout import Layout
 from spotreel.devstack.loggist import LogMark, gist
 from spotreel.devstack.processes import Running, read_pidfile, spawn, stop_group
+from spotreel.devstack.settings import launcher_settings
 from spotreel.settings import Settings
 
 Say = Callable[[str], None]
@@ -32,7 +33,7 @@ class Server:
     service: bool = False
 
     def __init__(self, settings: Settings) -> None:
-        self.settings = settings
+        self.settings = launcher_settings(settings)
         self.layout = Layout.of(settings)
 
     # --- supplied by each component -------------------------------------------------------------

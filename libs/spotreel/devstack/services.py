@@ -27,6 +27,7 @@ from pathlib import Path
 from spotreel.devstack.server import Server
 from spotreel.platform.errors import ProbeFailed
 from spotreel.platform.seed import LOCAL_REGISTRY_FILE, local_registry_text
+from spotreel.devstack.settings import launcher_settings
 from spotreel.settings import Settings
 
 
@@ -48,8 +49,10 @@ def gateway_metrics_port(settings: Settings) -> int:
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
-    """Every setting as the SPOTREEL_* variable `Settings.from_env` reads back to the same value."""
-    return {f"SPOTREEL_{f.name.upper()}": str(getattr(settings, f.name)) for f in fields(settings)}
+    """Every setting, the launcher's too, as the SPOTREEL_* variable `DevstackSettings.from_env` reads back to
+    the same value."""
+    full = launcher_settings(settings)
+    return {f"SPOTREEL_{f.name.upper()}": str(getattr(full, f.name)) for f in fields(full)}
 
 
 def http_get(url: str, timeout: float) -> str:
