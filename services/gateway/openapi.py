@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from spotreel.domain import limits
+from spotreel.domain.cron import zone_names
 from spotreel.services.gateway import guards
 from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.dags import MAX_NODES, NODE_KEY
@@ -88,10 +89,34 @@ def _op(summary: str, ok: dict[str, tuple[str, dict[str, Any]]], errors: tuple[i
     return op
 
 
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """An optional body field: the gateway reads null as "not given" (its default), so null is valid."""
+    out = dict(schema)
+    kind = out.get("type")
+    if isinstance(kind, str):
+        out["type"] = [kind, "null"]
+    elif isinstance(kind, list) and "null" not in kind:
+        out["type"] = [*kind, "null"]
+    if "enum" in out and None not in out["enum"]:
+        out["enum"] = [*out["enum"], None]
+    return out
+
+
+def _optional(fields: dict[str, Any], *required: str) -> dict[str, Any]:
+    return {k: (v if k in required else _nullable(v)) for k, v in fields.items()}
+
+
+# What submission.normalize refuses in a prompt: empty after str.strip() (a pattern's \s is the same
+# whitespace in Python's re), and NUL.
+NO_NUL = "^[^\\u0000]*$"
+PROMPT = "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$"
+
+
 def _video_fields(cfg: GatewayConfig) -> dict[str, Any]:
-    """POST /v1/videos fields, the limits submission.normalize applies."""
+    """POST /v1/videos fields, the limits submission.normalize applies. Every field but prompt is optional
+    and may be null (its default): _optional below."""
     return {
-        "prompt": {"type": "string", "minLength": 1, "maxLength": cfg.max_prompt_chars,
+        "prompt": {"type": "string", "minLength": 1, "maxLength": cfg.max_prompt_chars, "pattern": PROMPT,
                    "description": "at least one non-whitespace character; no NUL"},
         "model": {"type": "string", "pattern": _anchored(NAME.pattern), "default": cfg.default_model,
                   "description": "with a model registry (SPOTREEL_MODEL_REGISTRY; the local stack has one), one of "
@@ -134,6 +159,7 @@ def _video_fields(cfg: GatewayConfig) -> dict[str, Any]:
                            "maximum": limits.MAX_GUIDANCE_SCALE, "default": None,
                            "description": "classifier-free guidance; 1: none. null: the model's default"},
         "negative_prompt": {"type": ["string", "null"], "maxLength": cfg.max_prompt_chars, "default": None,
+                            "pattern": NO_NUL,
                             "description": "what the video should not show (with guidance above 1); no NUL. "
                                            "null: the model's default"},
         "sampler": {"type": ["string", "null"], "enum": [*ALL_SAMPLERS, None], "default": None,
@@ -164,31 +190,37 @@ def _policy_fields() -> dict[str, Any]:
     return out
 
 
-ONE_START = {"not": {"required": ["run_at", "delay_seconds"]}}
+# Both given (non-null): 422 on delay_seconds. A null one counts as not given.
+ONE_START = {"anyOf": [{"properties": {"run_at": {"type": "null"}}},
+                       {"properties": {"delay_seconds": {"type": "null"}}}]}
+# webhook_events (non-null) needs a callback_url (non-null): 422 on webhook_events.
+EVENTS_NEED_CALLBACK = {"anyOf": [{"properties": {"webhook_events": {"type": "null"}}},
+                                  {"required": ["callback_url"], "properties": {"callback_url": {"type": "string"}}}]}
+VIDEO_RULES = {"allOf": [ONE_START, EVENTS_NEED_CALLBACK]}
 
 
 def _submit(cfg: GatewayConfig) -> dict[str, Any]:
-    return {"type": "object", "required": ["prompt"], "additionalProperties": False, **ONE_START,
-            "dependentRequired": {"webhook_events": ["callback_url"]}, "properties": {
-        **_video_fields(cfg),
-        "parents": {"type": "array", "maxItems": cfg.max_parents, "uniqueItems": True,
-                    "items": {"type": "string", "pattern": _anchored(VIDEO_ID.pattern)},
-                    "description": "DAG parents: ids of the tenant's videos (422 unknown_parent otherwise)"},
-        "dag_policy": {"type": "string", "enum": list(DAG_POLICIES), "default": DAG_POLICIES[0]},
-    }}
+    return {"type": "object", "required": ["prompt"], "additionalProperties": False, **VIDEO_RULES,
+            "properties": _optional({
+                **_video_fields(cfg),
+                "parents": {"type": "array", "maxItems": cfg.max_parents, "uniqueItems": True,
+                            "items": {"type": "string", "pattern": _anchored(VIDEO_ID.pattern)},
+                            "description": "DAG parents: ids of the tenant's videos (422 unknown_parent otherwise)"},
+                "dag_policy": {"type": "string", "enum": list(DAG_POLICIES), "default": DAG_POLICIES[0]},
+            }, "prompt")}
 
 
 def _dag(cfg: GatewayConfig) -> dict[str, Any]:
-    node = {"type": "object", "required": ["key", "prompt"], "additionalProperties": False, **ONE_START,
-            "dependentRequired": {"webhook_events": ["callback_url"]}, "properties": {
+    node = {"type": "object", "required": ["key", "prompt"], "additionalProperties": False, **VIDEO_RULES,
+            "properties": _optional({
                 "key": {"type": "string", "pattern": _anchored(NODE_KEY.pattern)},
                 **_video_fields(cfg),
                 "parents": {"type": "array", "maxItems": cfg.max_parents, "uniqueItems": True,
                             "items": {"type": "string", "pattern": _anchored(NODE_KEY.pattern)},
-                            "description": "keys of other nodes, or ids of the tenant's videos"}}}
+                            "description": "keys of other nodes, or ids of the tenant's videos"}}, "key", "prompt")}
     return {"type": "object", "required": ["nodes"], "additionalProperties": False, "properties": {
         "nodes": {"type": "array", "minItems": 1, "maxItems": MAX_NODES, "items": node},
-        "dag_policy": {"type": "string", "enum": list(DAG_POLICIES), "default": DAG_POLICIES[0]}}}
+        "dag_policy": _nullable({"type": "string", "enum": list(DAG_POLICIES), "default": DAG_POLICIES[0]})}}
 
 
 ACCEPTED = {"type": "object", "required": ["job_id", "status", "queue_position", "estimated_wait_seconds"],
@@ -362,19 +394,20 @@ SCHEDULE_STATUSES = ["accepted", "active", "paused", "deleted"]
 
 
 def _schedule_body(cfg: GatewayConfig) -> dict[str, Any]:
-    fields = _video_fields(cfg)
+    fields = _optional(_video_fields(cfg), "prompt")
     job = {"type": "object", "required": ["prompt"], "additionalProperties": False,
            "properties": {k: v for k, v in fields.items()
                           if k not in sched.NOT_IN_TEMPLATE + sched.UNSUPPORTED_IN_TEMPLATE}}
     job["properties"]["seed"] = {**fields["seed"], "description": "default: derived from the schedule id; the "
                                  "same for every occurrence"}
-    return {"type": "object", "required": ["cron", "job"], "additionalProperties": False, "properties": {
+    return {"type": "object", "required": ["cron", "job"], "additionalProperties": False, "properties": _optional({
         "cron": {"type": "string", "minLength": 1, "maxLength": sched.MAX_CRON_CHARS,
                  "description": "five fields (minute hour day-of-month month day-of-week; names, ranges, steps, "
                                 "L and D#K) or @yearly @monthly @weekly @daily @hourly; hashed (H) and random (R) "
                                 "fields are refused"},
-        "timezone": {"type": "string", "default": "UTC",
-                     "description": "IANA zone the expression is read in. A local time in a spring-forward gap "
+        "timezone": {"type": "string", "default": "UTC", "enum": list(zone_names()),
+                     "description": "IANA zone the expression is read in (the names of the gateway host's tz "
+                                    "database). A local time in a spring-forward gap "
                                     "runs once, at the first instant after the gap; one in a fall-back overlap "
                                     "runs once, at its first occurrence"},
         "catch_up": {"type": "string", "enum": list(sched.CATCH_UP), "default": sched.CATCH_UP[0],
@@ -390,7 +423,7 @@ def _schedule_body(cfg: GatewayConfig) -> dict[str, Any]:
         "start_at": {"type": "integer", "minimum": 0, "maximum": MAX_RUN_AT_MS,
                      "description": "epoch milliseconds; occurrences at or after it count (default: from now)"},
         "job": job,
-    }}
+    }, "cron", "job")}
 
 
 SCHEDULE_SCHEMA = {"type": "object", "required": ["id", "status", "cron", "timezone"], "properties": {

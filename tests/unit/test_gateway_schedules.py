@@ -63,8 +63,10 @@ def test_the_document_states_the_rules_the_gateway_applies():
     body = document()["paths"]["/v1/schedules"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     props = body["properties"]
     assert body["required"] == ["cron", "job"] and body["additionalProperties"] is False
-    assert props["catch_up"]["enum"] == [p.value for p in MissedPolicy]
-    assert props["overlap"]["enum"] == list(OverlapPolicy.ALL)
+    # null: the default (None last in each enum)
+    assert props["catch_up"]["enum"] == [*(p.value for p in MissedPolicy), None]
+    assert props["overlap"]["enum"] == [*OverlapPolicy.ALL, None]
+    assert "Europe/Paris" in props["timezone"]["enum"] and "Mars/Olympus" not in props["timezone"]["enum"]
     assert props["catch_up_grace_seconds"]["maximum"] == sched.MAX_GRACE_S
     assert props["catch_up_max_runs"]["maximum"] == sched.MAX_CATCH_UP_RUNS
     assert set(sched.NOT_IN_TEMPLATE).isdisjoint(props["job"]["properties"])

@@ -122,7 +122,8 @@ def test_the_document_states_the_filter():
     doc = document()
     body = doc["paths"]["/v1/videos"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert body["properties"]["webhook_events"]["items"]["enum"] == list(FILTERS)
-    assert body["dependentRequired"] == {"webhook_events": ["callback_url"]}
+    assert {"required": ["callback_url"], "properties": {"callback_url": {"type": "string"}}} \
+        in body["allOf"][1]["anyOf"]
     sched = doc["paths"]["/v1/schedules"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert "webhook_events" not in sched["properties"]["job"]["properties"]
 

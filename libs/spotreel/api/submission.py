@@ -211,7 +211,9 @@ def normalize(body: Any, cfg: GatewayConfig, *, allow_private_callbacks: bool = 
             raise invalid("parents", f"parents: {p!r} is not a video id")
     if len(set(parents)) != len(parents):
         raise invalid("parents", "parents must be distinct")
-    dag_policy = _str(body, "dag_policy") or "fail_fast"
+    dag_policy = _str(body, "dag_policy")
+    if dag_policy is None:  # "" is refused like any other unknown policy, not read as the default
+        dag_policy = DAG_POLICIES[0]
     if dag_policy not in DAG_POLICIES:
         raise invalid("dag_policy", f"dag_policy must be one of {list(DAG_POLICIES)}")
     normalized = {

@@ -95,6 +95,11 @@ def _zone_names() -> frozenset[str]:
                      if n not in _NOT_ZONES and not n.startswith(("posix/", "right/")))
 
 
+def zone_names() -> tuple[str, ...]:
+    """Every name ``zone`` accepts, sorted (the gateway's OpenAPI document lists them)."""
+    return tuple(sorted(_zone_names()))
+
+
 @lru_cache(maxsize=256)
 def zone(name: str) -> ZoneInfo:
     """The IANA zone ``name``, or CronError if the tz database has no such zone."""
