@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any
 
 import pytest
@@ -275,3 +275,24 @@ def test_a_create_schedule_over_kafka_with_options_beyond_the_limits_is_refused(
     [rejected] = decide_schedule(None, create(**overrides), T)
     assert isinstance(rejected, ev.ScheduleCommandRejected) and rejected.reason == "invalid_request"
     assert words in rejected.detail, rejected.detail
+
+
+@pytest.mark.parametrize("name", ["CreateSchedule", "ScheduleCreated"])
+def test_records_written_with_every_released_version_decode_with_the_options_null(name: str) -> None:
+    """A CreateSchedule or ScheduleCreated already on the topics (released v1 and v2, before the options)
+    decodes to the dataclass with timeout_ms and the render options at None."""
+    from spotreel.codec import Codec
+    from spotreel.codec.registry import SchemaRegistry
+
+    codec = Codec.default()
+    released = codec.registry.released[f"spotreel.v1.{name}"]
+    assert [v.version for v in released][:2] == [1, 2]
+    created = Sched().out[0]
+    message = create() if name == "CreateSchedule" else created
+    for version in released[:2]:
+        old = Codec(SchemaRegistry.from_schemas([version.raw]))
+        fields = {f["name"] for f in version.raw["fields"]}
+        record = {k: v for k, v in asdict(message).items() if k in fields}
+        decoded = codec.decode_message(old.encode(name, record))
+        assert decoded == message, version.version
+        assert (decoded.timeout_ms, decoded.guidance_scale, decoded.negative_prompt, decoded.sampler) == (None,) * 4
