@@ -3,12 +3,19 @@ and worker HTTP APIs of a private 3-node stack, and the cluster's own account of
 partitions, Cassandra nodes up and NORMAL in gossip).
 
 The workers are threads that speak the real worker protocol (register, long-poll a lease, complete) and only
-pretend to render (a sleep), so the test costs the cluster's time, not a GPU's.
+pretend to render (a sleep), so the test costs the cluster's time, not a GPU's; each remembers the gateway that
+answered its last poll (HAProxy's X-Spotreel-Gateway). Also two verbs the test needs beyond PrivateStack:
+`infra up` with flags (`--nodes 3 --replicas ...`) and kill -9 of several components in the same instant.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -22,26 +29,34 @@ from spotreel.settings import Settings
 # The local registry's model (its gateway refuses others); the simulated GPU type keeps the pool to this test.
 MODEL = "tiny-t2v"
 GPU = "sim-gpu"
+GATEWAY_HEADER = "X-Spotreel-Gateway"  # set by HAProxy in front of several gateways (devstack/haproxy.py)
 
 
 def post(url: str, key: str, body: dict, headers: dict[str, str] | None = None,
          timeout: float = 30.0) -> tuple[int, dict | None]:
     """(status, json); status 0 when the request itself failed (connection refused, timeout)."""
+    status, data, _ = post_via(url, key, body, headers, timeout)
+    return status, data
+
+
+def post_via(url: str, key: str, body: dict, headers: dict[str, str] | None = None,
+             timeout: float = 30.0) -> tuple[int, dict | None, str]:
+    """(status, json, the gateway that answered: HAProxy's X-Spotreel-Gateway, "" without a balancer)."""
     req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
                                  headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json",
                                           **(headers or {})})
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - the test's own loopback
             raw = resp.read()
-            return resp.status, (json.loads(raw) if raw else None)
+            return resp.status, (json.loads(raw) if raw else None), resp.headers.get(GATEWAY_HEADER, "")
     except urllib.error.HTTPError as exc:
         raw = exc.read()
         try:
-            return exc.code, json.loads(raw) if raw else None
+            return exc.code, (json.loads(raw) if raw else None), exc.headers.get(GATEWAY_HEADER, "")
         except ValueError:
-            return exc.code, None
+            return exc.code, None, exc.headers.get(GATEWAY_HEADER, "")
     except (urllib.error.URLError, OSError):
-        return 0, None
+        return 0, None, ""
 
 
 def get(url: str, key: str, timeout: float = 10.0) -> tuple[int, dict | None]:
@@ -59,6 +74,8 @@ def get(url: str, key: str, timeout: float = 10.0) -> tuple[int, dict | None]:
 class Grant:
     job_id: str
     at: float  # time.time() the worker got the lease
+    worker: str = ""
+    gateway: str = ""  # the gateway that delivered it ("" without a balancer)
 
 
 class SimWorker(threading.Thread):
@@ -70,11 +87,14 @@ class SimWorker(threading.Thread):
         self.id = f"sim-{uuid.uuid4().hex[:10]}"
         self.completed = 0
         self.errors = 0
+        self.gateway = ""  # the gateway that answered its last lease poll
 
     def call(self, path: str, body: dict, timeout: float = 30.0) -> tuple[int, dict | None]:
-        status, data = post(self.url + path, DEV_WORKER_KEY, body, timeout=timeout)
+        status, data, gateway = post_via(self.url + path, DEV_WORKER_KEY, body, timeout=timeout)
         if status == 0 or status >= 500:
             self.errors += 1
+        elif path.endswith("/lease"):
+            self.gateway = gateway
         return status, data
 
     def run(self) -> None:
@@ -85,7 +105,7 @@ class SimWorker(threading.Thread):
             status, lease = self.call(f"/internal/workers/{self.id}/lease",
                                       {**profile, "wait_seconds": 3.0, "lease_ttl_ms": 20_000}, timeout=40)
             if status == 200 and lease:
-                self.grants.append(Grant(lease["job_id"], time.time()))
+                self.grants.append(Grant(lease["job_id"], time.time(), self.id, self.gateway))
                 self.render(lease)
             elif status != 204:
                 time.sleep(0.5)  # the gateway is struggling (a server is down): back off a little
@@ -155,3 +175,35 @@ def cassandra_normal(settings: Settings, timeout: float = 10.0) -> tuple[int, in
         rows = session.execute("SELECT status_with_port FROM system_views.gossip_info", timeout=timeout)
         normal = sum(1 for r in rows if (r.status_with_port or "").startswith("NORMAL"))
     return up, normal
+
+
+def infra_up(stack, *args: str, timeout: float = 600.0) -> list[str]:
+    """`spotreel infra up ARGS` on a private stack (tests/harness/private_stack.py), e.g. `--nodes 3 --replicas
+    gateway=2,scheduler=2`; returns the components it had to start."""
+    from tests.harness.private_stack import ROOT
+
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "spotreel.cli", "infra", "up", *args], cwd=ROOT, env=stack.env,
+                          capture_output=True, text=True, timeout=timeout)
+    out = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        raise RuntimeError(f"`spotreel infra up {' '.join(args)}` on the private stack failed ({proc.returncode}):"
+                           f"\n{out}\n{stack.log_tails()}")
+    stack.log(f"infra up {' '.join(args)}: {time.monotonic() - t0:.1f} s")
+    found = re.search(r"\(started ([^)]*)\)", out)
+    return [name.strip() for name in found.group(1).split(",")] if found else []
+
+
+def kill9_at_once(stack, names: list[str], timeout: float = 30.0) -> None:
+    """SIGKILL every named component's process group of a private stack before waiting for any to go."""
+    from spotreel.devstack.processes import group_members
+
+    pids = {name: stack.pid(name) for name in names}
+    missing = [n for n, p in pids.items() if p is None]
+    assert not missing, f"{', '.join(missing)} not running on the private stack"
+    for pid in pids.values():
+        os.killpg(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while any(group_members(pid) for pid in pids.values()):
+        assert time.monotonic() < deadline, f"{names} survived SIGKILL for {timeout} s"
+        time.sleep(0.05)

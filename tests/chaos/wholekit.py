@@ -331,6 +331,10 @@ class EventLog(threading.Thread):
                         self._by_job.setdefault(job, []).append(event)
         self._consumer.close()
 
+    def events(self) -> list[Any]:
+        with self._lock:
+            return list(self._events)
+
     def job_events(self, job_id: str) -> list[Any]:
         with self._lock:
             return list(self._by_job.get(job_id, ()))
