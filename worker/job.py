@@ -34,7 +34,7 @@ from spotreel.worker.pipeline import Renderer, RenderRequest, RenderState
 from spotreel.worker.pulse import Position, Pulse
 from spotreel.worker.signals import PreemptionNotice
 from spotreel.worker.stuck import DEFAULT_MIN_S, DEFAULT_STEPS, STUCK_EXIT, STUCK_GRACE_S, StepWatch
-from spotreel.worker.transport import Lease, LeaseLost, Transport, TransportError, Verdict
+from spotreel.worker.transport import WorkerLease, LeaseLost, Transport, TransportError, Verdict
 from spotreel.video import encode_mp4, frames_checksum
 
 log = logging.getLogger("spotreel.worker.job")
@@ -46,7 +46,7 @@ COMMAND_TRIES = 5
 
 
 @dataclass(frozen=True)
-class Outcome:
+class RunResult:
     kind: str  # succeeded | stale | stuck | preempted | drained | cancelled | invalid_checkpoint | failed | wrong_model
     detail: str = ""
     artifact_key: str | None = None
@@ -58,7 +58,7 @@ def step_pct(step: int, num_steps: int) -> float:
 
 
 class JobRun:
-    def __init__(self, lease: Lease, transport: Transport, renderer: Renderer, s3: Any, checkpoints: CheckpointStore,
+    def __init__(self, lease: WorkerLease, transport: Transport, renderer: Renderer, s3: Any, checkpoints: CheckpointStore,
                  artifacts: ArtifactStore, policy: IntervalPolicy, notice: PreemptionNotice, sampler: str | None = None,
                  heartbeat_s: float | None = None, progress_s: float | None = None,
                  on_step: Callable[[int], None] | None = None, stuck_steps: int = DEFAULT_STEPS,
@@ -93,7 +93,7 @@ class JobRun:
 
     # -- entry -------------------------------------------------------------------------------------------
 
-    def run(self) -> Outcome:
+    def run(self) -> RunResult:
         # At 0 from the pool's first lease on: a failure counter whose series appeared at 1 would hide its
         # first increase from increase()/rate() (SpotreelCheckpointFailures).
         self.metrics.checkpoint_failures.labels(self.lease.pool)
@@ -110,12 +110,12 @@ class JobRun:
         self.metrics.jobs.labels(self.lease.pool, outcome.kind).inc()
         return outcome
 
-    def _run_lease(self) -> Outcome:
+    def _run_lease(self) -> RunResult:
         lease = self.lease
         if self.model is not None and lease.model != self.model:
             # Not the weights this worker loaded: handed back unused, which the domain counts as no attempt.
             self._release(UNCLAIMED)
-            return Outcome("wrong_model", f"lease is for model {lease.model}; this worker loaded {self.model}")
+            return RunResult("wrong_model", f"lease is for model {lease.model}; this worker loaded {self.model}")
         try:
             # The job's own render options first; what it leaves out, this worker's for the model.
             req = RenderRequest.from_job(
@@ -154,10 +154,10 @@ class JobRun:
             if forget is not None:
                 forget(lease)
 
-    def _run(self, req: RenderRequest) -> Outcome:
+    def _run(self, req: RenderRequest) -> RunResult:
         began = time.monotonic()
         state = self._begin(req)
-        if isinstance(state, Outcome):
+        if isinstance(state, RunResult):
             return state
         pool = self.lease.pool
         self.metrics.phase.labels(pool, "load").observe(time.monotonic() - began)
@@ -171,7 +171,7 @@ class JobRun:
                 return self._hand_back(state, "preempted", "preempted")
             if pulse.cancel.is_set():
                 self._release("cancelled")
-                return Outcome("cancelled", steps_run=self.steps_run)
+                return RunResult("cancelled", steps_run=self.steps_run)
             if pulse.drain.is_set():
                 return self._hand_back(state, "paused", "drained")
             if state.done:
@@ -191,7 +191,7 @@ class JobRun:
 
     # -- start or resume ---------------------------------------------------------------------------------
 
-    def _begin(self, req: RenderRequest) -> RenderState | Outcome:
+    def _begin(self, req: RenderRequest) -> RenderState | RunResult:
         key = self.lease.resume_checkpoint_key
         if not key:
             return self.renderer.start(req)
@@ -203,7 +203,7 @@ class JobRun:
         except CheckpointError as exc:
             log.warning("job %s: resume checkpoint %s is unusable (%s); reporting it", self.lease.job_id, key, exc)
             self._command(lambda: self.transport.fail(self.lease, "invalid_checkpoint", str(exc), True, key))
-            return Outcome("invalid_checkpoint", f"{key}: {exc}")
+            return RunResult("invalid_checkpoint", f"{key}: {exc}")
         self.durable_step = state.step
         assert self.pulse is not None
         # Honest progress: this lease restarts at the checkpoint, below what the job may have shown before.
@@ -252,17 +252,17 @@ class JobRun:
             self.durable_step = state.step
         return self.durable_step >= state.step
 
-    def _hand_back(self, state: RenderState, reason: str, kind: str) -> Outcome:
+    def _hand_back(self, state: RenderState, reason: str, kind: str) -> RunResult:
         """Emergency checkpoint, then release, both inside the preemption deadline when there is one."""
         try:
             if state.step > self.durable_step and self.notice.seconds_left() > 1.0:
                 self._checkpoint(state)
         except LeaseLost as exc:
-            return Outcome("stale", exc.reason, steps_run=self.steps_run)
+            return RunResult("stale", exc.reason, steps_run=self.steps_run)
         except Exception:
             log.exception("job %s: emergency checkpoint failed; releasing without it", self.lease.job_id)
         self._release(reason)
-        return Outcome(kind, f"released at step {state.step}, durable step {self.durable_step}",
+        return RunResult(kind, f"released at step {state.step}, durable step {self.durable_step}",
                        steps_run=self.steps_run)
 
     def _release(self, reason: str) -> None:
@@ -273,7 +273,7 @@ class JobRun:
 
     # -- the end -----------------------------------------------------------------------------------------
 
-    def _finish(self, state: RenderState) -> Outcome:
+    def _finish(self, state: RenderState) -> RunResult:
         pulse = self.pulse
         assert pulse is not None
         if self.watch is not None:
@@ -288,7 +288,7 @@ class JobRun:
         with phase.labels(pool, "encode").time():
             mp4 = encode_mp4(frames, self.lease.fps)
         if pulse.lost.is_set():
-            return Outcome("stale", pulse.lost_reason, steps_run=self.steps_run)
+            return RunResult("stale", pulse.lost_reason, steps_run=self.steps_run)
         pulse.move(state.step, DENOISE_SHARE + 4.0, "uploading")
         with tracing.child("worker upload", {"spotreel.bytes": len(mp4)}), phase.labels(pool, "upload").time():
             up = self.artifacts.upload(self.lease.job_id, self.lease.epoch, mp4, digest)
@@ -301,22 +301,22 @@ class JobRun:
                 self._delete_quietly(self.artifacts.bucket, up.key)
             log.warning("job %s epoch %d: completion refused (%s); local result discarded",
                         self.lease.job_id, self.lease.epoch, exc.reason)
-            return Outcome("stale", exc.reason, steps_run=self.steps_run)
+            return RunResult("stale", exc.reason, steps_run=self.steps_run)
         if verdict is None or not verdict.accepted:
             reason = verdict.reason if verdict else "no verdict"
             if verdict is not None and not verdict.pending:
                 self._delete_quietly(self.artifacts.bucket, up.key)
-            return Outcome("failed", f"completion not accepted: {reason}", steps_run=self.steps_run)
+            return RunResult("failed", f"completion not accepted: {reason}", steps_run=self.steps_run)
         try:
             self.checkpoints.prune(self.lease.job_id, keep_keys=set())
         except Exception:
             log.warning("job %s: could not delete old checkpoints", self.lease.job_id, exc_info=True)
-        return Outcome("succeeded", artifact_key=up.key, steps_run=self.steps_run)
+        return RunResult("succeeded", artifact_key=up.key, steps_run=self.steps_run)
 
-    def _lost(self, reason: str) -> Outcome:
+    def _lost(self, reason: str) -> RunResult:
         if reason == "stuck" and self.pulse is not None:
-            return Outcome("stuck", self.pulse.stuck_detail, steps_run=self.steps_run)
-        return Outcome("stale", reason, steps_run=self.steps_run)
+            return RunResult("stuck", self.pulse.stuck_detail, steps_run=self.steps_run)
+        return RunResult("stale", reason, steps_run=self.steps_run)
 
     def _stuck(self, why: str) -> None:
         """On the pulse thread, once the run was reported stuck: a step that returns ends the run (`_lost`);
@@ -324,12 +324,12 @@ class JobRun:
         if not self._finished.wait(STUCK_GRACE_S):
             self.on_wedged(why)
 
-    def _fail(self, code: str, message: str, retryable: bool) -> Outcome:
+    def _fail(self, code: str, message: str, retryable: bool) -> RunResult:
         try:
             self._command(lambda: self.transport.fail(self.lease, code, message, retryable))
         except LeaseLost as exc:
-            return Outcome("stale", exc.reason, steps_run=self.steps_run)
-        return Outcome("failed", f"{code}: {message}", steps_run=self.steps_run)
+            return RunResult("stale", exc.reason, steps_run=self.steps_run)
+        return RunResult("failed", f"{code}: {message}", steps_run=self.steps_run)
 
     # -- helpers -----------------------------------------------------------------------------------------
 

@@ -49,7 +49,7 @@ class WorkerMetrics:
             "spotreel_worker_phase_seconds", "time a lease spent in each phase: load (start or resume from a "
             "checkpoint), denoise (the steps and the checkpoints between them), decode, encode, upload", ["pool", "phase"], registry=r,
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800))
-        self.jobs = Counter("spotreel_worker_jobs", "leases run to an end, by outcome (job.py's Outcome.kind)",
+        self.jobs = Counter("spotreel_worker_jobs", "leases run to an end, by outcome (job.py's RunResult.kind)",
                             ["pool", "outcome"], registry=r)
         self.busy = Gauge("spotreel_worker_busy", "1 while the worker holds a lease", registry=r)
         self.model_switch_seconds = Histogram(

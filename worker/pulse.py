@@ -25,7 +25,7 @@ from typing import Callable
 
 from spotreel.domain.leases import quiet_s
 from spotreel.worker.stuck import StepWatch
-from spotreel.worker.transport import Lease, LeaseLost, Transport, TransportError, Verdict
+from spotreel.worker.transport import WorkerLease, LeaseLost, Transport, TransportError, Verdict
 
 log = logging.getLogger("spotreel.worker.pulse")
 
@@ -38,7 +38,7 @@ class Position:
 
 
 class Pulse:
-    def __init__(self, transport: Transport, lease: Lease, heartbeat_s: float, progress_s: float,
+    def __init__(self, transport: Transport, lease: WorkerLease, heartbeat_s: float, progress_s: float,
                  start: Position, watch: StepWatch | None = None,
                  on_stuck: Callable[[str], None] | None = None,
                  on_renewal: Callable[[str, str], None] | None = None) -> None:

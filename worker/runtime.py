@@ -21,7 +21,7 @@ from typing import Any, Callable
 from spotreel.worker.artifacts import ArtifactStore
 from spotreel.worker.checkpoints import CheckpointStore
 from spotreel.checkpoint_interval import IntervalPolicy
-from spotreel.worker.job import JobRun, Outcome
+from spotreel.worker.job import JobRun, RunResult
 from spotreel.worker.metrics import WorkerMetrics
 from spotreel.worker.signals import PreemptionNotice
 from spotreel.worker.stuck import DEFAULT_MIN_S, DEFAULT_STEPS, STUCK_EXIT
@@ -123,7 +123,7 @@ class WorkerRuntime:
         self.report = report
         # One policy for the worker's life: the checkpoint cost it measures carries over between jobs.
         self.policy = options.policy()
-        self.outcomes: list[Outcome] = []
+        self.outcomes: list[RunResult] = []
 
     def serve(self) -> int:
         """Runs until stopped or `max_jobs` leases were run; returns the process exit status."""
@@ -210,7 +210,7 @@ class WorkerRuntime:
         self.metrics.model_switch_seconds.observe(seconds)
         self.report("switched", job_id=lease.job_id, model=target.name, seconds=round(seconds, 3))
 
-    def _run(self, lease) -> Outcome:
+    def _run(self, lease) -> RunResult:
         o = self.options
         return JobRun(lease, self.transport, self.renderer, self.s3, self.checkpoints, self.artifacts, self.policy,
                       self.notice, sampler=o.sampler, heartbeat_s=o.heartbeat_s, progress_s=o.progress_s,

@@ -42,8 +42,9 @@ class WorkerProfile:
 
 
 @dataclass(frozen=True)
-class Lease:
-    """A granted lease with the job's settings and where to resume (the WorkAssigned answer)."""
+class WorkerLease:
+    """A granted lease as this worker holds it: the job's settings and where to resume (the WorkAssigned
+    answer). The scheduler's own record of a lease, inside a job's state, is spotreel.domain.state.Lease."""
 
     job_id: str
     epoch: int
@@ -79,7 +80,7 @@ class Lease:
     sampler: str | None = None
 
     @classmethod
-    def from_answer(cls, answer: Mapping[str, Any] | Any) -> "Lease":
+    def from_answer(cls, answer: Mapping[str, Any] | Any) -> "WorkerLease":
         get = answer.get if isinstance(answer, Mapping) else (lambda k, d=None: getattr(answer, k, d))
         missing = object()
         kwargs = {}
@@ -112,23 +113,23 @@ class Transport(Protocol):
 
     def register(self) -> dict[str, Any]: ...
 
-    def lease(self, wait_seconds: float, draining: bool = False, lease_ttl_ms: int | None = None) -> Lease | None:
+    def lease(self, wait_seconds: float, draining: bool = False, lease_ttl_ms: int | None = None) -> WorkerLease | None:
         """Long-poll for a lease; None when nothing came before the deadline."""
 
-    def heartbeat(self, lease: Lease) -> Verdict: ...
+    def heartbeat(self, lease: WorkerLease) -> Verdict: ...
 
-    def progress(self, lease: Lease, step: int, progress_pct: float, phase: str) -> Verdict: ...
+    def progress(self, lease: WorkerLease, step: int, progress_pct: float, phase: str) -> Verdict: ...
 
-    def checkpoint(self, lease: Lease, key: str, step: int, progress_pct: float, checksum: str,
+    def checkpoint(self, lease: WorkerLease, key: str, step: int, progress_pct: float, checksum: str,
                    size_bytes: int, duration_ms: int | None = None) -> Verdict:
         """`duration_ms`: how long writing the checkpoint took (feeds the pool's checkpoint-cost figures)."""
 
-    def complete(self, lease: Lease, artifact_key: str, checksum: str, size_bytes: int) -> Verdict: ...
+    def complete(self, lease: WorkerLease, artifact_key: str, checksum: str, size_bytes: int) -> Verdict: ...
 
-    def fail(self, lease: Lease, error_code: str, message: str, retryable: bool = True,
+    def fail(self, lease: WorkerLease, error_code: str, message: str, retryable: bool = True,
              invalid_checkpoint_key: str | None = None) -> Verdict: ...
 
-    def release(self, lease: Lease, reason: str = "preempted") -> Verdict: ...
+    def release(self, lease: WorkerLease, reason: str = "preempted") -> Verdict: ...
 
     def close(self) -> None: ...
 

@@ -14,7 +14,7 @@ import uuid
 from typing import Any
 
 from spotreel import tracing
-from spotreel.worker.transport import Lease, TransportError, Verdict, WorkerProfile, judge
+from spotreel.worker.transport import WorkerLease, TransportError, Verdict, WorkerProfile, judge
 
 
 _MAX_CHECKPOINT_MS = 24 * 3600 * 1000
@@ -56,7 +56,7 @@ class HttpTransport:
         except ValueError as exc:
             raise TransportError(f"gateway {self.base}{path}: answer is not JSON ({exc})") from None
 
-    def _fenced(self, lease: Lease, action: str, extra: dict[str, Any]) -> Verdict:
+    def _fenced(self, lease: WorkerLease, action: str, extra: dict[str, Any]) -> Verdict:
         body = {"epoch": lease.epoch, "worker_id": self.profile.worker_id,
                 "command_id": f"{action[:4]}-{uuid.uuid4().hex}", **extra}
         status, payload = self._post(f"/leases/{lease.job_id}/{action}", body)
@@ -89,7 +89,7 @@ class HttpTransport:
             self._raise(status, payload.get("error", {}), "register")
         return payload
 
-    def lease(self, wait_seconds: float, draining: bool = False, lease_ttl_ms: int | None = None) -> Lease | None:
+    def lease(self, wait_seconds: float, draining: bool = False, lease_ttl_ms: int | None = None) -> WorkerLease | None:
         p = self.profile
         body: dict[str, Any] = {"gpu_type": p.gpu_type, "models": list(p.models), "warm_models": list(p.warm_models),
                                 "wait_seconds": wait_seconds, "draining": draining}
@@ -101,15 +101,15 @@ class HttpTransport:
             return None
         if status != 200:
             self._raise(status, payload.get("error", {}), "lease")
-        return Lease.from_answer(payload)
+        return WorkerLease.from_answer(payload)
 
-    def heartbeat(self, lease: Lease) -> Verdict:
+    def heartbeat(self, lease: WorkerLease) -> Verdict:
         return self._fenced(lease, "heartbeat", {})
 
-    def progress(self, lease: Lease, step: int, progress_pct: float, phase: str) -> Verdict:
+    def progress(self, lease: WorkerLease, step: int, progress_pct: float, phase: str) -> Verdict:
         return self._fenced(lease, "progress", {"step": step, "progress_pct": progress_pct, "phase": phase})
 
-    def checkpoint(self, lease: Lease, key: str, step: int, progress_pct: float, checksum: str,
+    def checkpoint(self, lease: WorkerLease, key: str, step: int, progress_pct: float, checksum: str,
                    size_bytes: int, duration_ms: int | None = None) -> Verdict:
         body: dict[str, Any] = {"checkpoint_key": key, "step": step, "progress_pct": progress_pct,
                                 "checksum": checksum, "size_bytes": size_bytes}
@@ -118,18 +118,18 @@ class HttpTransport:
             body["duration_ms"] = int(duration_ms)
         return self._fenced(lease, "checkpoint", body)
 
-    def complete(self, lease: Lease, artifact_key: str, checksum: str, size_bytes: int) -> Verdict:
+    def complete(self, lease: WorkerLease, artifact_key: str, checksum: str, size_bytes: int) -> Verdict:
         return self._fenced(lease, "complete", {"artifact_key": artifact_key, "artifact_checksum": checksum,
                                                 "artifact_size_bytes": size_bytes})
 
-    def fail(self, lease: Lease, error_code: str, message: str, retryable: bool = True,
+    def fail(self, lease: WorkerLease, error_code: str, message: str, retryable: bool = True,
              invalid_checkpoint_key: str | None = None) -> Verdict:
         body: dict[str, Any] = {"error_code": error_code, "error_message": message[:2000], "retryable": retryable}
         if invalid_checkpoint_key:
             body["invalid_checkpoint_key"] = invalid_checkpoint_key
         return self._fenced(lease, "fail", body)
 
-    def release(self, lease: Lease, reason: str = "preempted") -> Verdict:
+    def release(self, lease: WorkerLease, reason: str = "preempted") -> Verdict:
         return self._fenced(lease, "release", {"reason": reason})
 
     def close(self) -> None:

@@ -41,7 +41,7 @@ from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
 from spotreel.domain.leases import UNCLAIMED
 from spotreel.settings import Settings
-from spotreel.worker.transport import Lease, TransportError, Verdict, WorkerProfile, judge
+from spotreel.worker.transport import WorkerLease, TransportError, Verdict, WorkerProfile, judge
 
 log = logging.getLogger("spotreel.worker.kafka")
 
@@ -177,7 +177,7 @@ class KafkaTransport:
                 self._pending = None
             raise
 
-    def lease(self, wait_seconds: float, draining: bool = False, lease_ttl_ms: int | None = None) -> Lease | None:
+    def lease(self, wait_seconds: float, draining: bool = False, lease_ttl_ms: int | None = None) -> WorkerLease | None:
         self._start()
         deadline = time.monotonic() + wait_seconds
         inbox: queue.Queue = queue.Queue()
@@ -195,7 +195,7 @@ class KafkaTransport:
                 if isinstance(answer, ev.WorkAssigned):
                     self._release_unclaimed(answer)
 
-    def _await_lease(self, inbox: queue.Queue, deadline: float, draining: bool, ttl: int) -> Lease | None:
+    def _await_lease(self, inbox: queue.Queue, deadline: float, draining: bool, ttl: int) -> WorkerLease | None:
         tried: set[int] = set()
         asked = False  # a draining worker asks once: the scheduler must hear that it drains
         self._forget_old(time.monotonic())
@@ -234,7 +234,7 @@ class KafkaTransport:
             if isinstance(answer, ev.WorkAssigned):
                 hb, pr = self.cadence
                 losses, leased_s = self._listener.queues.lease_losses(answer.pool)
-                lease = replace(Lease.from_answer(answer), heartbeat_seconds=hb, progress_seconds=pr,
+                lease = replace(WorkerLease.from_answer(answer), heartbeat_seconds=hb, progress_seconds=pr,
                                 pool_lease_losses_1h=losses, pool_leased_seconds_1h=leased_s,
                                 traceparent=self._listener.lease_trace(answer.job_id, answer.epoch))
                 self._watch(lease)
@@ -244,7 +244,7 @@ class KafkaTransport:
                 return None  # a draining worker gets no lease: one answer is the whole story
         return None
 
-    def _watch(self, lease: Lease) -> None:
+    def _watch(self, lease: WorkerLease) -> None:
         with self._lock:
             self._jobs[lease.job_id] = (lease.epoch, {"cancel": False, "drain": False})
         self._listener.observe(lease.job_id, lambda event: self._instruct(lease.job_id, event))
@@ -275,7 +275,7 @@ class KafkaTransport:
                 told = verdicts.instructions(event) or {}
                 flags.update(cancel=told["cancel"], drain=told["drain"], as_of=event.version)
 
-    def forget(self, lease: Lease) -> None:
+    def forget(self, lease: WorkerLease) -> None:
         """The run of this lease is over: stop decoding its job's events."""
         self._listener.observe(lease.job_id, None)
         with self._lock:
@@ -283,7 +283,7 @@ class KafkaTransport:
 
     # -- fenced commands ---------------------------------------------------------------------------------
 
-    def _fenced(self, lease: Lease, prefix: str, make: Callable[[str], Any]) -> Verdict:
+    def _fenced(self, lease: WorkerLease, prefix: str, make: Callable[[str], Any]) -> Verdict:
         self._start()
         if lease.job_id not in self._jobs:
             self._watch(lease)
@@ -311,29 +311,29 @@ class KafkaTransport:
         return Verdict(accepted=True, event=type(verdict).__name__,
                        lease_expires_at_ms=getattr(verdict, "lease_expires_at_ms", None), renew_in_s=pace, **flags)
 
-    def _fence(self, lease: Lease) -> tuple[str, int, str]:
+    def _fence(self, lease: WorkerLease) -> tuple[str, int, str]:
         return lease.job_id, lease.epoch, self.profile.worker_id
 
-    def heartbeat(self, lease: Lease) -> Verdict:
+    def heartbeat(self, lease: WorkerLease) -> Verdict:
         return self._fenced(lease, "renew", lambda c: cmd.RenewLease(c, *self._fence(lease)))
 
-    def progress(self, lease: Lease, step: int, progress_pct: float, phase: str) -> Verdict:
+    def progress(self, lease: WorkerLease, step: int, progress_pct: float, phase: str) -> Verdict:
         return self._fenced(lease, "prog", lambda c: cmd.ReportProgress(c, *self._fence(lease), step, progress_pct, phase))
 
-    def checkpoint(self, lease: Lease, key: str, step: int, progress_pct: float, checksum: str,
+    def checkpoint(self, lease: WorkerLease, key: str, step: int, progress_pct: float, checksum: str,
                    size_bytes: int, duration_ms: int | None = None) -> Verdict:
         return self._fenced(lease, "ckpt", lambda c: cmd.RecordCheckpoint(c, *self._fence(lease), key, step,
                                                                           progress_pct, checksum, size_bytes,
                                                                           duration_ms))
 
-    def complete(self, lease: Lease, artifact_key: str, checksum: str, size_bytes: int) -> Verdict:
+    def complete(self, lease: WorkerLease, artifact_key: str, checksum: str, size_bytes: int) -> Verdict:
         return self._fenced(lease, "done", lambda c: cmd.CompleteJob(c, *self._fence(lease), artifact_key, checksum,
                                                              size_bytes))
 
-    def fail(self, lease: Lease, error_code: str, message: str, retryable: bool = True,
+    def fail(self, lease: WorkerLease, error_code: str, message: str, retryable: bool = True,
              invalid_checkpoint_key: str | None = None) -> Verdict:
         return self._fenced(lease, "fail", lambda c: cmd.FailJob(c, *self._fence(lease), error_code, message[:2000],
                                                          retryable, invalid_checkpoint_key))
 
-    def release(self, lease: Lease, reason: str = "preempted") -> Verdict:
+    def release(self, lease: WorkerLease, reason: str = "preempted") -> Verdict:
         return self._fenced(lease, "rel", lambda c: cmd.ReleaseLease(c, *self._fence(lease), reason))

@@ -30,7 +30,7 @@ from spotreel.services.scheduler.partition import PartitionState, WorkerSeen
 
 
 @dataclass
-class Outcome:
+class HandlerResult:
     events: list[Any] = field(default_factory=list)
     states: dict[str, tuple[JobState | None, JobState]] = field(default_factory=dict)  # job -> (before, after)
     schedules: dict[str, tuple[ScheduleState | None, ScheduleState]] = field(default_factory=dict)
@@ -69,11 +69,11 @@ class Handler:
         self.policies = policies
 
     def handle(self, part: PartitionState, topic: str, offset: int, key: bytes | None, value: bytes | None,
-               now_ms: int, appended_ms: int | None = None) -> Outcome:
+               now_ms: int, appended_ms: int | None = None) -> HandlerResult:
         """`appended_ms`: the broker's append time of the record (LogAppendTime), None if the topic stamps
         records with the producer's clock; lease commands are judged at it (`leases.judged_at`)."""
-        def dead(reason: str, detail: str) -> Outcome:
-            return Outcome(deadletter={
+        def dead(reason: str, detail: str) -> HandlerResult:
+            return HandlerResult(deadletter={
                 "reason": reason, "detail": detail, "source_topic": topic, "source_partition": part.partition,
                 "source_offset": offset, "original_key": key, "original": value or b"", "at_ms": now_ms})
 
@@ -99,9 +99,9 @@ class Handler:
         out.command = command
         return out
 
-    def _apply(self, command: Any, now_ms: int, out: Outcome | None = None,
-               part: PartitionState | None = None) -> Outcome:
-        out = out or Outcome()
+    def _apply(self, command: Any, now_ms: int, out: HandlerResult | None = None,
+               part: PartitionState | None = None) -> HandlerResult:
+        out = out or HandlerResult()
         before = self.get(command.job_id)
         judged = part.view(before) if part is not None else before
         events = decide(judged, command, now_ms)
@@ -121,8 +121,8 @@ class Handler:
             out.followups.extend(followups.for_job_event(e, after))
         return out
 
-    def _apply_schedule(self, command: Any, now_ms: int) -> Outcome:
-        out = Outcome()
+    def _apply_schedule(self, command: Any, now_ms: int) -> HandlerResult:
+        out = HandlerResult()
         before = self.get_schedule(command.schedule_id)
         events = decide_schedule(before, command, now_ms)
         out.events.extend(events)
@@ -133,15 +133,15 @@ class Handler:
             out.followups.extend(followups.for_schedule_event(e, after))
         return out
 
-    def _request_work(self, part: PartitionState, c: cmd.RequestWork, now_ms: int) -> Outcome:
+    def _request_work(self, part: PartitionState, c: cmd.RequestWork, now_ms: int) -> HandlerResult:
         offer = WorkerOffer(c.worker_id, c.gpu_type, frozenset(c.models), frozenset(c.warm_models), c.draining)
         seen = part.workers.get(c.worker_id)
         part.workers[c.worker_id] = WorkerSeen(now_ms, c.draining, tuple(pool_key(p.model, p.gpu_type) for p in offer.pools), True,
                                                tuple(pool_key(p.model, p.gpu_type) for p in offer.pools if offer.is_warm(p)))
         del seen
 
-        def none(reason: str) -> Outcome:
-            return Outcome(answer=ev.NoWorkAvailable(c.command_id, c.worker_id, now_ms, reason, part.partition))
+        def none(reason: str) -> HandlerResult:
+            return HandlerResult(answer=ev.NoWorkAvailable(c.command_id, c.worker_id, now_ms, reason, part.partition))
 
         if c.draining:
             return none("draining")

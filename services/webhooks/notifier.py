@@ -29,7 +29,7 @@ from spotreel.services.webhooks.offsets import OffsetTracker
 from spotreel.services.webhooks.payload import Notification, notification_for
 from spotreel.webhook_filters import DEFAULT_FILTER
 from spotreel.services.webhooks.sender import Attempt, Sender, Stopping
-from spotreel.services.webhooks.store import FINAL, Outcome, Subscription, WebhookStore
+from spotreel.services.webhooks.store import FINAL, DeliveryResult, Subscription, WebhookStore
 
 log = logging.getLogger("spotreel.webhooks")
 T = TypeVar("T")
@@ -230,7 +230,7 @@ class Notifier:
                 return
             secret = await self._secret(sub.tenant_id, stop)
             if not secret:
-                outcome = Outcome("no_secret", 0, None, f"tenant {sub.tenant_id} has no webhook secret")
+                outcome = DeliveryResult("no_secret", 0, None, f"tenant {sub.tenant_id} has no webhook secret")
             else:
                 async def failed(attempt: Attempt, n: int) -> None:
                     self.metrics.attempts.labels("retry").inc()
@@ -238,7 +238,7 @@ class Notifier:
                              attempt.error)
                     await self._retry(lambda: asyncio.to_thread(
                         self.store.record, note.event_id, sub, note.event_type,
-                        Outcome("retrying", n, attempt.status, attempt.error), note.version), stop,
+                        DeliveryResult("retrying", n, attempt.status, attempt.error), note.version), stop,
                         "record an attempt")
                 started = time.perf_counter()
                 outcome = await sender.deliver(sub.callback_url, secret, note, failed, stop)

@@ -14,7 +14,7 @@ from spotreel import webhook_signing as signing
 from spotreel.services.webhooks.addresses import GuardedResolver, RefusedAddress, check_url
 from spotreel.services.webhooks.backoff import RetryPolicy, retryable
 from spotreel.services.webhooks.payload import Notification
-from spotreel.services.webhooks.store import Outcome
+from spotreel.services.webhooks.store import DeliveryResult
 
 USER_AGENT = "spotreel-webhooks/1"
 
@@ -72,17 +72,17 @@ class Sender:
 
     async def deliver(self, url: str, secret: str, note: Notification,
                       on_failure: Callable[[Attempt, int], Awaitable[None]] | None = None,
-                      stop: asyncio.Event | None = None) -> Outcome:
+                      stop: asyncio.Event | None = None) -> DeliveryResult:
         """Attempts until one succeeds, one fails for good, or `policy.max_attempts` are used."""
         last = Attempt(False, True)
         for n in range(1, self.policy.max_attempts + 1):
             last = await self.attempt(url, secret, note)
             if last.ok:
-                return Outcome("delivered", n, last.status, None)
+                return DeliveryResult("delivered", n, last.status, None)
             if last.refused:
-                return Outcome("refused", n, None, last.error)
+                return DeliveryResult("refused", n, None, last.error)
             if not last.retry:
-                return Outcome("failed", n, last.status, last.error)
+                return DeliveryResult("failed", n, last.status, last.error)
             if on_failure is not None:
                 await on_failure(last, n)
             if n < self.policy.max_attempts:
@@ -96,4 +96,4 @@ class Sender:
                         pass
                     if stop.is_set():
                         raise Stopping()
-        return Outcome("gave_up", self.policy.max_attempts, last.status, last.error)
+        return DeliveryResult("gave_up", self.policy.max_attempts, last.status, last.error)

@@ -34,7 +34,7 @@ class Subscription:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class DeliveryResult:
     status: str
     attempts: int
     last_status: int | None
@@ -73,14 +73,14 @@ class WebhookStore:
         row = self.session.execute(self._secret, (tenant_id,)).one()
         return None if row is None else row.webhook_secret
 
-    def outcome(self, event_id: str) -> Outcome | None:
+    def outcome(self, event_id: str) -> DeliveryResult | None:
         row = self.session.execute(self._outcome, (event_id,)).one()
-        return None if row is None else Outcome(row.status, row.attempts or 0, row.last_status, row.last_error)
+        return None if row is None else DeliveryResult(row.status, row.attempts or 0, row.last_status, row.last_error)
 
     def job_state(self, job_id: str) -> JobWebhookState | None:
         return job_state_from_row(self.session.execute(self._read_job_state, (job_id,)).one())
 
-    def record(self, event_id: str, sub: Subscription, event_type: str, outcome: Outcome,
+    def record(self, event_id: str, sub: Subscription, event_type: str, outcome: DeliveryResult,
                version: int = 0) -> None:
         """`version`: the event's; orders this outcome against the job's other ones (`state_timestamp`)."""
         now, error = datetime.now(timezone.utc), (outcome.last_error or "")[:1000] or None

@@ -19,7 +19,7 @@ from spotreel.worker.job import JobRun
 from spotreel.worker.metrics import PHASES, WorkerMetrics
 from spotreel.worker.pipeline import Renderer
 from spotreel.worker.signals import PreemptionNotice
-from spotreel.worker.transport import Lease, Verdict
+from spotreel.worker.transport import WorkerLease, Verdict
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -45,8 +45,8 @@ class AcceptingControlPlane:
     def release(self, lease, reason="preempted"): return self._ok("release")  # noqa: E704
 
 
-def _lease() -> Lease:
-    return Lease(job_id="j" + uuid.uuid4().hex, epoch=1, worker_id="w-metrics", attempt=1, lease_ttl_ms=30_000,
+def _lease() -> WorkerLease:
+    return WorkerLease(job_id="j" + uuid.uuid4().hex, epoch=1, worker_id="w-metrics", attempt=1, lease_ttl_ms=30_000,
                  lease_expires_at_ms=0, pool=POOL, model="tiny-t2v", gpu_type="metrics", prompt="a fox",
                  duration_s=0.5, resolution="32x32", fps=8, seed=3, num_steps=STEPS)
 

@@ -20,7 +20,7 @@ from spotreel.api.config import GatewayConfig
 from spotreel.api.errors import ApiError
 from spotreel.api.submission import build_submit, normalize
 from spotreel.services.scheduler.handler import work_assigned
-from spotreel.worker.transport import Lease
+from spotreel.worker.transport import WorkerLease
 from tests.unit.jobkit import leased_job, submit
 from tests.unit.test_gateway_api import BODY, A, api, post  # noqa: F401  (api: the fixture)
 
@@ -85,10 +85,10 @@ def test_the_options_go_from_submit_through_the_events_to_the_lease_answer():
     answer = work_assigned("rw:1", leased, d.s, 0)
     codec = Codec.default()
     over_kafka = codec.decode_message(codec.encode_message(answer))
-    for lease in (Lease.from_answer(asdict(answer)), Lease.from_answer(over_kafka)):  # HTTP JSON, Kafka record
+    for lease in (WorkerLease.from_answer(asdict(answer)), WorkerLease.from_answer(over_kafka)):  # HTTP JSON, Kafka record
         assert (lease.guidance_scale, lease.negative_prompt, lease.sampler) == (4.5, "blurry, text", "dpmpp")
     plain = work_assigned("rw:2", leased, leased_job().s, 0)
-    assert Lease.from_answer(asdict(plain)).sampler is None
+    assert WorkerLease.from_answer(asdict(plain)).sampler is None
 
 
 @pytest.mark.parametrize(("change", "words"), [

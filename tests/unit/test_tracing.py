@@ -224,13 +224,13 @@ def test_the_dispatch_listener_keeps_the_trace_a_grant_carried():
 
 
 def test_a_lease_answer_with_a_traceparent_gives_the_worker_its_trace():
-    from spotreel.worker.transport import Lease
+    from spotreel.worker.transport import WorkerLease
 
     answer = {"job_id": "j", "epoch": 1, "worker_id": "w", "attempt": 1, "lease_ttl_ms": 1, "lease_expires_at_ms": 2,
               "pool": "m@cpu", "model": "m", "gpu_type": "cpu", "prompt": "p", "duration_s": 1.0,
               "resolution": "64x64", "fps": 8, "seed": 1, "num_steps": 2}
-    assert Lease.from_answer(answer).traceparent is None
-    assert Lease.from_answer({**answer, "traceparent": SAMPLED}).traceparent == SAMPLED
+    assert WorkerLease.from_answer(answer).traceparent is None
+    assert WorkerLease.from_answer({**answer, "traceparent": SAMPLED}).traceparent == SAMPLED
 
 
 def test_worker_spans_join_the_lease_trace_and_only_then():

@@ -10,7 +10,7 @@ import pytest
 from spotreel.dispatch.order import PoolQueues
 from spotreel.worker.runtime import RuntimeOptions, WorkerRuntime
 from spotreel.worker.signals import PreemptionNotice
-from spotreel.worker.transport import Lease
+from spotreel.worker.transport import WorkerLease
 
 pytestmark = pytest.mark.unit
 
@@ -39,12 +39,12 @@ def test_a_record_without_the_leased_time_gives_it_back_from_the_rate() -> None:
     assert q.lease_losses("p@g") == (2, pytest.approx(1800.0))
 
 
-def _lease(losses: int | None, leased_s: float | None) -> Lease:
+def _lease(losses: int | None, leased_s: float | None) -> WorkerLease:
     answer = {"job_id": "j", "epoch": 1, "worker_id": "w", "attempt": 1, "lease_ttl_ms": 30_000,
               "lease_expires_at_ms": 1, "pool": "p@g", "model": "p", "gpu_type": "g", "prompt": "x",
               "duration_s": 1.0, "resolution": "64x64", "fps": 8, "seed": 1, "num_steps": 10,
               "pool_lease_losses_1h": losses, "pool_leased_seconds_1h": leased_s}
-    return Lease.from_answer(answer)
+    return WorkerLease.from_answer(answer)
 
 
 def _runtime(**options) -> WorkerRuntime:

@@ -15,7 +15,7 @@ import pytest
 from spotreel.checkpoint_interval import IntervalPolicy
 from spotreel.worker.job import JobRun
 from spotreel.worker.signals import PreemptionNotice
-from spotreel.worker.transport import Lease, Verdict
+from spotreel.worker.transport import WorkerLease, Verdict
 
 pytestmark = pytest.mark.unit
 
@@ -36,8 +36,8 @@ class Plane:
         raise AssertionError(f"unexpected {name}")
 
 
-def lease(model: str) -> Lease:
-    return Lease(job_id="j" + uuid.uuid4().hex, epoch=1, worker_id="w", attempt=1, lease_ttl_ms=30_000,
+def lease(model: str) -> WorkerLease:
+    return WorkerLease(job_id="j" + uuid.uuid4().hex, epoch=1, worker_id="w", attempt=1, lease_ttl_ms=30_000,
                  lease_expires_at_ms=0, pool=f"{model}@any", model=model, gpu_type="any", prompt="a fox",
                  duration_s=0.5, resolution="32x32", fps=8, seed=3, num_steps=4)
 

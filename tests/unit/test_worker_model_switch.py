@@ -11,7 +11,7 @@ import pytest
 
 from spotreel.worker.runtime import RuntimeOptions, ServedModel, WorkerRuntime
 from spotreel.worker.signals import PreemptionNotice
-from spotreel.worker.transport import Lease, Verdict, WorkerProfile
+from spotreel.worker.transport import WorkerLease, Verdict, WorkerProfile
 
 pytestmark = pytest.mark.unit
 
@@ -21,13 +21,13 @@ class Beats:
     profile: WorkerProfile
     heartbeats: list[str] = field(default_factory=list)
 
-    def heartbeat(self, lease: Lease) -> Verdict:
+    def heartbeat(self, lease: WorkerLease) -> Verdict:
         self.heartbeats.append(lease.job_id)
         return Verdict(accepted=True)
 
 
-def _lease(model: str) -> Lease:
-    return Lease("j1", 1, "w", 1, 1500, 0, f"{model}@g", model, "g", "a fox", 1.0, "64x64", 8, 1, 10,
+def _lease(model: str) -> WorkerLease:
+    return WorkerLease("j1", 1, "w", 1, 1500, 0, f"{model}@g", model, "g", "a fox", 1.0, "64x64", 8, 1, 10,
                  heartbeat_seconds=0.1)
 
 

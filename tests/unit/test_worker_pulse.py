@@ -6,7 +6,7 @@ import threading
 import time
 
 from spotreel.worker.pulse import Position, Pulse
-from spotreel.worker.transport import Lease, Verdict
+from spotreel.worker.transport import WorkerLease, Verdict
 
 
 class CountingTransport:
@@ -21,15 +21,15 @@ class CountingTransport:
             self.calls.append(kind)
         return Verdict(accepted=True)
 
-    def heartbeat(self, lease: Lease) -> Verdict:
+    def heartbeat(self, lease: WorkerLease) -> Verdict:
         return self._note("heartbeat")
 
-    def progress(self, lease: Lease, step: int, progress_pct: float, phase: str) -> Verdict:
+    def progress(self, lease: WorkerLease, step: int, progress_pct: float, phase: str) -> Verdict:
         return self._note("progress")
 
 
-def _lease(ttl_ms: int = 30_000) -> Lease:
-    return Lease(job_id="j" + "0" * 32, epoch=1, worker_id="w", attempt=1, lease_ttl_ms=ttl_ms,
+def _lease(ttl_ms: int = 30_000) -> WorkerLease:
+    return WorkerLease(job_id="j" + "0" * 32, epoch=1, worker_id="w", attempt=1, lease_ttl_ms=ttl_ms,
                  lease_expires_at_ms=0, pool="tiny-t2v@any", model="tiny-t2v", gpu_type="cpu", prompt="a fox",
                  duration_s=1.0, resolution="32x32", fps=8, seed=1, num_steps=4)
 
@@ -135,7 +135,7 @@ def test_every_renewal_is_counted_by_kind_and_outcome_in_the_worker_metrics() ->
     from spotreel.worker.transport import LeaseLost
 
     class LostAfterTwo(CountingTransport):
-        def progress(self, lease: Lease, step: int, progress_pct: float, phase: str) -> Verdict:
+        def progress(self, lease: WorkerLease, step: int, progress_pct: float, phase: str) -> Verdict:
             verdict = self._note("progress")
             if len(self.calls) > 2:
                 raise LeaseLost("lease_expired")

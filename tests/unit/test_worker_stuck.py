@@ -11,7 +11,7 @@ import pytest
 from spotreel.worker.pulse import Position, Pulse
 from spotreel.worker.pipeline import _test_hang_spec
 from spotreel.worker.stuck import StepWatch
-from spotreel.worker.transport import Lease, Verdict
+from spotreel.worker.transport import WorkerLease, Verdict
 from tests.unit.test_worker_pulse import CountingTransport, _lease
 
 pytestmark = pytest.mark.unit
@@ -52,7 +52,7 @@ def test_finishing_phases_and_zero_steps_are_never_stuck() -> None:
 
 
 class FailRecording(CountingTransport):
-    def fail(self, lease: Lease, error_code: str, message: str, retryable: bool = True,
+    def fail(self, lease: WorkerLease, error_code: str, message: str, retryable: bool = True,
              invalid_checkpoint_key: str | None = None) -> Verdict:
         self._note(f"fail:{error_code}:{retryable}")
         return Verdict(accepted=True)

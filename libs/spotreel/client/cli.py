@@ -25,7 +25,7 @@ from spotreel.settings import Settings
 # The demo and tests import these from here, where they lived before the commands were split up.
 __all__ = ["TERMINAL", "progress_line", "register"]
 
-Command = Callable[[Client, argparse.Namespace], cmds.Outcome]
+Command = Callable[[Client, argparse.Namespace], cmds.CommandResult]
 
 
 def _client(args: argparse.Namespace, settings: Settings) -> Client:

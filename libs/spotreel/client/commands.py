@@ -1,4 +1,4 @@
-"""The client commands themselves: each takes the API client and its arguments and returns an `Outcome`,
+"""The client commands themselves: each takes the API client and its arguments and returns a `CommandResult`,
 the JSON document for `--json` and the text for a person; cli.py parses and prints."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class UsageError(Exception):
 
 
 @dataclass(frozen=True)
-class Outcome:
+class CommandResult:
     doc: Any  # printed with --json: the API's answer, or a document built from it
     text: str = ""  # printed otherwise; empty when the command printed as it went (watch)
     code: int = 0
@@ -65,31 +65,31 @@ def _waited(c: Client, job_id: str, quiet: bool) -> tuple[Watch, int]:
     return watch, 0 if status == "succeeded" else 1
 
 
-def submit(c: Client, args: argparse.Namespace) -> Outcome:
+def submit(c: Client, args: argparse.Namespace) -> CommandResult:
     body = {api: getattr(args, dest) for dest, api in SUBMIT_FIELDS.items() if getattr(args, dest) is not None}
     answer = c.submit({"prompt": args.prompt, **body}, args.idempotency_key)
     if not args.json:  # on stderr: stdout stays the one line scripts read the id from
         for w in answer.get("warnings") or []:
             print(f"spotreel submit: warning: {w.get('message')}", file=sys.stderr)
     if not args.wait:
-        return Outcome(answer, show.submitted_text(answer))
+        return CommandResult(answer, show.submitted_text(answer))
     if not args.json:  # the id first, so a person can act on it while the bar runs
         print(show.submitted_text(answer), flush=True)
     watch, code = _waited(c, answer["job_id"], args.json)
-    return Outcome({**answer, "final": watch_json(watch)}, "", code)
+    return CommandResult({**answer, "final": watch_json(watch)}, "", code)
 
 
-def status(c: Client, args: argparse.Namespace) -> Outcome:
+def status(c: Client, args: argparse.Namespace) -> CommandResult:
     v = c.get(args.id)
-    return Outcome(v, show.status_text(v))
+    return CommandResult(v, show.status_text(v))
 
 
-def watch(c: Client, args: argparse.Namespace) -> Outcome:
+def watch(c: Client, args: argparse.Namespace) -> CommandResult:
     w, code = _waited(c, args.id, args.json)
-    return Outcome(watch_json(w), "", code)
+    return CommandResult(watch_json(w), "", code)
 
 
-def get(c: Client, args: argparse.Namespace) -> Outcome:
+def get(c: Client, args: argparse.Namespace) -> CommandResult:
     video = c.get(args.id)
     out = Path(args.output or f"{args.id}.mp4")
     size, got = c.download(args.id, out)
@@ -98,45 +98,45 @@ def get(c: Client, args: argparse.Namespace) -> Outcome:
         out.unlink(missing_ok=True)
         raise ClientError(f"checksum mismatch: got {got}, the video's is {want}; file removed")
     doc = {"job_id": args.id, "path": str(out), "size_bytes": size, "sha256": got, "verified": bool(want)}
-    return Outcome(doc, f"{out}: {size} bytes" + (", sha256 verified" if want else ""))
+    return CommandResult(doc, f"{out}: {size} bytes" + (", sha256 verified" if want else ""))
 
 
 def lifecycle(action: str):
     """cancel, pause, resume, retry: one POST or DELETE each, acknowledged once Kafka has the command."""
-    def run(c: Client, args: argparse.Namespace) -> Outcome:
+    def run(c: Client, args: argparse.Namespace) -> CommandResult:
         answer = getattr(c, action)(args.id)
-        return Outcome(answer, show.command_text(answer))
+        return CommandResult(answer, show.command_text(answer))
     return run
 
 
-def priority(c: Client, args: argparse.Namespace) -> Outcome:
+def priority(c: Client, args: argparse.Namespace) -> CommandResult:
     answer = c.set_priority(args.id, args.priority)
-    return Outcome(answer, show.command_text(answer) + f"; new priority {args.priority}")
+    return CommandResult(answer, show.command_text(answer) + f"; new priority {args.priority}")
 
 
-def jobs(c: Client, args: argparse.Namespace) -> Outcome:
+def jobs(c: Client, args: argparse.Namespace) -> CommandResult:
     page = c.jobs(args.status, args.limit, args.page_token)
-    return Outcome(page, show.jobs_text(page))
+    return CommandResult(page, show.jobs_text(page))
 
 
-def events(c: Client, args: argparse.Namespace) -> Outcome:
+def events(c: Client, args: argparse.Namespace) -> CommandResult:
     doc = c.history(args.id)
-    return Outcome(doc, show.history_text(doc))
+    return CommandResult(doc, show.history_text(doc))
 
 
-def attempts(c: Client, args: argparse.Namespace) -> Outcome:
+def attempts(c: Client, args: argparse.Namespace) -> CommandResult:
     doc = c.attempts(args.id)
-    return Outcome(doc, show.attempts_text(doc))
+    return CommandResult(doc, show.attempts_text(doc))
 
 
-def my_usage(c: Client, args: argparse.Namespace) -> Outcome:
+def my_usage(c: Client, args: argparse.Namespace) -> CommandResult:
     doc = c.usage()
     text = (f"tenant {doc.get('tenant')}: used {doc.get('used_gpu_seconds', 0):.1f} GPU-s (wasted "
             f"{doc.get('wasted_gpu_seconds', 0):.1f}), fair share "
             f"{doc.get('fair_share_gpu_seconds', 0):.1f} GPU-s, leases held {doc.get('leases_held', 0)}")
     if doc.get("as_of") is None:
         text += " (no usage reported yet)"
-    return Outcome(doc, text)
+    return CommandResult(doc, text)
 
 
 def load_dag(path: Path) -> dict[str, Any]:
@@ -170,6 +170,6 @@ def load_dag(path: Path) -> dict[str, Any]:
     return body
 
 
-def dag_submit(c: Client, args: argparse.Namespace) -> Outcome:
+def dag_submit(c: Client, args: argparse.Namespace) -> CommandResult:
     answer = c.submit_dag(load_dag(Path(args.file)), args.idempotency_key)
-    return Outcome(answer, show.dag_text(answer))
+    return CommandResult(answer, show.dag_text(answer))

@@ -7,7 +7,7 @@ import argparse
 from typing import Any
 
 from spotreel.client.http import Client
-from spotreel.client.commands import RENDER_FIELDS, Outcome, add_render_flags, run_at_ms
+from spotreel.client.commands import RENDER_FIELDS, CommandResult, add_render_flags, run_at_ms
 
 # Flags of `schedule create` → fields of the schedule's job template (argparse dest → API name).
 JOB_FIELDS = {"model": "model", "gpu_type": "gpu_type", "duration": "duration", "resolution": "resolution",
@@ -53,34 +53,34 @@ def command_text(answer: dict[str, Any]) -> str:
             f"the outcome shows in `spotreel schedule get`")
 
 
-def create(c: Client, args: argparse.Namespace) -> Outcome:
+def create(c: Client, args: argparse.Namespace) -> CommandResult:
     job = {api: getattr(args, dest) for dest, api in JOB_FIELDS.items() if getattr(args, dest) is not None}
     body = {api: getattr(args, dest) for dest, api in SCHEDULE_FIELDS.items() if getattr(args, dest) is not None}
     answer = c.create_schedule({"cron": args.cron, **body, "job": {"prompt": args.prompt, **job}},
                                args.idempotency_key)
     text = f"{answer['schedule_id']}  {answer['status']}" + ("  (replayed)" if answer.get("replayed") else "")
-    return Outcome(answer, text)
+    return CommandResult(answer, text)
 
 
-def list_(c: Client, args: argparse.Namespace) -> Outcome:
+def list_(c: Client, args: argparse.Namespace) -> CommandResult:
     page = c.schedules(args.limit, args.page_token)
-    return Outcome(page, list_text(page))
+    return CommandResult(page, list_text(page))
 
 
-def get(c: Client, args: argparse.Namespace) -> Outcome:
+def get(c: Client, args: argparse.Namespace) -> CommandResult:
     s = c.schedule(args.id)
-    return Outcome(s, schedule_text(s))
+    return CommandResult(s, schedule_text(s))
 
 
-def occurrences(c: Client, args: argparse.Namespace) -> Outcome:
+def occurrences(c: Client, args: argparse.Namespace) -> CommandResult:
     doc = c.schedule_occurrences(args.id, args.limit, args.page_token)
-    return Outcome(doc, occurrences_text(doc))
+    return CommandResult(doc, occurrences_text(doc))
 
 
 def lifecycle(action: str):
-    def run(c: Client, args: argparse.Namespace) -> Outcome:
+    def run(c: Client, args: argparse.Namespace) -> CommandResult:
         answer = c.schedule_command(args.id, action)
-        return Outcome(answer, command_text(answer))
+        return CommandResult(answer, command_text(answer))
     return run
 
 
