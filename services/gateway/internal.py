@@ -29,6 +29,7 @@ from typing import Any, Callable
 from aiohttp import web
 
 from spotreel.dispatch import verdicts
+from spotreel.dispatch.asking import Asking
 from spotreel.dispatch.order import request_order
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
@@ -36,6 +37,7 @@ from spotreel.platform.seed import api_key_hash
 from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.context import Gateway, gateway
 from spotreel.services.gateway.deps import Deps, StoreUnavailable
+from spotreel.services.gateway.idlepolls import IdlePolls
 from spotreel.api.errors import ApiError, invalid, not_found
 from spotreel.services.gateway.leasedesk import SUPERSEDED, LeaseDesk, Poll
 from spotreel.services.gateway.metrics import Metrics
@@ -45,6 +47,7 @@ from spotreel.settings import Settings
 WORKER = web.RequestKey("worker_key", str)
 PROFILES = web.AppKey("worker_profiles", dict)
 DESK = web.AppKey("lease_desk", LeaseDesk)
+IDLE = web.AppKey("idle_polls", list)  # [IdlePolls] once made
 _WORKER_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
 AUTH_CACHE_SECONDS = 30.0
 MAX_LONG = 2**63 - 1
@@ -233,31 +236,30 @@ async def _wait_for_lease(request: web.Request, gw: Gateway, bus, desk: LeaseDes
                           wait: float) -> tuple[ev.WorkAssigned | None, str]:
     gpu, models, warm, ttl = ask
     wid, draining, n = poll.worker_id, poll.draining, gw.settings.partitions
+    idle = _idle_polls(request, gw, bus)
     # Two Kafka hops: even a zero wait gives the answer already on its way a moment to arrive.
     deadline = time.monotonic() + max(wait, 0.5)
-    tried: set[int] = set()
     reason = "no_work"
     asked = False  # a draining poll asks once: the scheduler must hear that the worker drains
     while time.monotonic() < deadline and poll.alive():
         # An unanswered request of this worker (maybe from its previous poll) is waited for, not repeated.
-        pending = desk.waiting(wid)
-        if not pending and not (draining and asked):
-            order = _order(bus, wid, models, n, tried | desk.asking(wid))
-            if not order:
-                # Every partition said no: wait for pool stats to show work somewhere (or a short pause).
-                tried.clear()
-                pause_until = min(deadline, time.monotonic() + gw.cfg.idle_pass_seconds)
-                while time.monotonic() < pause_until and not bus.partitions_with_work(models):
-                    await asyncio.sleep(0.05)
-                continue
-            rid = f"rw-{gw.new_id()}"
-            desk.sent(rid, wid, order[0])
-            bus.watch_answer(rid, desk.on_answer)
+        if not desk.waiting(wid) and not (draining and asked):
+            if draining:
+                p, rid = _order(bus, wid, models, n, set())[0], f"rw-{gw.new_id()}"
+            else:
+                # Idle workers take turns (dispatch/asking.py): a partition is asked within its queue.
+                got = await idle.next(wid, models, deadline - time.monotonic())
+                if got is None:
+                    continue
+                p, rid = got
+            desk.sent(rid, wid, p)
+            bus.watch_answer(rid, lambda answer, rid=rid: (idle.answered(rid, answer), desk.on_answer(answer)))
             try:
                 await gw.deps.commands.send(cmd.RequestWork(rid, wid, gpu, models, warm, draining, ttl,
-                                                            gw.deps.clock_ms()), partition=order[0])
+                                                            gw.deps.clock_ms()), partition=p)
             except BaseException:
                 desk.unsent(rid)
+                idle.answered(rid, None)
                 raise
             gw.metrics.commands.labels("RequestWork").inc()
             asked = True
@@ -267,11 +269,21 @@ async def _wait_for_lease(request: web.Request, gw: Gateway, bus, desk: LeaseDes
         if isinstance(answer, ev.WorkAssigned):
             return answer, ""
         if isinstance(answer, ev.NoWorkAvailable):
-            tried.add(answer.partition)
             reason = answer.reason
             if draining:
                 break  # a draining worker gets no lease: one answer is the whole story
     return None, reason
+
+
+def _idle_polls(request: web.Request, gw: Gateway, bus) -> IdlePolls:
+    """The gateway's idle polls (idlepolls.py), made on first use: its stats hook needs the running loop."""
+    holder = request.config_dict[IDLE]
+    if not holder:
+        asking = Asking(gw.settings.partitions, scout_s=max(gw.cfg.idle_pass_seconds, 0.05),
+                        stale_s=gw.cfg.lease_request_stale_seconds)
+        holder.append(IdlePolls(asking, bus.work_view, gw.new_id))
+        bus.on_work_change(holder[0].changed)
+    return holder[0]
 
 
 async def _deliver(request: web.Request, gw: Gateway, desk: LeaseDesk, answer: ev.WorkAssigned,
@@ -431,6 +443,7 @@ def build(settings: Settings, deps: Deps, cfg: GatewayConfig | None = None,
                      forget_answer=deps.work.forget_answer if deps.work is not None else (lambda rid: None),
                      on_outcome=(lambda o: outcomes.labels(o).inc()) if outcomes is not None else (lambda o: None))
     sub[DESK] = desk
+    sub[IDLE] = []
 
     async def release_parked(_app: web.Application) -> None:
         await desk.aclose()

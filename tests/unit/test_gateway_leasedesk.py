@@ -15,6 +15,7 @@ import pytest_asyncio
 from aiohttp import web
 
 from spotreel.domain import commands as cmd
+from spotreel.dispatch.order import WorkView
 from spotreel.domain import events as ev
 from spotreel.domain.leases import UNCLAIMED
 from spotreel.services.gateway.app import create_app
@@ -225,6 +226,12 @@ class FakeBus:
 
     def partitions_with_work(self, models) -> list[int]:
         return []
+
+    def work_view(self, models: Any) -> WorkView:
+        return WorkView((), {}, {}, frozenset())  # no pool stats: the gateway scouts
+
+    def on_work_change(self, callback: Any) -> None:
+        pass
 
     def lease_losses(self, pool: str) -> tuple[int, float]:
         return (3, 5400.0) if pool == "m@cpu" else (0, 0.0)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
 
+from spotreel.dispatch.order import WorkView
 from spotreel.domain import events as ev
 from spotreel.services.gateway import internal
 from spotreel.services.gateway.app import create_app
@@ -63,6 +64,12 @@ class AcceptingBus:
 
     def partitions_with_work(self, models: Any) -> list[int]:
         return []
+
+    def work_view(self, models: Any) -> WorkView:
+        return WorkView((), {}, {}, frozenset())  # no pool stats: the gateway scouts
+
+    def on_work_change(self, callback: Any) -> None:
+        pass
 
 
 @pytest_asyncio.fixture(loop_scope="function")

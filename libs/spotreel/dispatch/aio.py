@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from spotreel.codec import Codec
 from spotreel.dispatch.listener import DispatchListener
+from spotreel.dispatch.order import WorkView
 from spotreel.settings import Settings
 
 
@@ -70,6 +71,15 @@ class AsyncDispatch:
 
     def partitions_with_work(self, models: tuple[str, ...]) -> list[int]:
         return self.listener.queues.partitions_with_work(models)
+
+    def work_view(self, models: tuple[str, ...]) -> WorkView:
+        """What the pool stats show for a worker of these models (order.PoolQueues.view)."""
+        return self.listener.queues.view(models)
+
+    def on_work_change(self, callback: Callable[[], None]) -> None:
+        """Call `callback()` on the caller's loop whenever a partition's pool stats change what they show."""
+        handoff = self._to_loop()
+        self.listener.queues.on_change = lambda: handoff.put(lambda _: callback(), None)
 
     def lease_losses(self, pool: str) -> tuple[int, float]:
         """The pool's lost leases and leased seconds of the last hour (pool-stats), for the lease answer."""

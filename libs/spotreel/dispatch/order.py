@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 import threading
 from collections import defaultdict
-from typing import Any, Iterable
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
 
 from spotreel.adapters.partitioning import partition_for
 
@@ -20,17 +21,46 @@ class PoolQueues:
     """The latest PoolStats of every partition (compacted `<prefix>.pool-stats`): queued jobs per pool, and
     the smallest fair share among the tenants queued there."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_change: Callable[[], None] | None = None) -> None:
         self._lock = threading.Lock()
         self._queued: dict[str, dict[int, tuple[int, float | None]]] = defaultdict(dict)
         self._top: dict[str, dict[int, int]] = defaultdict(dict)  # highest queued priority per partition
         self._losses: dict[str, dict[int, tuple[int, float]]] = defaultdict(dict)
+        # Bumped when what a partition shows (queued, share, top tier of any pool) changes, not on every
+        # tick's identical record: a refusal from a partition holds until its version moves (asking.py).
+        self._versions: dict[int, int] = defaultdict(int)
+        # Called (on the recording thread, outside the lock) after a record that changed what it shows.
+        self.on_change = on_change
 
     def record(self, stats: Any) -> None:
+        queued = (stats.queued, getattr(stats, "min_share", None))
+        top = top_tier(getattr(stats, "queued_by_tier", ()))
         with self._lock:
-            self._queued[stats.pool][stats.partition] = (stats.queued, getattr(stats, "min_share", None))
-            self._top[stats.pool][stats.partition] = top_tier(getattr(stats, "queued_by_tier", ()))
-            self._losses[stats.pool][stats.partition] = _exposure(stats)
+            pool, p = stats.pool, stats.partition
+            changed = self._queued[pool].get(p) != queued or self._top[pool].get(p) != top
+            self._queued[pool][p] = queued
+            self._top[pool][p] = top
+            self._losses[pool][p] = _exposure(stats)
+            if changed:
+                self._versions[p] += 1
+        if changed and self.on_change is not None:
+            self.on_change()
+
+    def view(self, models: Iterable[str]) -> WorkView:
+        """What the stats show for a worker of these models: the partitions with queued work in asking
+        order (`partitions_with_work`), how many jobs each queues, every partition's version, and the
+        partitions that published stats at all."""
+        hinted = self.partitions_with_work(models)
+        wanted = set(models)
+        queued: dict[int, int] = defaultdict(int)
+        with self._lock:
+            for pool, parts in self._queued.items():
+                if pool.rsplit("@", 1)[0] in wanted:
+                    for p, (n, _) in parts.items():
+                        queued[p] += max(0, n)
+            versions = dict(self._versions)
+            known = frozenset(p for parts in self._queued.values() for p in parts)
+        return WorkView(tuple(hinted), dict(queued), versions, known)
 
     def lease_losses(self, pool: str) -> tuple[int, float]:
         """The pool's leases lost in the last hour and the leased seconds they were counted over, summed
@@ -57,6 +87,16 @@ class PoolQueues:
                             if min_share is not None:
                                 best[p] = min(best.get(p, math.inf), min_share)
         return sorted(totals, key=lambda p: (-top.get(p, -1), best.get(p, math.inf), -totals[p], p))
+
+
+@dataclass(frozen=True)
+class WorkView:
+    """One look at the pool stats for one worker's models (PoolQueues.view)."""
+
+    hinted: tuple[int, ...]  # partitions with queued work, in asking order
+    queued: dict[int, int]  # queued jobs per partition
+    versions: dict[int, int]  # per partition, bumped when what it shows changes
+    known: frozenset[int]  # partitions that published stats at all
 
 
 def _exposure(stats: Any) -> tuple[int, float]:

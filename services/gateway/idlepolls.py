@@ -1,0 +1,110 @@
+"""The gateway's idle long-polls, waiting their turn to ask a partition for work (policy: dispatch/asking.py).
+
+A poll whose worker may ask now gets a partition and a request id at once. The others wait in arrival
+order and are woken only when one of them may go: when a partition's pool stats change (the dispatch
+listener's thread hands that over to the loop) or when an answer frees a slot. Waking every idle poll on
+every change would cost as much as the stampede it replaces, so a change first counts the slots the hinted
+partitions still take and wakes that many. A waiting poll also wakes by itself when its worker's presence
+is due, to scout a partition that never published stats, and at least once a second to notice a client
+that went away. Everything runs on the gateway's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Callable
+
+from spotreel.dispatch.asking import Asking
+from spotreel.dispatch.order import WorkView
+
+Models = tuple[str, ...]
+# A waiting poll looks at its client at least this often.
+SLICE_S = 1.0
+
+
+class IdlePolls:
+    def __init__(self, asking: Asking, view: Callable[[Models], WorkView], new_id: Callable[[], str],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.asking = asking
+        self._view = view
+        self._new_id = new_id
+        self._clock = clock
+        self._waiters: dict[str, tuple[Models, asyncio.Future]] = {}  # worker -> its waiting poll, oldest first
+
+    def _take(self, worker_id: str, models: Models, view: WorkView, now: float) -> tuple[int, str] | None:
+        p = self.asking.pick(worker_id, models, view, now)
+        if p is None:
+            return None
+        request_id = f"rw-{self._new_id()}"
+        self.asking.sent(request_id, worker_id, p, models, now)
+        return p, request_id
+
+    async def next(self, worker_id: str, models: Models, timeout: float) -> tuple[int, str] | None:
+        """(partition, request id) to ask now, counted as out; None when `timeout` (or a slice of it)
+        passed first or a newer poll of the same worker took over. The caller sends the RequestWork at once
+        and reports its answer (or a failed send) to `answered`."""
+        now = self._clock()
+        view = self._view(models)
+        got = self._take(worker_id, models, view, now)
+        if got is not None or timeout <= 0:
+            return got
+        wait = min(timeout, SLICE_S, self.asking.next_due(worker_id, now) or SLICE_S)
+        if len(view.known) < self.asking.partitions:
+            wait = min(wait, self.asking.scout_s)
+        old = self._waiters.pop(worker_id, None)
+        if old is not None and not old[1].done():
+            old[1].set_result(None)  # that poll's client has given up: a worker polls once at a time
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._waiters[worker_id] = (models, fut)
+        try:
+            await asyncio.wait((fut,), timeout=wait)
+        except asyncio.CancelledError:
+            if fut.done() and fut.result() is not None:
+                self.answered(fut.result()[1], None)  # woken, then cancelled: the slot was never used
+            raise
+        finally:
+            if self._waiters.get(worker_id, (None, None))[1] is fut:
+                del self._waiters[worker_id]
+        if fut.done():
+            return fut.result()
+        fut.cancel()
+        return self._take(worker_id, models, self._view(models), self._clock()) if timeout > wait else None
+
+    def answered(self, request_id: str, answer: Any) -> None:
+        """The answer to a request this gateway sent (None: the send failed); a freed slot may let a
+        waiting poll go."""
+        models = self._models_of(request_id)
+        if self.asking.answered(request_id, answer, self._view(models) if models is not None else None):
+            self.changed()
+
+    def _models_of(self, request_id: str) -> Models | None:
+        out = self.asking._out.get(request_id)  # noqa: SLF001 - the policy's own record of the request
+        return None if out is None else out.models
+
+    def changed(self) -> None:
+        """Stats changed or a slot was freed: wake as many waiting polls as may go now, oldest first."""
+        if not self._waiters:
+            return
+        now = self._clock()
+        views: dict[Models, WorkView] = {}
+        free: dict[Models, int] = {}
+        for worker_id, (models, fut) in list(self._waiters.items()):
+            if fut.done():
+                continue
+            if models not in views:
+                views[models] = self._view(models)
+                free[models] = self.asking.free(models, views[models])
+            if free[models] <= 0:
+                continue
+            got = self._take(worker_id, models, views[models], now)
+            if got is None:
+                continue
+            if got[0] in views[models].hinted:
+                free[models] -= 1
+            del self._waiters[worker_id]
+            fut.set_result(got)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
