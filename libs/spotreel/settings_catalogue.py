@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from spotreel import knobs, tracing
-from spotreel.devstack import monitoring
 from spotreel.devstack.settings import DevstackSettings
 from spotreel.api.config import ENV_PREFIX as GATEWAY_PREFIX, NOT_FROM_ENV, GatewayConfig
 from spotreel.settings import Settings
@@ -29,8 +28,6 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "SETTINGS.md"
 OTHER = {
     tracing.SAMPLE_ENV: ("0", "Share of new traces sampled (0 to 1); sampled parents are always followed."),
     tracing.OTLP_ENV: ("", "OTLP/HTTP collector the spans go to; empty: the log (logger spotreel.trace)."),
-    "SPOTREEL_PROMETHEUS_PORT": (str(monitoring.DEFAULT_PORT), "Port of the local stack's Prometheus (`spotreel infra monitoring`)."),
-    "SPOTREEL_ALERTMANAGER_PORT": (str(monitoring.DEFAULT_ALERTMANAGER_PORT), "Port of the local stack's Alertmanager (`spotreel infra monitoring`)."),
 }
 
 

@@ -9,7 +9,6 @@ a person can open on this machine without Grafana. Its alerts go to a local Aler
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import urllib.error
 import urllib.request
@@ -24,12 +23,6 @@ MONITORING = Path(__file__).resolve().parents[3] / "monitoring"
 RULES = MONITORING / "alerts.yml"
 CONSOLES = MONITORING / "consoles"
 ROUTES = MONITORING / "alertmanager.yml"
-DEFAULT_PORT = 9590
-DEFAULT_ALERTMANAGER_PORT = 9593
-
-
-def alertmanager_port() -> int:
-    return int(os.environ.get("SPOTREEL_ALERTMANAGER_PORT", DEFAULT_ALERTMANAGER_PORT))
 
 
 def prometheus_binary() -> str:
@@ -46,10 +39,10 @@ class Prometheus(Server):
     def __init__(self, settings: Settings, port: int | None = None, scrape_interval: str = "5s",
                  alertmanager: int | None = None) -> None:
         super().__init__(settings)
-        self.port = port if port is not None else int(os.environ.get("SPOTREEL_PROMETHEUS_PORT", DEFAULT_PORT))
+        self.port = port if port is not None else self.settings.prometheus_port
         self.scrape_interval = scrape_interval
         # Where alerts are sent (an Alertmanager that is not running only costs Prometheus a logged error).
-        self.alertmanager_port = alertmanager if alertmanager is not None else alertmanager_port()
+        self.alertmanager_port = alertmanager if alertmanager is not None else self.settings.alertmanager_port
 
     def address(self) -> str:
         return f"http://{self.settings.host}:{self.port}"
@@ -145,7 +138,7 @@ class Alertmanager(Server):
 
     def __init__(self, settings: Settings, port: int | None = None) -> None:
         super().__init__(settings)
-        self.port = port if port is not None else alertmanager_port()
+        self.port = port if port is not None else self.settings.alertmanager_port
 
     def address(self) -> str:
         return f"http://{self.settings.host}:{self.port}"

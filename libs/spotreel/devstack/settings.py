@@ -56,6 +56,11 @@ class DevstackSettings(Settings):
     # `weed mini` always runs its admin server; pin its port so it cannot collide with anything else.
     s3_admin_port: int = 18646
 
+    # Port of the local stack's Prometheus (`spotreel infra monitoring`).
+    prometheus_port: int = 9590
+    # Port of the local stack's Alertmanager (`spotreel infra monitoring`).
+    alertmanager_port: int = 9593
+
     def kafka_node_ports(self, node: int) -> tuple[int, int]:
         """(broker port, controller port) of local broker `node` (1-based)."""
         shift = (node - 1) * self.kafka_node_port_step
