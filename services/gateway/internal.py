@@ -38,6 +38,7 @@ from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.context import Gateway, gateway
 from spotreel.services.gateway.deps import Deps, StoreUnavailable
 from spotreel.services.gateway.idlepolls import IdlePolls
+from spotreel.services.gateway.jsonbody import whole_number
 from spotreel.api.errors import ApiError, invalid, not_found
 from spotreel.services.gateway.leasedesk import SUPERSEDED, LeaseDesk, Poll
 from spotreel.services.gateway.metrics import Metrics
@@ -112,8 +113,10 @@ def _job_id(request: web.Request) -> str:
 async def _body(request: web.Request) -> dict[str, Any]:
     raw = await request.read()
     try:
-        body = json.loads(raw or b"{}")
-    except (ValueError, UnicodeDecodeError):
+        # `1.0` is the integer 1, as in the public API (jsonbody.py) and JSON Schema: an epoch written so
+        # was refused although /openapi.json documents it `integer` (schemathesis).
+        body = json.loads(raw or b"{}", parse_float=whole_number)
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise ApiError(400, "invalid_json", "the body is not valid JSON") from None
     if not isinstance(body, dict):
         raise ApiError(400, "invalid_json", "the body must be a JSON object")
@@ -329,8 +332,11 @@ async def _fenced(request: web.Request, spec: dict[str, tuple],
     gw, job_id = _gw(request), _job_id(request)
     body = await _body(request)
     f = _take(body, {**FENCE, **spec})
-    command_id = body.get("command_id") or f"wk-{gw.new_id()}"
-    if not isinstance(command_id, str) or len(command_id) > 128:
+    command_id = body.get("command_id")
+    if command_id is None or command_id == "":
+        command_id = f"wk-{gw.new_id()}"
+    # Any other falsy value ({}, 0, false) used to pass as "absent": refused like every non-string.
+    elif not isinstance(command_id, str) or len(command_id) > 128:
         raise invalid("command_id", "command_id must be a string of at most 128 characters")
     command = make(command_id, job_id, f)
     bus = _bus(gw)

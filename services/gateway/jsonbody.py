@@ -23,7 +23,8 @@ from spotreel.api.errors import ApiError, invalid
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _number(text: str) -> float | int:
+def whole_number(text: str) -> float | int:
+    """json.loads' parse_float: a whole number read as that integer (also the worker API's bodies)."""
     value = float(text)
     # Only finite whole values; integers this large are refused by every field's bounds later.
     return int(value) if value.is_integer() and abs(value) < 2**63 else value
@@ -58,7 +59,7 @@ def surrogate_field(body: Any) -> str | None:
 async def read_object(request: web.Request) -> dict[str, Any]:
     raw = await request.read()  # client_max_size turns an oversized body into 413 here
     try:
-        body = json.loads(raw or b"null", parse_float=_number)
+        body = json.loads(raw or b"null", parse_float=whole_number)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ApiError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
     except RecursionError:  # deeper than the parser's stack allows: no request of ours nests like that

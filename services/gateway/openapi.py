@@ -3,6 +3,7 @@ route is here and that nothing here is missing from the router."""
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from spotreel.domain import limits
@@ -12,8 +13,7 @@ from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.dags import MAX_NODES, NODE_KEY
 from spotreel.api.submission import JOB_ID as VIDEO_ID
 from spotreel.api.submission import (ALL_SAMPLERS, DAG_POLICIES, KEY, MAX_RUN_AT_MS, MAX_SEED, NAME,
-                                                  POLICY_DEFAULTS, POLICY_LIMITS, PRIORITY_RANGE, RESERVED_KEY_PREFIX, RESOLUTION,
-                                                  resolution_rule)
+                                                  POLICY_DEFAULTS, POLICY_LIMITS, PRIORITY_RANGE, RESERVED_KEY_PREFIX, resolution_rule)
 from spotreel.services.gateway.videos import STATUSES
 from spotreel.services.gateway import schedules as sched
 from spotreel.webhook_filters import FILTERS as WEBHOOK_FILTERS
@@ -23,6 +23,53 @@ from spotreel.readmodel.webhooks import FINAL, PENDING
 def _anchored(pattern: str) -> str:
     # The gateway fullmatches; in a JSON Schema (ECMA-262) pattern `$` ends the string, as intended.
     return f"^{pattern}$"
+
+
+def _alternation(words: list[str]) -> str:
+    """A regex matching exactly `words` (distinct decimal strings), as a prefix tree: "16|24|1080" is
+    "(?:1(?:080|6)|24)". Only (?:…), […], ? and literals: the same in Python's re and ECMA-262."""
+    tree: dict[str, Any] = {}
+    for word in words:
+        node = tree
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def emit(node: dict[str, Any]) -> str:
+        branches = [ch + emit(node[ch]) for ch in sorted(c for c in node if c)]
+        if not branches:
+            return ""
+        singles = [b for b in branches if len(b) == 1]
+        longer = [b for b in branches if len(b) > 1]
+        parts = longer + ([f"[{''.join(singles)}]" if len(singles) > 1 else singles[0]] if singles else [])
+        body = parts[0] if len(parts) == 1 and not longer else f"(?:{'|'.join(parts)})"
+        return body + ("?" if "" in node else "")
+
+    return emit(tree)
+
+
+@lru_cache(maxsize=8)
+def resolution_pattern(multiple: int, min_side: int, max_side: int, max_pixels: int) -> str:
+    """Exactly the WIDTHxHEIGHT strings submission._resolution accepts: both sides multiples of `multiple` in
+    [min_side, max_side] (and what RESOLUTION allows: 2-4 digits, no leading zero), their product at most
+    max_pixels. Pairs where one side is at most `low` (low x the largest side fits) need no product test;
+    the rest, both sides above `low`, are grouped by the tallest height each width allows."""
+    sides = [n for n in range(max(min_side, 10), min(max_side, 9999) + 1) if n % multiple == 0]
+    if not sides:
+        return "^(?!)$"
+    fits = [n for n in sides if n * sides[-1] <= max_pixels]
+    low = fits[-1] if fits else 0
+    any_side, low_side = _alternation([str(n) for n in sides]), _alternation([str(n) for n in sides if n <= low])
+    parts = [f"(?:{any_side})x(?:{low_side})", f"(?:{low_side})x(?:{any_side})"] if low else []
+    widths_by_tallest: dict[int, list[int]] = {}
+    for w in sides:
+        heights = [h for h in sides if h > low and w > low and w * h <= max_pixels]
+        if heights:
+            widths_by_tallest.setdefault(heights[-1], []).append(w)
+    for tallest, widths in widths_by_tallest.items():
+        heights = [str(h) for h in sides if low < h <= tallest]
+        parts.append(f"(?:{_alternation([str(w) for w in widths])})x(?:{_alternation(heights)})")
+    return f"^(?:{'|'.join(parts)})$" if parts else "^(?!)$"
 
 
 ERROR = {"$ref": "#/components/schemas/Error"}
@@ -126,7 +173,9 @@ def _video_fields(cfg: GatewayConfig) -> dict[str, Any]:
         "gpu_type": {"type": "string", "pattern": _anchored(NAME.pattern), "default": cfg.default_gpu_type},
         "duration": {"type": "number", "exclusiveMinimum": 0, "maximum": cfg.max_duration_s,
                      "default": cfg.default_duration_s, "description": "seconds"},
-        "resolution": {"type": "string", "pattern": _anchored(RESOLUTION.pattern), "default": cfg.default_resolution,
+        "resolution": {"type": "string", "default": cfg.default_resolution,
+                       "pattern": resolution_pattern(cfg.resolution_multiple, cfg.min_side, cfg.max_side,
+                                                     cfg.max_pixels),
                        "description": resolution_rule(cfg)},
         "fps": {"type": "integer", "minimum": 1, "maximum": cfg.max_fps, "default": cfg.default_fps},
         "num_steps": {"type": "integer", "minimum": 1, "maximum": cfg.max_num_steps,
@@ -327,8 +376,12 @@ WORKER_ID = {"name": "id", "in": "path", "required": True, "description": "the w
              "schema": {"type": "string", "pattern": "^[A-Za-z0-9_.:-]{1,128}$"}}
 JOB_ID = {"name": "job_id", "in": "path", "required": True, "schema": {"type": "string", "pattern": "^j[0-9a-f]{32}$"}}
 WORKER_SECURITY = [{"workerKey": []}]
-FENCE = {"epoch": {"type": "integer", "description": "the lease's fencing epoch"}, "worker_id": {"type": "string"},
-         "command_id": {"type": "string", "description": "optional; default: one the gateway makes"}}
+# internal._take: unknown fields are 422, every integer is an Avro long and never negative, a required field
+# may not be null, an optional one given as null counts as absent (internal.MAX_LONG).
+LONG = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
+FENCE = {"epoch": {**LONG, "description": "the lease's fencing epoch"}, "worker_id": {"type": "string"},
+         "command_id": {"type": ["string", "null"], "maxLength": 128,
+                        "description": "optional (null or empty: one the gateway makes)"}}
 VERDICT = {"type": "object", "properties": {
     "job_id": {"type": "string"}, "command_id": {"type": "string"}, "epoch": {"type": "integer"},
     "verdict": {"type": "string", "enum": ["accepted", "pending"]}, "event": {"type": "string"},
@@ -336,34 +389,37 @@ VERDICT = {"type": "object", "properties": {
     "drain": {"type": "boolean", "description": "heartbeat/progress: checkpoint and release (paused)"},
     "lease_expires_at_ms": {"type": "integer"}}}
 LEASE_BODIES = {
-    "heartbeat": ("renew the lease; the answer carries cancel/drain instructions", {}),
-    "progress": ("report progress", {"step": {"type": "integer"}, "progress_pct": {"type": "number"},
-                                     "phase": {"type": "string"}}),
+    "heartbeat": ("renew the lease; the answer carries cancel/drain instructions", {}, ()),
+    "progress": ("report progress", {"step": LONG, "progress_pct": {"type": "number"},
+                                     "phase": {"type": ["string", "null"]}}, ("step", "progress_pct")),
     "checkpoint": ("record a durable checkpoint object", {
-        "checkpoint_key": {"type": "string"}, "step": {"type": "integer"}, "progress_pct": {"type": "number"},
-        "checksum": {"type": "string"}, "size_bytes": {"type": "integer"},
-        "duration_ms": {"type": "integer", "minimum": 0, "maximum": 86_400_000,
+        "checkpoint_key": {"type": "string"}, "step": LONG, "progress_pct": {"type": "number"},
+        "checksum": {"type": "string"}, "size_bytes": LONG,
+        "duration_ms": {"type": ["integer", "null"], "minimum": 0, "maximum": 86_400_000,
                         "description": "optional: how long writing the checkpoint took (feeds the pool's "
-                                       "checkpoint cost, mean_checkpoint_ms)"}}),
+                                       "checkpoint cost, mean_checkpoint_ms)"}},
+        ("checkpoint_key", "step", "progress_pct", "checksum", "size_bytes")),
     "complete": ("complete the job with its uploaded artifact", {
         "artifact_key": {"type": "string"}, "artifact_checksum": {"type": "string"},
-        "artifact_size_bytes": {"type": "integer"}}),
+        "artifact_size_bytes": LONG}, ("artifact_key", "artifact_checksum", "artifact_size_bytes")),
     "fail": ("report a visible failure", {"error_code": {"type": "string"}, "error_message": {"type": "string"},
-                                          "retryable": {"type": "boolean"},
-                                          "invalid_checkpoint_key": {"type": "string"}}),
-    "release": ("hand the lease back (preempted, drained, cancelled)", {"reason": {"type": "string"}}),
+                                          "retryable": {"type": ["boolean", "null"]},
+                                          "invalid_checkpoint_key": {"type": ["string", "null"]}},
+             ("error_code", "error_message")),
+    "release": ("hand the lease back (preempted, drained, cancelled)", {"reason": {"type": ["string", "null"]}}, ()),
 }
+MODELS = {"type": "array", "items": {"type": "string", "minLength": 1}}
 
 
-def _worker_paths() -> dict[str, Any]:
+def _worker_paths(cfg: GatewayConfig) -> dict[str, Any]:
     def op(summary, ok, errors, params, body):
         o = _op(summary, ok, errors, path_id=False, params=params, body=body)
         o["security"] = WORKER_SECURITY
         return o
 
-    profile = {"type": "object", "properties": {"gpu_type": {"type": "string"},
-                                                "models": {"type": "array", "items": {"type": "string"}},
-                                                "warm_models": {"type": "array", "items": {"type": "string"}}}}
+    profile = {"type": "object", "required": ["gpu_type", "models"], "additionalProperties": False,
+               "properties": {"gpu_type": {"type": "string"}, "models": MODELS, "warm_models": MODELS,
+                              "draining": {"type": ["boolean", "null"]}}}
     paths: dict[str, Any] = {
         "/internal/workers/{id}/register": {"post": op(
             "register a worker's profile; answers the lease and heartbeat cadence",
@@ -373,15 +429,20 @@ def _worker_paths() -> dict[str, Any]:
             "granted after an earlier poll of this worker ended is handed to this one at once",
             {"200": ("a lease: job, epoch, expiry, what to run and where to resume", {"type": "object"}),
              "204": ("no work within wait_seconds (X-Spotreel-No-Work says why)", {})}, (400, 401, 422, 503), [WORKER_ID],
-            {**profile, "properties": {**profile["properties"], "wait_seconds": {"type": "number"},
-                                       "draining": {"type": "boolean"}, "lease_ttl_ms": {"type": "integer"}}})},
+            {"type": "object", "additionalProperties": False,
+             "description": "gpu_type and models may be left out once the worker registered (else 422 on models)",
+             "properties": {**profile["properties"], "gpu_type": {"type": ["string", "null"]},
+                            "wait_seconds": {"type": ["number", "null"], "minimum": 0,
+                                             "maximum": cfg.lease_poll_max_seconds},
+                            "lease_ttl_ms": {**LONG, "type": ["integer", "null"]}}})},
     }
-    for action, (summary, fields) in LEASE_BODIES.items():
+    for action, (summary, fields, required) in LEASE_BODIES.items():
         paths[f"/internal/leases/{{job_id}}/{action}"] = {"post": op(
             summary + "; fenced by the lease epoch (409 when stale)",
             {"200": ("the scheduler accepted it", VERDICT), "202": ("durable, no verdict yet", VERDICT)},
             (400, 401, 404, 409, 422, 503), [JOB_ID],
-            {"type": "object", "required": ["epoch", "worker_id", *fields], "properties": {**FENCE, **fields}})}
+            {"type": "object", "required": ["epoch", "worker_id", *required], "additionalProperties": False,
+             "properties": {**FENCE, **fields}})}
     return paths
 
 
@@ -575,7 +636,7 @@ def document(cfg: GatewayConfig | None = None) -> dict[str, Any]:
         "/v1/videos/{id}/resume": {"post": _op("resume", ok202, cmd_errors)},
         "/v1/videos/{id}/retry": {"post": _op("requeue a failed or dead-lettered video", ok202, cmd_errors)},
         **_schedule_paths(cfg),
-        **_worker_paths(),
+        **_worker_paths(cfg),
     }
     _media_type_rule(paths)
     _links(paths)

@@ -85,3 +85,21 @@ async def test_checkpoint_duration_ms_is_optional_and_bounded(client):
     for ok in ({"duration_ms": 0}, {"duration_ms": 24 * 3600 * 1000}, {}, {"duration_ms": None}):
         r = await c.post(f"/internal/leases/{JOB}/checkpoint", json={**base, **ok}, headers=W)
         assert r.status == 503, ok
+
+
+async def test_whole_numbers_are_integers_and_command_id_is_a_string_or_absent(client):
+    # Found by `schemathesis --checks all` on the worker API: `"epoch": 3.0` (an integer to JSON Schema and to
+    # /openapi.json) was 422, and a command_id of {} or 0 passed as "absent".
+    c, _ = client
+    r = await c.post(f"/internal/leases/{JOB}/heartbeat", headers=W, data='{"epoch": 3.0, "worker_id": "w"}')
+    assert r.status == 503  # past validation: judged by the scheduler, which this gateway cannot reach
+    for bad in ({}, 0, False, []):
+        r = await c.post(f"/internal/leases/{JOB}/heartbeat", headers=W,
+                         json={"epoch": 3, "worker_id": "w", "command_id": bad})
+        assert r.status == 422 and (await r.json())["error"]["field"] == "command_id", bad
+    for absent in (None, ""):
+        r = await c.post(f"/internal/leases/{JOB}/heartbeat", headers=W,
+                         json={"epoch": 3, "worker_id": "w", "command_id": absent})
+        assert r.status == 503, absent
+    r = await c.post(f"/internal/leases/{JOB}/heartbeat", headers=W, data="[" * 5000)  # deeper than the parser recurses: was a 500
+    assert r.status == 400

@@ -97,14 +97,31 @@ def test_the_documented_idempotency_key_pattern_is_the_gateways_rule(key):
     assert bool(documented.search(key)) == accepted
 
 
-@given(w=st.integers(1, 9999), h=st.integers(1, 9999))
-def test_every_accepted_resolution_matches_the_documented_pattern(w, h):
-    pattern = re.compile(_schema(document(), "/v1/videos", "post")["properties"]["resolution"]["pattern"])
+_RESOLUTION = {cfg: re.compile(_schema(document(cfg), "/v1/videos", "post")["properties"]["resolution"]["pattern"])
+               for cfg in (GatewayConfig(), replace(GatewayConfig(), resolution_multiple=16, min_side=32,
+                                                    max_side=1000, max_pixels=300_000))}
+
+
+@given(w=st.one_of(st.integers(1, 9999), st.integers(1, 250).map(lambda k: 8 * k)),
+       h=st.one_of(st.integers(1, 9999), st.integers(1, 250).map(lambda k: 8 * k)),
+       cfg=st.sampled_from(list(_RESOLUTION)))
+def test_the_documented_resolution_pattern_is_the_gateways_rule(w, h, cfg):
+    """Both ways: the pattern (sides, multiple, and the pixel cap, spelled out) accepts exactly what the
+    gateway accepts, so schemathesis' positive and negative resolutions are answered as documented."""
     try:
-        normalize({"prompt": "x", "resolution": f"{w}x{h}"}, GatewayConfig())
+        normalize({"prompt": "x", "resolution": f"{w}x{h}"}, cfg)
+        accepted = True
     except ApiError:
-        return
-    assert pattern.search(f"{w}x{h}")
+        accepted = False
+    assert bool(_RESOLUTION[cfg].search(f"{w}x{h}")) == accepted, (w, h)
+
+
+def test_the_resolution_pattern_at_the_edges():
+    pattern = _RESOLUTION[GatewayConfig()]
+    for ok in ("16x16", "1920x1080", "1080x1920", "1440x1440", "1088x1904", "32x24"):
+        assert pattern.search(ok), ok
+    for bad in ("1448x1440", "1920x1088", "8x16", "1928x16", "016x16", "24x24x24", "17x16"):
+        assert not pattern.search(bad), bad
 
 
 HOOK = "https://hooks.example.com/done"
