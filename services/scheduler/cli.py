@@ -14,6 +14,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     run = sub.add_parser("scheduler", help="run the scheduler (Faust): commands in, events out")
     run.add_argument("--data-dir", type=Path, default=None, help="Faust data dir (default under SPOTREEL_HOME)")
     run.add_argument("--metrics-port", type=int, default=0, help="Prometheus on 127.0.0.1:PORT (0: off)")
+    run.add_argument("--stats-interval", type=float, default=1.0,
+                     help="seconds between pool-stats ticks (a pool that had nothing queued publishes at once)")
     run.add_argument("--loglevel", default="info", help="level of the Faust worker's and spotreel's logs")
     knobs.from_environment(run, "SPOTREEL_SCHEDULER_")
     run.set_defaults(func=_run)
@@ -35,7 +37,8 @@ def _run(args: argparse.Namespace, settings) -> int:
 
     tracing.setup("scheduler")
     ensure_scheduler_topics(settings)
-    scheduler = Scheduler(settings, data_dir=args.data_dir, metrics_port=args.metrics_port)
+    scheduler = Scheduler(settings, data_dir=args.data_dir, metrics_port=args.metrics_port,
+                          stats_interval=args.stats_interval)
     worker = Worker(scheduler.app, loglevel=args.loglevel, quiet=True)
     logging.getLogger("spotreel").setLevel(args.loglevel.upper())
     worker.execute_from_commandline()

@@ -65,6 +65,10 @@ class PartitionState:
     checkpoint_gaps_ms: deque = field(default_factory=lambda: deque(maxlen=200))
     last_checkpoint_ms: dict[str, int] = field(default_factory=dict)
     known_pools: set[str] = field(default_factory=set)  # published once: keep publishing (zeros)
+    # Queued jobs per pool in the last published stats, and the pools a job was queued in since: a pool
+    # that showed nothing queued gets its stats at once, not at the next tick (idle workers wait for them).
+    published_queued: dict[str, int] = field(default_factory=dict)
+    freshly_queued: set[str] = field(default_factory=set)
     holders: dict[str, str] = field(default_factory=dict)  # job_id -> pool, while leased
     workers_of: dict[str, str] = field(default_factory=dict)  # job_id -> worker, while leased
     # For the commands Kafka redelivers after a crash (redelivery.py): RequestWork id -> its JobLeased,
@@ -123,6 +127,8 @@ class PartitionState:
         self.evictions.observe(after)
         self.ledger.observe(before, after)
         if after.status == Status.QUEUED:
+            if before is None or before.status != Status.QUEUED:
+                self.freshly_queued.add(after.pool)
             self.index.add(QueuedJob(job_id, after.tenant, after.priority, after.model, after.gpu_type,
                                      after.updated_at_ms if before is not None else after.submitted_at_ms,
                                      float(after.num_steps)))

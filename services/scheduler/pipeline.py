@@ -169,6 +169,7 @@ class Pipeline:
         for part in self.parts.values():
             await self._publish_leases(part)
             await self._publish_usage(part)
+        await self.publish_fresh_work()
         for msg, fut in answered:
             await fut
             if msg.timestamp:

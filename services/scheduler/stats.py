@@ -48,19 +48,36 @@ class Stats:
                 self.metrics.tenant_gpu_seconds.labels(tenant, str(p)).set(used)
             for (tenant, pool), wasted in part.ledger.wasted_by_pool.items():
                 self.metrics.tenant_wasted_gpu_seconds.labels(tenant, pool, str(p)).set(wasted)
-            usage, policies = self.global_usage(part, now), self.fair.policies()
-            for stats in pool_stats(part, now, lambda t: share_if_room(usage.get(t), policies.get(t)),
-                                    lambda t: standing(usage.get(t), policies.get(t)),
-                                    lambda pool: preemptible_by_tier(part, pool, now, self.preempt_budget, self.get)):
-                self.metrics.queue_depth.labels(stats.pool, str(p)).set(stats.queued)
-                await self.app.producer.send(pool_stats_topic(self.settings), f"{stats.pool}/{p}".encode(),
-                                             self.codec.encode_message(stats), p, None, None)
+            await self._publish_pools(p, part, now)
             for tp in self.app.consumer.assignment():
                 if tp.topic == self.commands and tp.partition == p:
                     high = self.app.consumer.highwater(tp)
                     if high is not None:
                         self.metrics.lag.labels(str(p)).set(max(0, high - part.applied_upto - 1))
         await self._preempt(now)
+
+    async def _publish_pools(self, p: int, part: PartitionState, now: int) -> None:
+        """The partition's pool stats, one record per pool."""
+        part.freshly_queued.clear()
+        usage, policies = self.global_usage(part, now), self.fair.policies()
+        for stats in pool_stats(part, now, lambda t: share_if_room(usage.get(t), policies.get(t)),
+                                lambda t: standing(usage.get(t), policies.get(t)),
+                                lambda pool: preemptible_by_tier(part, pool, now, self.preempt_budget, self.get)):
+            self.metrics.queue_depth.labels(stats.pool, str(p)).set(stats.queued)
+            part.published_queued[stats.pool] = stats.queued
+            await self.app.producer.send(pool_stats_topic(self.settings), f"{stats.pool}/{p}".encode(),
+                                         self.codec.encode_message(stats), p, None, None)
+
+    async def publish_fresh_work(self) -> None:
+        """After a batch: a partition where a job was queued in a pool whose last stats showed none queued
+        publishes its stats now, so idle workers (who ask where the stats show work, dispatch/asking.py)
+        hear of it within a batch instead of up to a tick later. With a backlog nothing is published here."""
+        now = clock.now_ms()
+        for p, part in list(self.parts.items()):
+            if part.freshly_queued and any(not part.published_queued.get(pool) for pool in part.freshly_queued):
+                await self._publish_pools(p, part, now)
+            else:
+                part.freshly_queued.clear()
 
     async def _preempt(self, now: int) -> None:
         """Ask lower-tier leases of the owned partitions back for higher-tier work waiting in a full pool

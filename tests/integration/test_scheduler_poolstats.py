@@ -91,3 +91,52 @@ def test_pool_stats_carry_queue_workers_durations_and_lease_losses(stack, tmp_pa
         proc.stop()
         bus.close()
         drop_topics(settings)
+
+
+def test_a_job_queued_in_an_empty_pool_is_published_at_once_not_at_the_next_tick(stack, tmp_path):
+    """Idle workers ask where the pool stats show work (dispatch/asking.py): a job queued in a pool whose
+    last stats showed nothing queued gets its record right after its batch. The tick here is 120 s, so a
+    record within 30 s can only come from the batch; with a backlog (the second job) nothing extra is sent."""
+    settings = scheduler_settings("pf" + uuid.uuid4().hex[:10], partitions=1)
+    make_topics(settings)
+    bus = Bus(settings)
+    proc = SchedulerProc(settings, tmp_path, args=("--stats-interval", "120"))
+    cons = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": f"pf-{uuid.uuid4()}",
+                     "enable.auto.commit": False})
+    cons.assign([TopicPartition(pool_stats_topic(settings), 0, OFFSET_BEGINNING)])
+    run = uuid.uuid4().hex[:6]
+    try:
+        proc.wait_owning({0})
+        time.sleep(2.0)  # past the first tick, which Faust runs when the timer starts
+        seen: list = []
+
+        def records(wait_s: float) -> list:
+            deadline = time.monotonic() + wait_s
+            while time.monotonic() < deadline:
+                for msg in cons.consume(200, 0.2):
+                    if not msg.error() and msg.value() is not None:
+                        seen.append(bus.codec.decode_message(msg.value()))
+            return seen
+
+        before = len(records(1.0))
+        first = submit("acme", f"{run}-1")
+        bus.send(first)
+        bus.wait_event(first.job_id, ev.JobQueued, timeout=60)
+        deadline = time.monotonic() + 30
+        while not any(r.pool == POOL and r.queued == 1 for r in seen[before:]):
+            assert time.monotonic() < deadline, f"no record with the queued job; seen {seen[before:]}"
+            records(0.5)
+        after_first = len(seen)
+        second = submit("acme", f"{run}-2")
+        bus.send(second)
+        bus.wait_event(second.job_id, ev.JobQueued, timeout=60)
+        records(3.0)
+        assert not any(r.queued == 2 for r in seen[after_first:]), "a backlog published before the tick"
+    except BaseException:
+        print(f"----- tail of {proc.log_path.name} -----\n{proc.log()[-5000:]}")
+        raise
+    finally:
+        cons.close()
+        proc.stop()
+        bus.close()
+        drop_topics(settings)
