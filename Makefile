@@ -60,6 +60,7 @@ lint: setup
 	$(BIN)/mypy
 	LINT_IMPORTS=$(BIN)/lint-imports tools/lint-imports
 	$(BIN)/spotreel schemas check
+	$(BIN)/python -m spotreel.settings_catalogue --check
 
 bench: setup
 	$(BIN)/python bench/codec_bench.py
