@@ -34,8 +34,9 @@ from typing import Any
 from spotreel.adapters.partitioning import partition_for
 from spotreel.dispatch.order import WorkView
 
-# A third of the scheduler's free-worker window (services/scheduler/preempting.py FREE_WINDOW_MS, 15 s).
-PRESENCE_S = 5.0
+# Half the scheduler's free-worker window (services/scheduler/preempting.py FREE_WINDOW_MS, 15 s): two asks
+# per window, so one answer that is late (a loaded partition) does not make an idle worker look gone.
+PRESENCE_S = 7.5
 REFUSED = "no_queued_job"
 
 
