@@ -36,6 +36,7 @@ from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
 from spotreel.dispatch import verdicts
 from spotreel.dispatch.listener import DispatchListener, DispatchUnavailable
+from spotreel.dispatch.asking import Asking
 from spotreel.dispatch.order import request_order
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
@@ -90,6 +91,11 @@ class KafkaTransport:
         # job id -> (epoch, instructions seen on its events); only the jobs this worker holds are decoded.
         self._jobs: dict[str, tuple[int, dict[str, bool]]] = {}
         self._stop = threading.Event()
+        # When to ask for work (dispatch/asking.py): where the pool stats show it, not again after a refusal
+        # until they change, and the worker's own partition every 7.5 s so the scheduler knows it is idle.
+        self._asking = Asking(settings.partitions, scout_s=idle_pass_seconds, stale_s=stale_s)
+        self._work_changed = threading.Event()
+        self._listener.queues.on_change = self._work_changed.set
         self._producer = producer(settings, **{"message.timeout.ms": 10_000})
         self._ids = 0
         self.released_unclaimed = 0
@@ -138,6 +144,7 @@ class KafkaTransport:
         with self._lock:
             if self._pending is not None and self._pending.request_id == answer.request_id:
                 self._pending = None
+            self._asking.answered(answer.request_id, answer, self._listener.queues.view(self.profile.models))
             if self._inbox is not None:
                 self._inbox.put(answer)
                 return
@@ -161,9 +168,8 @@ class KafkaTransport:
                 self._listener.drop_answer(rid)
                 del self._asked[rid]
 
-    def _ask(self, partition: int, draining: bool, ttl: int) -> None:
+    def _ask(self, partition: int, draining: bool, ttl: int, rid: str) -> None:
         p = self.profile
-        rid = self._next_id("rw")
         now = time.monotonic()
         self._asked[rid] = now
         self._listener.on_answer(rid, self._on_answer)
@@ -175,6 +181,7 @@ class KafkaTransport:
         except TransportError:
             with self._lock:
                 self._pending = None
+                self._asking.answered(rid, None)
             raise
 
     def lease(self, wait_seconds: float, draining: bool = False, lease_ttl_ms: int | None = None) -> WorkerLease | None:
@@ -196,30 +203,35 @@ class KafkaTransport:
                     self._release_unclaimed(answer)
 
     def _await_lease(self, inbox: queue.Queue, deadline: float, draining: bool, ttl: int) -> WorkerLease | None:
-        tried: set[int] = set()
         asked = False  # a draining worker asks once: the scheduler must hear that it drains
+        wid, models = self.profile.worker_id, tuple(self.profile.models)
+        queues = self._listener.queues
         self._forget_old(time.monotonic())
         while not self._stop.is_set():
             now = time.monotonic()
             with self._lock:
                 pending = self._pending
             if pending is not None and now - pending.at >= self.stale_s:
-                tried.add(pending.partition)  # its owner may be gone: ask elsewhere (a late grant is released)
-                pending = None
+                pending = None  # its owner may be gone: ask again (a late grant is released)
             if pending is None and not (draining and asked):
-                order = request_order(self.profile.worker_id, self.settings.partitions,
-                                      self._listener.queues.partitions_with_work(self.profile.models), tried)
-                if not order:
-                    # Every partition said no: wait for pool stats to show work somewhere (or a short pause).
-                    tried.clear()
-                    pause_until = min(deadline, now + self.idle_pass_seconds)
-                    while (time.monotonic() < pause_until and not self._stop.is_set()
-                           and not self._listener.queues.partitions_with_work(self.profile.models)):
-                        time.sleep(0.05)
-                    if time.monotonic() >= deadline:
+                self._work_changed.clear()
+                if draining:
+                    p: int | None = request_order(wid, self.settings.partitions, queues.partitions_with_work(models))[0]
+                else:
+                    with self._lock:
+                        p = self._asking.pick(wid, models, queues.view(models), now)
+                if p is None:
+                    # Nothing worth asking: wait for the pool stats to change, or this worker's presence.
+                    left = deadline - now
+                    if left <= 0:
                         return None
+                    self._work_changed.wait(min(left, self._asking.next_due(wid, now) or self.idle_pass_seconds,
+                                                self.idle_pass_seconds))
                     continue
-                self._ask(order[0], draining, ttl)
+                rid = self._next_id("rw")
+                with self._lock:
+                    self._asking.sent(rid, wid, p, models, now)
+                self._ask(p, draining, ttl, rid)
                 asked = True
                 with self._lock:
                     pending = self._pending
@@ -239,7 +251,6 @@ class KafkaTransport:
                                 traceparent=self._listener.lease_trace(answer.job_id, answer.epoch))
                 self._watch(lease)
                 return lease
-            tried.add(answer.partition)
             if draining:
                 return None  # a draining worker gets no lease: one answer is the whole story
         return None
