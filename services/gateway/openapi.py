@@ -3,11 +3,12 @@ route is here and that nothing here is missing from the router."""
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Any
 
 from spotreel.domain import limits
-from spotreel.domain.cron import zone_names
+from spotreel.domain.cron import expression_pattern, zone_names
 from spotreel.services.gateway import guards
 from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.dags import MAX_NODES, NODE_KEY
@@ -48,13 +49,18 @@ def _alternation(words: list[str]) -> str:
     return emit(tree)
 
 
-@lru_cache(maxsize=8)
-def resolution_pattern(multiple: int, min_side: int, max_side: int, max_pixels: int) -> str:
-    """Exactly the WIDTHxHEIGHT strings submission._resolution accepts: both sides multiples of `multiple` in
-    [min_side, max_side] (and what RESOLUTION allows: 2-4 digits, no leading zero), their product at most
+def _gateway_sides(cfg: GatewayConfig) -> tuple[int, ...]:
+    """The sides submission._resolution takes: multiples of resolution_multiple in [min_side, max_side] that
+    RESOLUTION can spell (2-4 digits, no leading zero)."""
+    return tuple(n for n in range(max(cfg.min_side, 10), min(cfg.max_side, 9999) + 1)
+                 if n % cfg.resolution_multiple == 0)
+
+
+@lru_cache(maxsize=16)
+def _pairs_pattern(sides: tuple[int, ...], max_pixels: int) -> str:
+    """Exactly the WIDTHxHEIGHT strings with both sides in `sides` (ascending) and a product of at most
     max_pixels. Pairs where one side is at most `low` (low x the largest side fits) need no product test;
     the rest, both sides above `low`, are grouped by the tallest height each width allows."""
-    sides = [n for n in range(max(min_side, 10), min(max_side, 9999) + 1) if n % multiple == 0]
     if not sides:
         return "^(?!)$"
     fits = [n for n in sides if n * sides[-1] <= max_pixels]
@@ -70,6 +76,48 @@ def resolution_pattern(multiple: int, min_side: int, max_side: int, max_pixels: 
         heights = [str(h) for h in sides if low < h <= tallest]
         parts.append(f"(?:{_alternation([str(w) for w in widths])})x(?:{_alternation(heights)})")
     return f"^(?:{'|'.join(parts)})$" if parts else "^(?!)$"
+
+
+def resolution_pattern(cfg: GatewayConfig) -> str:
+    """Exactly the resolutions submission._resolution accepts (sides, multiple, pixel cap)."""
+    return _pairs_pattern(_gateway_sides(cfg), cfg.max_pixels)
+
+
+def _model_resolution_pattern(cfg: GatewayConfig, entry: Any) -> str:
+    """The gateway's rule and the registry entry's (a list of sizes, or a side rule) together."""
+    sides = _gateway_sides(cfg)
+    if entry.side_multiple:
+        return _pairs_pattern(tuple(n for n in sides if entry.side_min <= n <= entry.side_max
+                                    and n % entry.side_multiple == 0), cfg.max_pixels)
+    gateway = re.compile(resolution_pattern(cfg))
+    sizes = [size for size in entry.sizes if gateway.search(size)]
+    return f"^(?:{_alternation(sizes)})$" if sizes else "^(?!)$"
+
+
+def _registry_rules(cfg: GatewayConfig) -> list[dict[str, Any]]:
+    """With a model registry (cfg.models), what each model takes, as one anyOf branch per model: its name,
+    resolutions, num_steps and samplers (submission.normalize -> ModelRegistry.problem). A field left out or
+    null takes the gateway's default, so a model the default does not suit requires that field. Not stated
+    here: the frame count round(duration x fps), a product of two fields (422 on duration)."""
+    if cfg.models is None:
+        return []
+    branches = []
+    for name in cfg.models.names():
+        entry = cfg.models.models[name]
+        res_pattern = _model_resolution_pattern(cfg, entry)
+        lo, hi = max(1, entry.steps_min), min(cfg.max_num_steps, entry.steps_max)
+        required = [] if name == cfg.default_model else ["model"]
+        props: dict[str, Any] = {
+            "model": {"enum": [name, None]} if name == cfg.default_model else {"const": name},
+            "resolution": {"type": ["string", "null"], "pattern": res_pattern},
+            "num_steps": {"type": ["integer", "null"], "minimum": lo, "maximum": hi},
+            "sampler": {"enum": [*entry.samplers(), None]}}
+        if not re.search(res_pattern, cfg.default_resolution):
+            props["resolution"]["type"], required = "string", [*required, "resolution"]
+        if not lo <= cfg.default_num_steps <= hi:
+            props["num_steps"]["type"], required = "integer", [*required, "num_steps"]
+        branches.append({"required": required, "properties": props} if required else {"properties": props})
+    return [{"anyOf": branches}] if branches else [{"not": {}}]
 
 
 ERROR = {"$ref": "#/components/schemas/Error"}
@@ -174,8 +222,7 @@ def _video_fields(cfg: GatewayConfig) -> dict[str, Any]:
         "duration": {"type": "number", "exclusiveMinimum": 0, "maximum": cfg.max_duration_s,
                      "default": cfg.default_duration_s, "description": "seconds"},
         "resolution": {"type": "string", "default": cfg.default_resolution,
-                       "pattern": resolution_pattern(cfg.resolution_multiple, cfg.min_side, cfg.max_side,
-                                                     cfg.max_pixels),
+                       "pattern": resolution_pattern(cfg),
                        "description": resolution_rule(cfg)},
         "fps": {"type": "integer", "minimum": 1, "maximum": cfg.max_fps, "default": cfg.default_fps},
         "num_steps": {"type": "integer", "minimum": 1, "maximum": cfg.max_num_steps,
@@ -245,11 +292,19 @@ ONE_START = {"anyOf": [{"properties": {"run_at": {"type": "null"}}},
 # webhook_events (non-null) needs a callback_url (non-null): 422 on webhook_events.
 EVENTS_NEED_CALLBACK = {"anyOf": [{"properties": {"webhook_events": {"type": "null"}}},
                                   {"required": ["callback_url"], "properties": {"callback_url": {"type": "string"}}}]}
-VIDEO_RULES = {"allOf": [ONE_START, EVENTS_NEED_CALLBACK]}
+
+
+def _registry_rules_all(cfg: GatewayConfig) -> dict[str, Any]:
+    rules = _registry_rules(cfg)
+    return {"allOf": rules} if rules else {}
+
+
+def _video_rules(cfg: GatewayConfig) -> dict[str, Any]:
+    return {"allOf": [ONE_START, EVENTS_NEED_CALLBACK, *_registry_rules(cfg)]}
 
 
 def _submit(cfg: GatewayConfig) -> dict[str, Any]:
-    return {"type": "object", "required": ["prompt"], "additionalProperties": False, **VIDEO_RULES,
+    return {"type": "object", "required": ["prompt"], "additionalProperties": False, **_video_rules(cfg),
             "properties": _optional({
                 **_video_fields(cfg),
                 "parents": {"type": "array", "maxItems": cfg.max_parents, "uniqueItems": True,
@@ -260,7 +315,7 @@ def _submit(cfg: GatewayConfig) -> dict[str, Any]:
 
 
 def _dag(cfg: GatewayConfig) -> dict[str, Any]:
-    node = {"type": "object", "required": ["key", "prompt"], "additionalProperties": False, **VIDEO_RULES,
+    node = {"type": "object", "required": ["key", "prompt"], "additionalProperties": False, **_video_rules(cfg),
             "properties": _optional({
                 "key": {"type": "string", "pattern": _anchored(NODE_KEY.pattern)},
                 **_video_fields(cfg),
@@ -456,16 +511,18 @@ SCHEDULE_STATUSES = ["accepted", "active", "paused", "deleted"]
 
 def _schedule_body(cfg: GatewayConfig) -> dict[str, Any]:
     fields = _optional(_video_fields(cfg), "prompt")
-    job = {"type": "object", "required": ["prompt"], "additionalProperties": False,
+    job = {"type": "object", "required": ["prompt"], "additionalProperties": False, **_registry_rules_all(cfg),
            "properties": {k: v for k, v in fields.items()
                           if k not in sched.NOT_IN_TEMPLATE + sched.UNSUPPORTED_IN_TEMPLATE}}
     job["properties"]["seed"] = {**fields["seed"], "description": "default: derived from the schedule id; the "
                                  "same for every occurrence"}
     return {"type": "object", "required": ["cron", "job"], "additionalProperties": False, "properties": _optional({
         "cron": {"type": "string", "minLength": 1, "maxLength": sched.MAX_CRON_CHARS,
+                 "pattern": expression_pattern(),
                  "description": "five fields (minute hour day-of-month month day-of-week; names, ranges, steps, "
                                 "L and D#K) or @yearly @monthly @weekly @daily @hourly; hashed (H) and random (R) "
-                                "fields are refused"},
+                                "fields are refused. The pattern is the grammar (domain/cron.py); an expression "
+                                "that matches it but never fires (0 0 30 2 *) is 422 too"},
         "timezone": {"type": "string", "default": "UTC", "enum": list(zone_names()),
                      "description": "IANA zone the expression is read in (the names of the gateway host's tz "
                                     "database). A local time in a spring-forward gap "

@@ -37,13 +37,14 @@ from aiohttp import web
 
 from spotreel.adapters.kafka import delete_topics, ensure_scheduler_topics
 from spotreel.platform.migrate import migrate
+from spotreel.platform.seed import local_registry_text
 from spotreel.platform.topics import ensure_topics
 from spotreel.services.gateway.app import create_app
 from spotreel.api.config import GatewayConfig
 from spotreel.tenancy import create_tenant, create_worker_key
 from spotreel.services.gateway.wiring import real_deps
 
-FAST = GatewayConfig(verdict_seconds=0.2, lease_poll_default_seconds=0.2, lease_poll_max_seconds=0.5,
+FAST = GatewayConfig(verdict_seconds=0.05, lease_poll_default_seconds=0.2, lease_poll_max_seconds=0.5,
                      default_burst=1000, stream_max_seconds=2.0)
 
 
@@ -92,9 +93,13 @@ class GatewayThread:
 
 
 @pytest.fixture(scope="module")
-def fuzzed(stack, settings, cassandra_cluster):
+def fuzzed(stack, settings, cassandra_cluster, tmp_path_factory):
     unique = "f" + uuid.uuid4().hex[:12]
-    s = replace(settings, topic_prefix=f"test.{unique}", cassandra_keyspace=unique, partitions=2)
+    # The local stack's model registry, as `infra up` writes it: the document then states its model's rules.
+    registry = tmp_path_factory.mktemp("registry") / "models.toml"
+    registry.write_text(local_registry_text(registry.parent))
+    s = replace(settings, topic_prefix=f"test.{unique}", cassandra_keyspace=unique, partitions=2,
+                model_registry=str(registry))
     ensure_topics(s, say=lambda *a, **k: None)
     ensure_scheduler_topics(s)  # the assignments topic the worker API's bus reads
     session = cassandra_cluster.connect()

@@ -39,6 +39,9 @@ async def test_defaults_and_the_command_produced(api):  # noqa: F811
 @pytest.mark.parametrize("change, field", [
     ({"timezone": "Europe/Nowhere"}, "timezone"),
     ({"timezone": 5}, "timezone"),
+    ({"timezone": {}}, "timezone"),  # unhashable: was a 500 (schemathesis)
+    ({"timezone": []}, "timezone"),
+    ({"catch_up": {}}, "catch_up"),
     ({"cron": "* * *"}, "cron"),
     ({"cron": "x" * 201}, "cron"),
     ({"cron": None}, "cron"),

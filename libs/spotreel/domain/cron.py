@@ -109,6 +109,10 @@ def zone(name: str) -> ZoneInfo:
 
 
 def validate_zone(name: str) -> str:
+    # Checked before the cached lookup: lru_cache hashes its argument, and a JSON object ({}) is unhashable,
+    # a TypeError (a 500 at the gateway, found by schemathesis) instead of CronError.
+    if not isinstance(name, str):
+        raise CronError(f"time zone must be a string such as Europe/Paris or UTC; got {type(name).__name__}")
     zone(name)
     return name
 
@@ -202,6 +206,86 @@ def _parse(expr: str) -> tuple[str, str]:
     except CroniterBadDateError:
         raise CronError(f"cron expression {expr!r} never fires (no such date)") from None
     return " ".join(fields), canonical
+
+
+# Characters other than the ASCII letter itself that str.upper() (field names) or str.lower() (macros) turn
+# into it: "ſun" is SUN to _parse, "@wee\u212aly" (Kelvin sign) is @weekly. A unit test scans every code point.
+_UPPER_TO = {"I": "\u0131", "S": "\u017f"}
+_LOWER_TO = {"k": "\u212a"}
+
+
+def _spelled(word: str, lower: bool) -> str:
+    out = []
+    for ch in word:
+        up, low = ch.upper(), ch.lower()
+        extra = _LOWER_TO.get(low, "") if lower else _UPPER_TO.get(up, "")
+        out.append(f"[{up}{low}{extra}]" if up != low else re.escape(ch))
+    return "".join(out)
+
+
+def _digits(a: str, b: str) -> str:
+    """Decimal numbers from a to b, both of the same length, without leading zeros beyond that length."""
+    if not a:
+        return ""
+    if a == b:
+        return re.escape(a)
+    if a[0] == b[0]:
+        return f"{a[0]}(?:{_digits(a[1:], b[1:])})"
+    n = len(a) - 1
+    parts = [a[0] + f"(?:{_digits(a[1:], '9' * n)})" if n else a[0]]
+    if int(b[0]) - int(a[0]) > 1:
+        inner = f"[{int(a[0]) + 1}-{int(b[0]) - 1}]"
+        parts.append(inner + "[0-9]" * n)
+    parts.append(b[0] + f"(?:{_digits('0' * n, b[1:])})" if n else b[0])
+    return "|".join(parts)
+
+
+def _number_pattern(lo: int, hi: int) -> str:
+    """Decimal spellings of lo..hi, leading zeros allowed (int("007") is 7)."""
+    if lo > hi:
+        return "(?!)"
+    parts = []
+    for width in range(len(str(lo)), len(str(hi)) + 1):
+        a, b = max(lo, 10 ** (width - 1) if width > 1 else 0), min(hi, 10 ** width - 1)
+        if a <= b:
+            parts.append(_digits(str(a), str(b)))
+    return "0*(?:" + "|".join(parts) + ")"
+
+
+def _value_pattern(index: int, first: int, last: int) -> str:
+    """One value of field `index` from first to last: a number or a name (any case)."""
+    names = [_spelled(n, lower=False) for n, v in _NAMES[index].items() if first <= v <= last]
+    return "(?:" + "|".join([_number_pattern(first, last), *names]) + ")"
+
+
+def _field_pattern(index: int) -> str:
+    """A list of items *, N, A-B (A <= B), each optionally /STEP (STEP >= 1), as _values takes them."""
+    lo, hi = _BOUNDS[index]
+
+    def spell(first: int, last: int) -> str:
+        return _value_pattern(index, first, last)
+
+    ranges = "|".join(f"{spell(a, a)}-{spell(a, hi)}" for a in range(lo, hi + 1))
+    item = f"(?:\\*|{spell(lo, hi)}|{ranges})(?:/0*[1-9][0-9]*)?"
+    return f"{item}(?:,{item})*"
+
+
+@lru_cache(maxsize=1)
+def expression_pattern() -> str:
+    """A regular expression (Python's re, and ECMA-262 but for its slightly different whitespace) for the
+    expressions _parse accepts, for the gateway's OpenAPI document. It is their grammar: five fields of values
+    within bounds, names, ranges that run forward, non-zero steps, ? in a day field, L alone as
+    day-of-month and D#K alone as day-of-week while the other day field is * or ?, or a macro; spacing and
+    case as _parse reads them. Not in it: an expression that never fires (``0 0 30 2 *``), which only a
+    calendar can tell."""
+    minute, hour, dom, month, dow = (_field_pattern(i) for i in range(len(_FIELDS)))
+    day = f"(?:{_spelled('L', lower=False)})"
+    nth = f"(?:{_value_pattern(_DOW, *_BOUNDS[_DOW])}#[1-5])"
+    star = "(?:\\*|\\?)"
+    days = (f"(?:{day}\\s+(?:{month})\\s+{star}|{star}\\s+(?:{month})\\s+{nth}"
+            f"|(?:\\?|{dom})\\s+(?:{month})\\s+(?:\\?|{dow}))")
+    macros = "|".join(_spelled(m[1:], lower=True) for m in _MACROS)
+    return f"^\\s*(?:@(?:{macros})|(?:{minute})\\s+(?:{hour})\\s+{days})\\s*$"
 
 
 def validate(expr: str) -> str:
