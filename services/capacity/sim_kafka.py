@@ -22,7 +22,7 @@ from typing import Any
 from spotreel.dispatch import verdicts
 from spotreel.dispatch.aio import AsyncDispatch
 from spotreel.dispatch.listener import DispatchUnavailable
-from spotreel.dispatch.order import request_order
+from spotreel.dispatch.asking import Asking
 from spotreel.dispatch.sender import AsyncCommandSender
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
@@ -37,6 +37,7 @@ class _Desk:
     pending: tuple[str, int, float] | None = None  # request id, partition, sent at
     inbox: asyncio.Queue | None = None
     asked: dict[str, float] = field(default_factory=dict)
+    asking: Asking | None = None  # this worker's own policy, as a Kafka worker has (worker/transport_kafka.py)
 
 
 class KafkaLink:
@@ -51,15 +52,26 @@ class KafkaLink:
         self.dispatch = AsyncDispatch(settings, name="sim")
         self.sender = AsyncCommandSender(settings, name="sim")
         self.desks: dict[str, _Desk] = {}
+        self._models: dict[str, tuple[str, ...]] = {}  # the models each simulated worker asked for
         self.released_unclaimed = 0
         self._tasks: set[asyncio.Task] = set()
         self._ids = 0
         # Command and request ids: a counter under one random tag per run (unique like a worker's uuid4 ids,
         # without a uuid4 per message in the one process that plays the whole fleet).
         self._run = uuid.uuid4().hex[:8]
+        # Set and replaced whenever pool stats change: every idle simulated worker waits on it, as each Kafka
+        # worker waits on its own listener's stats.
+        self._changed: asyncio.Event | None = None
 
     async def start(self) -> None:
         await self.dispatch.ensure_started()
+        self._changed = asyncio.Event()
+        self.dispatch.on_work_change(self._bump)
+
+    def _bump(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        if changed is not None:
+            changed.set()
 
     def close(self) -> None:
         self.dispatch.close()
@@ -89,6 +101,8 @@ class KafkaLink:
             return
         if desk.pending is not None and desk.pending[0] == answer.request_id:
             desk.pending = None
+        if desk.asking is not None:
+            desk.asking.answered(answer.request_id, answer, self.dispatch.work_view(self._models.get(worker_id, ())))
         if desk.inbox is not None:
             desk.inbox.put_nowait(answer)
         elif isinstance(answer, ev.WorkAssigned):
@@ -132,30 +146,41 @@ class KafkaLink:
     async def _await_lease(self, worker_id: str, desk: _Desk, inbox: asyncio.Queue, body: dict[str, Any],
                            deadline: float) -> ev.WorkAssigned | None:
         models = tuple(body["models"])
-        n = self.settings.partitions
-        tried: set[int] = set()
+        self._models[worker_id] = models
+        if desk.asking is None:
+            desk.asking = Asking(self.settings.partitions, scout_s=self.idle_pass_s, stale_s=self.stale_s)
+        asking = desk.asking
         while True:
             now = time.monotonic()
             if desk.pending is not None and now - desk.pending[2] >= self.stale_s:
-                tried.add(desk.pending[1])  # its owner may be gone: ask elsewhere (a late grant is released)
-                desk.pending = None
+                desk.pending = None  # its owner may be gone: ask again (a late grant is released)
             if desk.pending is None:
-                order = request_order(worker_id, n, self.dispatch.partitions_with_work(models), tried)
-                if not order:
-                    tried.clear()
-                    pause_until = min(deadline, now + self.idle_pass_s)
-                    while time.monotonic() < pause_until and not self.dispatch.partitions_with_work(models):
-                        await asyncio.sleep(0.05)
-                    if time.monotonic() >= deadline:
+                changed = self._changed
+                p = asking.pick(worker_id, models, self.dispatch.work_view(models), now)
+                if p is None:
+                    # Nothing worth asking: wait for the pool stats to change, or this worker's presence.
+                    wait = min(deadline - now, asking.next_due(worker_id, now) or self.idle_pass_s, self.idle_pass_s)
+                    if wait <= 0:
                         return None
+                    try:
+                        async with asyncio.timeout(wait):
+                            await (changed.wait() if changed is not None else asyncio.sleep(wait))
+                    except TimeoutError:
+                        pass
                     continue
                 rid = f"rw-{worker_id}-{self._id('sim')}"
                 desk.asked[rid] = now
-                desk.pending = (rid, order[0], now)
+                desk.pending = (rid, p, now)
+                asking.sent(rid, worker_id, p, models, now)
                 self.dispatch.watch_answer(rid, lambda a, w=worker_id: self._on_answer(w, a))
-                await self.sender.send(cmd.RequestWork(rid, worker_id, body["gpu_type"], models, (), False,
-                                                       self.lease_ttl_ms, int(time.time() * 1000)),
-                                       partition=order[0])
+                try:
+                    await self.sender.send(cmd.RequestWork(rid, worker_id, body["gpu_type"], models, (), False,
+                                                           self.lease_ttl_ms, int(time.time() * 1000)),
+                                           partition=p)
+                except BaseException:
+                    desk.pending = None
+                    asking.answered(rid, None)
+                    raise
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
@@ -167,7 +192,6 @@ class KafkaLink:
                 continue
             if isinstance(answer, ev.WorkAssigned):
                 return answer
-            tried.add(answer.partition)
 
     # -- fenced commands ---------------------------------------------------------------------------------
 
