@@ -44,13 +44,14 @@ from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
 from spotreel.devstack import ports as portlib
 from spotreel.domain import events as ev
+from spotreel.platform.s3 import s3_client
 from spotreel.platform.seed import DEV_WORKER_KEY
 from spotreel.settings import Settings
 from spotreel.worker.artifacts import FRAMES_META
 from tests.chaos.audit import TERMINAL, audit
 from tests.chaos.clusterkit import (Grant, SimWorker, Submitter, cassandra_normal, get, infra_up, kill9_at_once,
                                     under_replicated)
-from tests.chaos.wholekit import EventLog, Fleet, Order, PlaneView, request_of, wait_until
+from tests.chaos.wholekit import EventLog, Fleet, Order, PlaneView, read_events, request_of, wait_until
 from tests.chaos.wholekit import Submitter as OrderSubmitter
 from tests.harness.private_stack import PrivateStack, private_settings
 from tests.integration.workerkit import GPU as REAL_GPU
@@ -284,15 +285,11 @@ def test_the_cluster_survives_kill9_of_brokers_cassandra_nodes_gateways_and_sche
 
         wait_until(lambda: everything <= log.ended(TERMINAL), 180, "every acknowledged job to end", every=1.0,
                    on_timeout=lambda: f"unfinished: {sorted(everything - log.ended(TERMINAL))[:10]}")
-        from tests.chaos.wholekit import read_events
-
         report = audit(read_events(s, Codec.default()), everything)
         assert not report.problems, report.problems[:10]
         assert report.outcomes() == {"JobSucceeded": len(everything)}, report.outcomes()
 
         # Every real video: the frames of an undisturbed render of its request.
-        from spotreel.platform.s3 import s3_client
-
         s3 = s3_client(s, timeout=30.0)
         for job, order in real_jobs.items():
             done_ev = report.jobs[job].succeeded
