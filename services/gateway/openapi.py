@@ -221,9 +221,12 @@ def _video_fields(cfg: GatewayConfig) -> dict[str, Any]:
         "gpu_type": {"type": "string", "pattern": _anchored(NAME.pattern), "default": cfg.default_gpu_type},
         "duration": {"type": "number", "exclusiveMinimum": 0, "maximum": cfg.max_duration_s,
                      "default": cfg.default_duration_s, "description": "seconds"},
+        # With a registry the pattern is in each model's anyOf branch (_registry_rules), already within this
+        # rule: two patterns on one value would make generators draw from one and filter by the other.
         "resolution": {"type": "string", "default": cfg.default_resolution,
-                       "pattern": resolution_pattern(cfg),
-                       "description": resolution_rule(cfg)},
+                       **({"pattern": resolution_pattern(cfg)} if cfg.models is None else {}),
+                       "description": resolution_rule(cfg) + ("" if cfg.models is None else
+                                                               "; and one of its model's (see the anyOf)")},
         "fps": {"type": "integer", "minimum": 1, "maximum": cfg.max_fps, "default": cfg.default_fps},
         "num_steps": {"type": "integer", "minimum": 1, "maximum": cfg.max_num_steps,
                       "default": cfg.default_num_steps},
