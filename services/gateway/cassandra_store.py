@@ -59,7 +59,9 @@ class CassandraReads:
             f"USING TIMESTAMP {PLACEHOLDER_TIMESTAMP}")
         self._pool = p("SELECT queued, workers_active, workers_idle, mean_generation_seconds FROM pool_stats "
                        "WHERE pool = ?")
-        self._statuses = p("SELECT status FROM jobs_by_tenant WHERE tenant_id = ?")
+        # The tenant's live jobs only (the projector deletes a job's row when it ends): bounded by the
+        # in-flight guard itself, not by the tenant's whole history.
+        self._statuses = p("SELECT status FROM tenant_live_jobs WHERE tenant_id = ?")
         self._webhook_state: Any = None
         self._webhook_events: Any = None
 

@@ -47,10 +47,11 @@ EVENTS = "events_by_job"
 REJECTIONS = "rejections_by_job"
 ATTEMPTS = "attempts_by_job"
 POOL_JOBS = "pool_jobs"
+TENANT_LIVE = "tenant_live_jobs"  # a tenant's live jobs, as pool_jobs is a pool's (the in-flight guard)
 WORKERS = "workers"
 
 # Tables whose rows belong to one job: ops in a contiguous batch of that job's events may be merged.
-JOB_SCOPED = frozenset({JOBS, TENANT_JOBS, EVENTS, REJECTIONS, ATTEMPTS, POOL_JOBS})
+JOB_SCOPED = frozenset({JOBS, TENANT_JOBS, EVENTS, REJECTIONS, ATTEMPTS, POOL_JOBS, TENANT_LIVE})
 
 
 class RowOp(NamedTuple):
@@ -190,13 +191,15 @@ def state_ops(before: JobState | None, after: JobState, rows: tuple[Rows | None,
     ops = [RowOp(JOBS, (("job_id", after.job_id),), _diff(was_rows[0] if was_rows else None, now_rows[0]), ts)]
     tkey = (("tenant_id", after.tenant), ("created_at", after.submitted_at_ms), ("job_id", after.job_id))
     ops.append(RowOp(TENANT_JOBS, tkey, _diff(was_rows[1] if was_rows else None, now_rows[1]), ts))
-    pkey = (("pool", after.pool), ("job_id", after.job_id))
     was, now = (was_rows[2] if was_rows else None), now_rows[2]
-    if now is None:
-        if was_rows is None or was is not None:
-            ops.append(RowOp(POOL_JOBS, pkey, (), ts, delete=True))
-    else:
-        ops.append(RowOp(POOL_JOBS, pkey, _diff(was, now), ts))
+    # pool_jobs and tenant_live_jobs: the same live row (status, version), keyed by pool and by tenant.
+    for table, key in ((POOL_JOBS, (("pool", after.pool), ("job_id", after.job_id))),
+                       (TENANT_LIVE, (("tenant_id", after.tenant), ("job_id", after.job_id)))):
+        if now is None:
+            if was_rows is None or was is not None:
+                ops.append(RowOp(table, key, (), ts, delete=True))
+        else:
+            ops.append(RowOp(table, key, _diff(was, now), ts))
     return [op for op in ops if op.values or op.delete]
 
 

@@ -19,7 +19,7 @@ log = logging.getLogger("spotreel.projector")
 
 # Tables the projector owns, emptied by `--rebuild --truncate`.
 PROJECTED_TABLES = ("jobs_by_id", "jobs_by_tenant", "events_by_job", "rejections_by_job", "attempts_by_job",
-                    "pool_jobs", "pool_stats", "workers", "schedules_by_id", "schedules_by_tenant",
+                    "pool_jobs", "tenant_live_jobs", "pool_stats", "workers", "schedules_by_id", "schedules_by_tenant",
                     "occurrences_by_schedule")
 
 LIVE = ("leased", "running")

@@ -101,6 +101,7 @@ def assert_tables_are_the_fold(cql, keyspace: str, histories: list[list[Any]]) -
         rejections.setdefault(r.job_id, set()).add((r.version, r.command_id))
     tenant_rows = {r.job_id: r for r in cql.execute(f"SELECT * FROM {keyspace}.jobs_by_tenant")}
     live = {r.job_id: r.status for r in cql.execute(f"SELECT * FROM {keyspace}.pool_jobs")}
+    tenant_live = {r.job_id: (r.tenant_id, r.status) for r in cql.execute(f"SELECT * FROM {keyspace}.tenant_live_jobs")}
     for h in histories:
         state = fold(h)
         row = {k: _plain(v) for k, v in jobs[state.job_id].items()}
@@ -114,3 +115,4 @@ def assert_tables_are_the_fold(cql, keyspace: str, histories: list[list[Any]]) -
         t = tenant_rows[state.job_id]
         assert (t.status, t.version, t.priority) == (state.status, state.version, state.priority)
         assert live.get(state.job_id) == (None if state.is_terminal else state.status)
+        assert tenant_live.get(state.job_id) == (None if state.is_terminal else (state.tenant, state.status))

@@ -3,9 +3,13 @@ offset 0 changes no row, and an undecodable record is dead-lettered while the re
 
 from __future__ import annotations
 
+import asyncio
+
 from confluent_kafka import Consumer
 
+from spotreel.domain.evolve import fold
 from spotreel.readmodel.jobs import ReadModels
+from spotreel.services.gateway.cassandra_store import CassandraReads
 from spotreel.services.projector.service import build, events_deadletter_topic
 from tests.integration.projector_kit import (assert_tables_are_the_fold, dump, interleave, isolated,
                                              make_histories, prepare_keyspace, produce)
@@ -70,3 +74,8 @@ def test_tables_are_the_fold_rebuild_changes_nothing_and_garbage_is_dead_lettere
     assert created == sorted(created, reverse=True)
     queued = reads.list_jobs(tenant, status="succeeded", limit=100).items
     assert all(j.status == "succeeded" for j in queued)
+    # The gateway's in-flight guard counts a tenant's live jobs from tenant_live_jobs, not its whole history.
+    gateway_reads = CassandraReads(cql)
+    for t in {fold(h).tenant for h in histories}:
+        unfinished = sum(1 for h in histories if fold(h).tenant == t and not fold(h).is_terminal)
+        assert asyncio.run(gateway_reads.unfinished_jobs(t)) == unfinished

@@ -119,6 +119,7 @@ def test_lease_lifecycle_rows():
     job = t.table(pj.JOBS)[(("job_id", d.job_id),)]
     assert job["status"] == "succeeded" and job["result_key"] and job["lease_epoch"] == 2
     assert t.table(pj.POOL_JOBS) == {}  # terminal: gone from its pool's live set
+    assert t.table(pj.TENANT_LIVE) == {}  # and from its tenant's (the gateway's in-flight guard counts those)
 
 
 def _worker_row(histories: list[list], order: list[int]) -> dict:
@@ -244,11 +245,13 @@ def test_in_order_projection_is_the_fold(history):
     tkey = (("tenant_id", state.tenant), ("created_at", state.submitted_at_ms), ("job_id", state.job_id))
     assert t.table(pj.TENANT_JOBS) == {tkey: expected_tenant}
     live = t.table(pj.POOL_JOBS)
+    tenant_live = t.table(pj.TENANT_LIVE)
     if state.is_terminal:
-        assert live == {}
+        assert live == {} and tenant_live == {}
     else:
-        assert live == {(("pool", state.pool), ("job_id", state.job_id)): {"status": state.status,
-                                                                           "version": state.version}}
+        row = {"status": state.status, "version": state.version}
+        assert live == {(("pool", state.pool), ("job_id", state.job_id)): row}
+        assert tenant_live == {(("tenant_id", state.tenant), ("job_id", state.job_id)): row}
     accepted = [e for e in history if not isinstance(e, ev.CommandRejected)]
     assert sorted(k[1][1] for k in t.table(pj.EVENTS)) == [e.version for e in accepted]
     rejected = {(e.version, e.command_id) for e in history if isinstance(e, ev.CommandRejected)}

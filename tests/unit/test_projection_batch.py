@@ -237,7 +237,8 @@ def test_a_jobs_heartbeats_in_one_batch_are_one_write_per_row_but_every_history_
     tables: dict[str, int] = {}
     for op in ops:
         tables[op.table] = tables.get(op.table, 0) + 1
-    assert tables == {pj.EVENTS: 20, pj.JOBS: 1, pj.TENANT_JOBS: 1, pj.POOL_JOBS: 1, pj.ATTEMPTS: 1, pj.WORKERS: 1}
+    assert tables == {pj.EVENTS: 20, pj.JOBS: 1, pj.TENANT_JOBS: 1, pj.POOL_JOBS: 1, pj.TENANT_LIVE: 1, pj.ATTEMPTS: 1,
+                      pj.WORKERS: 1}
     job = next(op for op in ops if op.table == pj.JOBS)
     assert job.timestamp == batch[-1].version
     assert dict(job.values)["step"] == 10 and dict(job.values)["progress_pct"] == 50.0
