@@ -15,7 +15,7 @@ import asyncio
 import time
 from typing import Any, Callable
 
-from spotreel.dispatch.asking import Asking
+from spotreel.dispatch.asking import REFUSED, Asking
 from spotreel.dispatch.order import WorkView
 
 Models = tuple[str, ...]
@@ -30,7 +30,9 @@ class IdlePolls:
         self._view = view
         self._new_id = new_id
         self._clock = clock
-        self._waiters: dict[str, tuple[Models, asyncio.Future]] = {}  # worker -> its waiting poll, oldest first
+        # models -> worker -> its waiting poll, oldest first: a change looks only at the groups it may serve
+        self._waiters: dict[Models, dict[str, asyncio.Future]] = {}
+        self._models: dict[str, Models] = {}  # worker -> the group it waits in
 
     def _take(self, worker_id: str, models: Models, view: WorkView, now: float) -> tuple[int, str] | None:
         p = self.asking.pick(worker_id, models, view, now)
@@ -52,11 +54,12 @@ class IdlePolls:
         wait = min(timeout, SLICE_S, self.asking.next_due(worker_id, now) or SLICE_S)
         if len(view.known) < self.asking.partitions:
             wait = min(wait, self.asking.scout_s)
-        old = self._waiters.pop(worker_id, None)
-        if old is not None and not old[1].done():
-            old[1].set_result(None)  # that poll's client has given up: a worker polls once at a time
+        old = self._remove(worker_id)
+        if old is not None and not old.done():
+            old.set_result(None)  # that poll's client has given up: a worker polls once at a time
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
-        self._waiters[worker_id] = (models, fut)
+        self._waiters.setdefault(models, {})[worker_id] = fut
+        self._models[worker_id] = models
         try:
             await asyncio.wait((fut,), timeout=wait)
         except asyncio.CancelledError:
@@ -64,18 +67,30 @@ class IdlePolls:
                 self.answered(fut.result()[1], None)  # woken, then cancelled: the slot was never used
             raise
         finally:
-            if self._waiters.get(worker_id, (None, None))[1] is fut:
-                del self._waiters[worker_id]
+            group = self._waiters.get(models)
+            if group is not None and group.get(worker_id) is fut:
+                self._remove(worker_id)
         if fut.done():
             return fut.result()
         fut.cancel()
         return self._take(worker_id, models, self._view(models), self._clock()) if timeout > wait else None
 
+    def _remove(self, worker_id: str) -> asyncio.Future | None:
+        models = self._models.pop(worker_id, None)
+        if models is None:
+            return None
+        group = self._waiters.get(models, {})
+        fut = group.pop(worker_id, None)
+        if not group:
+            self._waiters.pop(models, None)
+        return fut
+
     def answered(self, request_id: str, answer: Any) -> None:
         """The answer to a request this gateway sent (None: the send failed); a freed slot may let a
-        waiting poll go."""
+        waiting poll go. Only a refusal needs the stats (the version it holds the partition at)."""
         models = self._models_of(request_id)
-        if self.asking.answered(request_id, answer, self._view(models) if models is not None else None):
+        view = self._view(models) if models is not None and getattr(answer, "reason", None) == REFUSED else None
+        if self.asking.answered(request_id, answer, view):
             self.changed()
 
     def _models_of(self, request_id: str) -> Models | None:
@@ -83,28 +98,29 @@ class IdlePolls:
         return None if out is None else out.models
 
     def changed(self) -> None:
-        """Stats changed or a slot was freed: wake as many waiting polls as may go now, oldest first."""
+        """Stats changed or a slot was freed: wake as many waiting polls as may go now, oldest first. A
+        group of models whose hinted partitions take no more requests is skipped whole."""
         if not self._waiters:
             return
         now = self._clock()
-        views: dict[Models, WorkView] = {}
-        free: dict[Models, int] = {}
-        for worker_id, (models, fut) in list(self._waiters.items()):
-            if fut.done():
+        for models, group in list(self._waiters.items()):
+            view = self._view(models)
+            free = self.asking.free(models, view)
+            if free <= 0:
                 continue
-            if models not in views:
-                views[models] = self._view(models)
-                free[models] = self.asking.free(models, views[models])
-            if free[models] <= 0:
-                continue
-            got = self._take(worker_id, models, views[models], now)
-            if got is None:
-                continue
-            if got[0] in views[models].hinted:
-                free[models] -= 1
-            del self._waiters[worker_id]
-            fut.set_result(got)
+            for worker_id, fut in list(group.items()):
+                if free <= 0:
+                    break
+                if fut.done():
+                    continue
+                got = self._take(worker_id, models, view, now)
+                if got is None:
+                    continue
+                if got[0] in view.hinted:
+                    free -= 1
+                self._remove(worker_id)
+                fut.set_result(got)
 
     @property
     def waiting(self) -> int:
-        return len(self._waiters)
+        return len(self._models)
