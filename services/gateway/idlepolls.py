@@ -27,12 +27,25 @@ class IdlePolls:
     def __init__(self, asking: Asking, view: Callable[[Models], WorkView], new_id: Callable[[], str],
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.asking = asking
-        self._view = view
+        self._read_view = view
         self._new_id = new_id
         self._clock = clock
         # models -> worker -> its waiting poll, oldest first: a change looks only at the groups it may serve
         self._waiters: dict[Models, dict[str, asyncio.Future]] = {}
         self._models: dict[str, Models] = {}  # worker -> the group it waits in
+        # What the stats show per set of models: unchanged until the next stats change (`stats_changed`).
+        self._views: dict[Models, WorkView] = {}
+
+    def _view(self, models: Models) -> WorkView:
+        view = self._views.get(models)
+        if view is None:
+            view = self._views[models] = self._read_view(models)
+        return view
+
+    def stats_changed(self) -> None:
+        """A partition's pool stats changed what they show (the dispatch listener, handed to the loop)."""
+        self._views.clear()
+        self.changed()
 
     def _take(self, worker_id: str, models: Models, view: WorkView, now: float) -> tuple[int, str] | None:
         p = self.asking.pick(worker_id, models, view, now)

@@ -285,7 +285,7 @@ def _idle_polls(request: web.Request, gw: Gateway, bus) -> IdlePolls:
         asking = Asking(gw.settings.partitions, scout_s=max(gw.cfg.idle_pass_seconds, 0.05),
                         stale_s=gw.cfg.lease_request_stale_seconds)
         holder.append(IdlePolls(asking, bus.work_view, gw.new_id))
-        bus.on_work_change(holder[0].changed)
+        bus.on_work_change(holder[0].stats_changed)
     return holder[0]
 
 

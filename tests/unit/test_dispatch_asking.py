@@ -128,7 +128,7 @@ async def test_a_change_wakes_only_as_many_waiting_polls_as_may_go() -> None:
     polls = IdlePolls(Asking(N, presence_s=60.0), queues.view, lambda: str(next(ids)), clock=lambda: 1.0)
     for i in range(20):  # every worker just asked (its presence is not due)
         polls.asking.sent(f"seed{i}", f"w{i}", 0, M, 0.0)
-    queues.on_change = polls.changed
+    queues.on_change = polls.stats_changed
     tasks = [asyncio.create_task(polls.next(f"w{i}", M, 0.8)) for i in range(20)]
     await asyncio.sleep(0.05)
     assert polls.waiting == 20
