@@ -8,7 +8,9 @@ decided it, so the figures are the control plane's view:
 - preemption recovery: a lease lost to preemption (LeaseExpired or LeaseReleased that raised the job's
   preemption count; a confirmed cancel or pause and an unclaimed lease do not) -> the job's next JobLeased;
 - submit ack: not on the events topic (the 202 is answered before the scheduler sees the command): read from
-  the gateway's request histogram in Prometheus when one is given, else reported as not measured.
+  the gateway's request histogram in Prometheus when one is given (slo_cli.ack_from_prometheus), else
+  reported as not measured. Its verdict is exact although the histogram has buckets: 0.1 s is a bucket
+  bound, so histogram_quantile's p99 is <= 0.1 exactly when 99% of the acks fell in buckets up to 0.1 s.
 
 How each is judged against its target is in TARGETS; a figure with no sample is "no data", never "met".
 """
@@ -36,7 +38,7 @@ TARGETS = (
     Target("recovery", "preemption -> next lease", 95, 60.0),
     Target("p0_start_p50", "submit -> first lease, top tier", 50, 0.5),
     Target("p0_start_p99", "submit -> first lease, top tier", 99, 5.0),
-    Target("ack", "POST /v1/videos answered (gateway histogram)", 99, 0.1),
+    Target("ack", "POST /v1/videos answered 202 (gateway histogram)", 99, 0.1),
 )
 BY_NAME = {t.name: t for t in TARGETS}
 
@@ -100,10 +102,32 @@ def measure(events: Iterable[Any], p0_priority: int = 9,
             "p0": pickup.get(p0_priority, []), "p0_priority": p0_priority}
 
 
-def report(events: Iterable[Any], ack_s: dict[str, float | None] | None = None, p0_priority: int = 9,
+def ack_verdict(ack: dict[str, Any] | None) -> dict[str, Any]:
+    """The submit ack's row from what Prometheus answered (slo_cli.ack_from_prometheus): {"p50", "p99" (s),
+    "n" (acks in the window, from increase(), so fractional), "error" (Prometheus did not answer), "note"}.
+    Without a figure the status says why ("not measured": no Prometheus, or it did not answer; "no data": it
+    answered, with no 202 to POST /v1/videos in the window) and the value is None: never a made-up number."""
+    target = BY_NAME["ack"]
+    row: dict[str, Any] = {"target": f"p99 <= {target.limit_s:g} s", "measure": target.measure, "value_s": None,
+                           "n": None, "p50_s": None}
+    if ack is None:
+        return {**row, "status": "not measured",
+                "note": "no --prometheus given (the ack is not on the events topic)"}
+    if ack.get("error"):
+        return {**row, "status": "not measured", "note": ack["error"]}
+    n = ack.get("n")
+    row["n"] = None if n is None else round(n)
+    p99 = ack.get("p99")
+    if p99 is None or (n is not None and n <= 0):
+        return {**row, "status": "no data", "note": ack.get("note") or "no 202 to POST /v1/videos in the window"}
+    return {**row, "value_s": p99, "p50_s": ack.get("p50"), "note": ack.get("note"),
+            "status": "met" if p99 <= target.limit_s else "missed"}
+
+
+def report(events: Iterable[Any], ack_s: dict[str, Any] | None = None, p0_priority: int = 9,
            submitted: tuple[int, int] | None = None) -> dict[str, Any]:
     """The SLO report: each target's verdict (per tier where it applies) and the distributions behind it.
-    `ack_s`: {"p50": .., "p99": ..} of the submit ack from Prometheus, or None when not measured;
+    `ack_s`: what Prometheus answered about the submit ack (`ack_verdict`), or None without Prometheus;
     `submitted`: only jobs submitted within [from_ms, to_ms) (see `measure`)."""
     m = measure(events, p0_priority, submitted)
     tiers = sorted(set(m["pickup"]) | set(m["completion"]))
@@ -114,10 +138,7 @@ def report(events: Iterable[Any], ack_s: dict[str, float | None] | None = None, 
         "p0_start_p50": verdict(BY_NAME["p0_start_p50"], m["p0"]),
         "p0_start_p99": verdict(BY_NAME["p0_start_p99"], m["p0"]),
     }
-    ack = BY_NAME["ack"]
-    p99 = (ack_s or {}).get("p99")
-    slos["ack"] = {"target": f"p99 <= {ack.limit_s:g} s", "measure": ack.measure, "value_s": p99, "n": None,
-                   "status": "not measured" if p99 is None else ("met" if p99 <= ack.limit_s else "missed")}
+    slos["ack"] = ack_verdict(ack_s)
     return {
         "p0_priority": p0_priority,
         "slos": slos,
@@ -152,5 +173,11 @@ def render_text(rep: dict[str, Any]) -> str:
     p0 = str(rep["p0_priority"])
     row("P0 submit->start p50", p0, slos["p0_start_p50"])
     row("P0 submit->start p99", p0, slos["p0_start_p99"])
-    row("submit ack", "all", slos["ack"])
+    ack = slos["ack"]
+    row("submit ack", "all", ack)
+    extra = [f"p50 {_fmt(ack['p50_s'])}"] if ack.get("p50_s") is not None else []
+    if ack.get("note"):
+        extra.append(ack["note"])
+    if extra:
+        lines.append(f"{'':<22} {'':>4}  submit ack: {'; '.join(extra)}")
     return "\n".join(lines)

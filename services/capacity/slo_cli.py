@@ -6,8 +6,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
+import urllib.error
+import urllib.request
 from typing import Any
+from urllib.parse import urlencode
 
 from spotreel.settings import Settings
 
@@ -20,7 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--p0-priority", type=int, default=9, help="priority of the P0 tier (default 9, the highest)")
     p.add_argument("--prometheus", metavar="URL",
                    help="read the submit ack (POST /v1/videos) from this Prometheus, e.g. http://127.0.0.1:9590")
-    p.add_argument("--window", default="1h", help="range of the ack query (PromQL duration, default 1h)")
+    p.add_argument("--window", help="range of the ack query ending now (PromQL duration, default 1h); with "
+                                    "--submitted the ack query covers that window instead")
     p.add_argument("--submitted", metavar="FROM_MS:TO_MS",
                    help="only jobs submitted within this window (epoch ms; e.g. a ramp stage's from_ms:to_ms "
                         "from `spotreel simulate --out`)")
@@ -28,22 +33,66 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run)
 
 
-def ack_from_prometheus(url: str, window: str, timeout: float = 10.0) -> dict[str, float | None]:
-    """p50 and p99 of the gateway's POST /v1/videos latency over `window`; None where there is no sample."""
-    import math
-    import urllib.request
-    from urllib.parse import urlencode
+ACK = 'method="POST",route="/v1/videos",status="202"'
 
-    out: dict[str, float | None] = {}
-    for q in (0.5, 0.99):
-        promql = (f'histogram_quantile({q}, sum by (le) (increase(spotreel_gateway_request_seconds_bucket'
-                  f'{{method="POST",route="/v1/videos",status="202"}}[{window}])))')
-        with urllib.request.urlopen(f"{url.rstrip('/')}/api/v1/query?{urlencode({'query': promql})}",
-                                    timeout=timeout) as resp:
-            result = json.load(resp)["data"]["result"]
+
+def ack_window(window: str | None, submitted: tuple[int, int] | None) -> tuple[str, float | None]:
+    """The ack query's range and evaluation time: with `submitted` (epoch ms) exactly that window, ending at
+    its end; else `window` (a PromQL duration, default 1h) ending now (time None)."""
+    if submitted is not None:
+        return f"{max(1, math.ceil((submitted[1] - submitted[0]) / 1000))}s", submitted[1] / 1000
+    return window or "1h", None
+
+
+def ack_from_prometheus(url: str, window: str = "1h", at_s: float | None = None,
+                        timeout: float = 10.0) -> dict[str, Any]:
+    """The submit ack from the gateway's `spotreel_gateway_request_seconds` histogram (202s to POST /v1/videos)
+    as Prometheus has it over `window` ending at `at_s` (epoch s; None: now): p50 and p99 by
+    histogram_quantile over the buckets' increase(), n (increase of the count, extrapolated to the window's
+    edges, so fractional), the other answers to POST /v1/videos by status, and a note when there is no figure
+    (no gateway series at all, or no 202 in the window). {"error": ...} when Prometheus did not answer."""
+    def query(promql: str) -> list[dict[str, Any]]:
+        params = {"query": promql, **({"time": f"{at_s:.3f}"} if at_s is not None else {})}
+        try:
+            with urllib.request.urlopen(f"{url.rstrip('/')}/api/v1/query?{urlencode(params)}",
+                                        timeout=timeout) as resp:
+                answer = json.load(resp)
+        except urllib.error.HTTPError as exc:  # a bad query: Prometheus says why in the body
+            try:
+                answer = json.load(exc)
+            except ValueError:
+                answer = {"error": f"HTTP {exc.code}"}
+        if answer.get("status") != "success":
+            raise _PromError(f"{answer.get('errorType', 'error')}: {answer.get('error')}")
+        return answer["data"]["result"]
+
+    def scalar(result: list[dict[str, Any]]) -> float | None:
         value = float(result[0]["value"][1]) if result else None
-        out[f"p{q * 100:g}"] = None if value is None or math.isnan(value) else value
-    return out
+        return None if value is None or math.isnan(value) else value
+
+    try:
+        n = scalar(query(f"sum(increase(spotreel_gateway_request_seconds_count{{{ACK}}}[{window}]))"))
+        out: dict[str, Any] = {"window": window, "at_s": at_s, "n": n}
+        for q in (0.5, 0.99):
+            out[f"p{q * 100:g}"] = scalar(query(
+                f"histogram_quantile({q}, sum by (le) (increase(spotreel_gateway_request_seconds_bucket{{{ACK}}}"
+                f"[{window}])))"))
+        others = query('sum by (status) (increase(spotreel_gateway_request_seconds_count'
+                       f'{{method="POST",route="/v1/videos",status!="202"}}[{window}]))')
+        out["other_statuses"] = {r["metric"].get("status", "?"): round(float(r["value"][1]), 1) for r in others}
+        if n is None or out["p99"] is None:
+            seen = query(f"count(count_over_time(spotreel_gateway_request_seconds_count[{window}]))")
+            out["note"] = ("no 202 to POST /v1/videos in the window" if seen else
+                           "this Prometheus has no spotreel_gateway_request_seconds series in the window: is the "
+                           "gateway's metrics port (gateway port + 4) one of its targets?")
+        return out
+    except (urllib.error.URLError, OSError, ValueError, KeyError, _PromError) as exc:
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        return {"error": f"Prometheus at {url} did not answer the ack query: {reason}"}
+
+
+class _PromError(Exception):
+    """Prometheus answered with an error (a bad --window, say)."""
 
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
@@ -64,15 +113,18 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         settings = dataclasses.replace(settings, partitions=args.partitions)
     try:
         events = read_events(settings)
-        ack: Any = ack_from_prometheus(args.prometheus, args.window) if args.prometheus else None
+        ack: Any = ack_from_prometheus(args.prometheus, *ack_window(args.window, window)) \
+            if args.prometheus else None
     except Exception as exc:  # noqa: BLE001 - one line, not a traceback
         print(f"spotreel slo: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     rep = report(events, ack, args.p0_priority, window)
+    if ack is not None and ack.get("error"):
+        print(f"spotreel slo: {ack['error']}", file=sys.stderr)
     if window is not None:
         rep["submitted_window_ms"] = list(window)
     rep["events_read"] = len(events)
     rep["topic_prefix"] = settings.topic_prefix
     print(json.dumps(rep, indent=1) if args.json else
           f"{len(events)} events of {settings.topic_prefix}.events\n{render_text(rep)}")
-    return 0
+    return 1 if ack is not None and ack.get("error") else 0

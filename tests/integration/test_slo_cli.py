@@ -70,3 +70,116 @@ def test_slo_report_from_a_topic_and_prometheus(stack, settings: Settings, make_
     assert slos["p0_start_p50"]["value_s"] == 0.15
     assert slos["recovery"] == {**slos["recovery"], "value_s": 8.0, "n": 1, "status": "met"}
     assert slos["ack"]["status"] == "met" and 0.01 < slos["ack"]["value_s"] <= 0.025, slos["ack"]
+
+
+def _posts(url: str) -> dict[str, float]:
+    """The running gateway's own cumulative buckets of 202s to POST /v1/videos, read from its metrics port."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            if (s.name == "spotreel_gateway_request_seconds_bucket" and s.labels.get("route") == "/v1/videos"
+                    and s.labels.get("method") == "POST" and s.labels.get("status") == "202"):
+                out[s.labels["le"]] = s.value
+    return out
+
+
+def _histogram_quantile(q: float, buckets: dict[str, float]) -> float:
+    """Prometheus' histogram_quantile on cumulative buckets (linear within the bucket that holds the rank)."""
+    bounds = sorted((float(le), n) for le, n in buckets.items())
+    rank = q * bounds[-1][1]
+    lower, below = 0.0, 0.0
+    for i, (upper, n) in enumerate(bounds):
+        if n >= rank:
+            if upper == float("inf"):
+                return bounds[i - 1][0]
+            return lower + (upper - lower) * (rank - below) / (n - below)
+        lower, below = upper, n
+    raise AssertionError("unreachable")
+
+
+def test_submit_ack_from_the_running_gateway_scraped_by_a_real_prometheus(stack, settings: Settings,
+                                                                          tmp_path: Path) -> None:
+    """Videos submitted through the local stack's running gateway; a real Prometheus scrapes its internal
+    metrics port; `spotreel slo --prometheus --submitted FROM:TO` reports the ack's p50 and p99 over exactly
+    that window, judged against 100 ms. The figures equal histogram_quantile of the gateway's own bucket
+    deltas over the window (read from its /metrics before and after) when no one else submitted meanwhile."""
+    from spotreel.client.http import Client, ClientError
+    from spotreel.devstack.services import gateway_metrics_port
+    from spotreel.services.capacity.slo_cli import ack_from_prometheus
+
+    metrics_url = f"http://{settings.host}:{gateway_metrics_port(settings)}"
+    client = Client(settings.gateway_url, settings.dev_api_key)
+    body = {"prompt": "an ack measured", "num_steps": 2, "delay_seconds": 3600}  # never leased in the test
+    mine = dataclasses.replace(settings, home=tmp_path / "home")
+    prom = Prometheus(mine, port=free_port(mine.host), scrape_interval="1s")
+    lines: list[str] = []
+    jobs: list[str] = []
+    n_submits = 30
+    series = 'spotreel_gateway_request_seconds_count{method="POST",route="/v1/videos",status="202"}'
+
+    def submit() -> None:  # paced under the dev tenant's rate, which other tests share; a 429 waits its turn
+        for _ in range(20):
+            try:
+                jobs.append(client.submit(body)["job_id"])
+                time.sleep(0.15)
+                return
+            except ClientError as exc:
+                if exc.status != 429:
+                    raise
+                time.sleep(1)
+        raise AssertionError("the gateway refused 20 submissions in a row")
+
+    def scraped(at_least: float, after_s: float) -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            got = prom.query(f"{series} and timestamp({series}) > {after_s:.3f}")
+            if got and float(got[0]["value"][1]) >= at_least:
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"Prometheus did not scrape {at_least} acks after {after_s}: {got}")
+
+    try:
+        prom.preflight()
+        before_prometheus_s = time.time() - 5
+        prom.write_targets("gateway", [f"{settings.host}:{gateway_metrics_port(settings)}"], {"service": "gateway"})
+        prom.ensure_up(lines.append)
+        submit()  # the 202 series exists before the window opens
+        start = _posts(metrics_url)
+        from_ms = int(time.time() * 1000)
+        scraped(start["+Inf"], from_ms / 1000)  # the window's first sample: the count before our acks
+        for _ in range(n_submits):
+            submit()
+        scraped(start["+Inf"] + n_submits, time.time())
+        end = _posts(metrics_url)
+        to_ms = int(time.time() * 1000) + 1
+        done = subprocess.run([sys.executable, "-m", "spotreel.cli", "slo", "--prometheus", prom.address(),
+                               "--submitted", f"{from_ms}:{to_ms}", "--json"],
+                              capture_output=True, text=True, timeout=120)
+        text = subprocess.run([sys.executable, "-m", "spotreel.cli", "slo", "--prometheus", prom.address(),
+                               "--submitted", f"{from_ms}:{to_ms}"], capture_output=True, text=True, timeout=120)
+        # a window before this Prometheus existed: no figure, and the note says why
+        quiet = ack_from_prometheus(prom.address(), "2s", before_prometheus_s)
+    finally:
+        prom.stop(lines.append)
+        for job in jobs:
+            client.cancel(job)
+    assert done.returncode == 0, done.stderr
+    print(text.stdout, f"gateway's own delta over the window: {end['+Inf'] - start['+Inf']:g} acks", sep="\n")
+    ack = json.loads(done.stdout)["slos"]["ack"]
+    assert ack["status"] == ("met" if ack["value_s"] <= 0.1 else "missed"), ack
+    assert 0 < ack["p50_s"] <= ack["value_s"] < 10, ack
+    assert n_submits <= ack["n"] < 3 * n_submits, ack  # increase() extrapolates to the window's edges
+    delta = {le: end[le] - start[le] for le in end}
+    if delta["+Inf"] == n_submits:  # nobody else submitted in the window: the figures are exactly these
+        assert ack["value_s"] == pytest.approx(_histogram_quantile(0.99, delta), rel=1e-6), (ack, delta)
+        assert ack["p50_s"] == pytest.approx(_histogram_quantile(0.5, delta), rel=1e-6), (ack, delta)
+    assert text.returncode == 0, text.stderr
+    row = next(line for line in text.stdout.splitlines() if line.startswith("submit ack"))
+    assert row.split()[-1] == ack["status"] and "p99 <= 0.1 s" in row, text.stdout
+    assert quiet["p99"] is None and "no spotreel_gateway_request_seconds series" in quiet["note"], quiet

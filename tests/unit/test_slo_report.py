@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from spotreel.services.capacity.slo import measure, render_text, report
+from spotreel.services.capacity.slo import ack_verdict, measure, render_text, report
+from spotreel.services.capacity.slo_cli import ack_from_prometheus, ack_window
 from tests.unit.jobkit import Driver
 
 
@@ -78,3 +79,34 @@ def test_a_submission_window_keeps_only_the_jobs_submitted_in_it_with_their_whol
     assert m["pickup"] == {5: [2.0]} and m["completion"] == {5: [22.0]}  # done 12 s after the window closed
     assert report(early + inside + late, submitted=(start, start + 1))["slos"]["pickup"]["5"]["n"] == 1
     assert measure(early + inside + late, submitted=(0, 1))["pickup"] == {}
+
+
+def test_the_ack_row_has_a_figure_only_when_prometheus_gave_one_and_says_why_not_otherwise() -> None:
+    assert ack_verdict(None)["status"] == "not measured" and ack_verdict(None)["value_s"] is None
+    down = ack_verdict({"error": "Prometheus at http://x did not answer the ack query: refused"})
+    assert down == {**down, "status": "not measured", "value_s": None, "note": down["note"]}
+    assert "refused" in down["note"]
+    quiet = ack_verdict({"n": None, "p50": None, "p99": None, "note": "no 202 to POST /v1/videos in the window"})
+    assert quiet["status"] == "no data" and quiet["value_s"] is None and "no 202" in quiet["note"]
+    assert ack_verdict({"n": 0.0, "p50": 0.01, "p99": 0.02})["status"] == "no data"
+    at_bound = ack_verdict({"n": 40.2, "p50": 0.012, "p99": 0.1})  # 0.1 s is a bucket bound: p99 <= 0.1 is met
+    assert at_bound == {**at_bound, "status": "met", "value_s": 0.1, "p50_s": 0.012, "n": 40}
+    assert ack_verdict({"n": 40.0, "p50": 0.012, "p99": 0.1001})["status"] == "missed"
+    text = render_text(report(_job("a", 9, 200), {"n": 40.0, "p50": 0.012, "p99": 0.2}))
+    assert "submit ack" in text and "200 ms" in text and "missed" in text and "p50 12 ms" in text
+
+
+def test_the_ack_query_covers_the_submission_window_when_one_is_given() -> None:
+    assert ack_window(None, None) == ("1h", None) and ack_window("5m", None) == ("5m", None)
+    assert ack_window("5m", (1_700_000_000_000, 1_700_000_180_500)) == ("181s", 1_700_000_180.5)
+    assert ack_window(None, (1_000, 1_001)) == ("1s", 1.001)
+
+
+def test_an_unreachable_prometheus_is_an_error_not_a_figure() -> None:
+    import socket
+
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens on it
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    got = ack_from_prometheus(f"http://127.0.0.1:{port}", timeout=2)
+    assert set(got) == {"error"} and f"127.0.0.1:{port}" in got["error"]
