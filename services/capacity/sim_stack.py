@@ -40,6 +40,21 @@ def sim_registry(home: Path, model: str) -> str:
             "sizes = { multiple = 8, min = 16, max = 1920 }\nframes = { max = 3600 }\nsteps = { max = 500 }\n")
 
 
+def announce(base: Settings, private: Settings, run_id: str) -> list[Path]:
+    """If the local Prometheus (`spotreel infra monitoring up` of `base`) keeps its targets directory, add the
+    private services' metrics endpoints to it, labelled with their service and topic_prefix, so it scrapes
+    the run (the gateway's submit ack is read from there by `spotreel slo --prometheus`); [] if not."""
+    from spotreel.devstack.monitoring import Prometheus
+    from spotreel.devstack.replicated import metrics_targets
+
+    prom = Prometheus(base)
+    if not prom.targets_dir.is_dir():
+        return []
+    return [prom.write_targets(f"sim-{run_id}-{name}", targets,
+                               {"service": name, "topic_prefix": private.topic_prefix})
+            for name, targets in metrics_targets(private).items()]
+
+
 class PrivateStack:
     def __init__(self, base: Settings, run_id: str, partitions: int, say: Callable[[str], None] = print) -> None:
         self.base = base
@@ -53,6 +68,8 @@ class PrivateStack:
         self.model = f"sim-{run_id}"
         self.worker_key = ""
         self.tenant_keys: dict[str, str] = {}
+        self.run_id = run_id
+        self.announced: list[Path] = []
 
     @property
     def url(self) -> str:
@@ -76,6 +93,10 @@ class PrivateStack:
             self.worker_key = create_worker_key(session, "sim-fleet")
         for server in self.servers:
             server.ensure_up(self.say)
+        self.announced = announce(self.base, self.settings, self.run_id)
+        if self.announced:
+            self.say(f"simulation {self.run_id}: the local Prometheus scrapes the private services "
+                     f"(topic_prefix={self.settings.topic_prefix})")
 
     def pids(self) -> dict[str, int]:
         """Every process worth watching: the private services and the shared servers they use."""
@@ -88,6 +109,9 @@ class PrivateStack:
         return out
 
     def stop(self, drop: bool = True) -> None:
+        for path in self.announced:  # what Prometheus scraped stays in its database
+            path.unlink(missing_ok=True)
+        self.announced = []
         for server in reversed(self.servers):
             try:
                 server.stop(self.say)

@@ -33,7 +33,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run)
 
 
-ACK = 'method="POST",route="/v1/videos",status="202"'
 
 
 def ack_window(window: str | None, submitted: tuple[int, int] | None) -> tuple[str, float | None]:
@@ -44,13 +43,19 @@ def ack_window(window: str | None, submitted: tuple[int, int] | None) -> tuple[s
     return window or "1h", None
 
 
-def ack_from_prometheus(url: str, window: str = "1h", at_s: float | None = None,
+def ack_from_prometheus(url: str, window: str = "1h", at_s: float | None = None, prefix: str | None = None,
                         timeout: float = 10.0) -> dict[str, Any]:
     """The submit ack from the gateway's `spotreel_gateway_request_seconds` histogram (202s to POST /v1/videos)
     as Prometheus has it over `window` ending at `at_s` (epoch s; None: now): p50 and p99 by
     histogram_quantile over the buckets' increase(), n (increase of the count, extrapolated to the window's
     edges, so fractional), the other answers to POST /v1/videos by status, and a note when there is no figure
-    (no gateway series at all, or no 202 in the window). {"error": ...} when Prometheus did not answer."""
+    (no gateway series at all, or no 202 in the window). {"error": ...} when Prometheus did not answer.
+    `prefix`: only the gateways whose scrape target has that topic_prefix label (`infra monitoring up` and
+    `spotreel simulate` label theirs), so one Prometheus can scrape several stacks."""
+    stack = f'topic_prefix="{prefix}"' if prefix is not None else ""
+    ack = f'method="POST",route="/v1/videos",status="202"{"," + stack if stack else ""}'
+    other = f'method="POST",route="/v1/videos",status!="202"{"," + stack if stack else ""}'
+
     def query(promql: str) -> list[dict[str, Any]]:
         params = {"query": promql, **({"time": f"{at_s:.3f}"} if at_s is not None else {})}
         try:
@@ -71,20 +76,20 @@ def ack_from_prometheus(url: str, window: str = "1h", at_s: float | None = None,
         return None if value is None or math.isnan(value) else value
 
     try:
-        n = scalar(query(f"sum(increase(spotreel_gateway_request_seconds_count{{{ACK}}}[{window}]))"))
+        n = scalar(query(f"sum(increase(spotreel_gateway_request_seconds_count{{{ack}}}[{window}]))"))
         out: dict[str, Any] = {"window": window, "at_s": at_s, "n": n}
         for q in (0.5, 0.99):
             out[f"p{q * 100:g}"] = scalar(query(
-                f"histogram_quantile({q}, sum by (le) (increase(spotreel_gateway_request_seconds_bucket{{{ACK}}}"
+                f"histogram_quantile({q}, sum by (le) (increase(spotreel_gateway_request_seconds_bucket{{{ack}}}"
                 f"[{window}])))"))
-        others = query('sum by (status) (increase(spotreel_gateway_request_seconds_count'
-                       f'{{method="POST",route="/v1/videos",status!="202"}}[{window}]))')
+        others = query(f"sum by (status) (increase(spotreel_gateway_request_seconds_count{{{other}}}[{window}]))")
         out["other_statuses"] = {r["metric"].get("status", "?"): round(float(r["value"][1]), 1) for r in others}
         if n is None or out["p99"] is None:
-            seen = query(f"count(count_over_time(spotreel_gateway_request_seconds_count[{window}]))")
+            seen = query(f"count(count_over_time(spotreel_gateway_request_seconds_count{{{stack}}}[{window}]))")
             out["note"] = ("no 202 to POST /v1/videos in the window" if seen else
-                           "this Prometheus has no spotreel_gateway_request_seconds series in the window: is the "
-                           "gateway's metrics port (gateway port + 4) one of its targets?")
+                           f"this Prometheus has no spotreel_gateway_request_seconds{{{stack}}} series in the "
+                           "window: is the gateway's metrics port (gateway port + 4) one of its targets, with that "
+                           "label (`spotreel infra monitoring up` and `spotreel simulate` write it)?")
         return out
     except (urllib.error.URLError, OSError, ValueError, KeyError, _PromError) as exc:
         reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
@@ -113,8 +118,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         settings = dataclasses.replace(settings, partitions=args.partitions)
     try:
         events = read_events(settings)
-        ack: Any = ack_from_prometheus(args.prometheus, *ack_window(args.window, window)) \
-            if args.prometheus else None
+        ack: Any = ack_from_prometheus(args.prometheus, *ack_window(args.window, window),
+                                       prefix=settings.topic_prefix) if args.prometheus else None
     except Exception as exc:  # noqa: BLE001 - one line, not a traceback
         print(f"spotreel slo: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -44,7 +44,8 @@ def test_slo_report_from_a_topic_and_prometheus(stack, settings: Settings, make_
     lines: list[str] = []
     try:
         prom.preflight()
-        prom.write_targets("gateway", [f"{mine.host}:{server.server_port}"], {"service": "gateway"})
+        prom.write_targets("gateway", [f"{mine.host}:{server.server_port}"],
+                           {"service": "gateway", "topic_prefix": f"test.{unique}"})
         prom.ensure_up(lines.append)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not prom.query('spotreel_gateway_request_seconds_count'):
@@ -147,7 +148,8 @@ def test_submit_ack_from_the_running_gateway_scraped_by_a_real_prometheus(stack,
     try:
         prom.preflight()
         before_prometheus_s = time.time() - 5
-        prom.write_targets("gateway", [f"{settings.host}:{gateway_metrics_port(settings)}"], {"service": "gateway"})
+        prom.write_targets("gateway", [f"{settings.host}:{gateway_metrics_port(settings)}"],  # as `monitoring up`
+                           {"service": "gateway", "topic_prefix": settings.topic_prefix})
         prom.ensure_up(lines.append)
         submit()  # the 202 series exists before the window opens
         start = _posts(metrics_url)
@@ -164,7 +166,8 @@ def test_submit_ack_from_the_running_gateway_scraped_by_a_real_prometheus(stack,
         text = subprocess.run([sys.executable, "-m", "spotreel.cli", "slo", "--prometheus", prom.address(),
                                "--submitted", f"{from_ms}:{to_ms}"], capture_output=True, text=True, timeout=120)
         # a window before this Prometheus existed: no figure, and the note says why
-        quiet = ack_from_prometheus(prom.address(), "2s", before_prometheus_s)
+        quiet = ack_from_prometheus(prom.address(), "2s", before_prometheus_s, prefix=settings.topic_prefix)
+        other_stack = ack_from_prometheus(prom.address(), "1m", prefix="not-this-stack")  # another stack's acks
     finally:
         prom.stop(lines.append)
         for job in jobs:
@@ -182,4 +185,5 @@ def test_submit_ack_from_the_running_gateway_scraped_by_a_real_prometheus(stack,
     assert text.returncode == 0, text.stderr
     row = next(line for line in text.stdout.splitlines() if line.startswith("submit ack"))
     assert row.split()[-1] == ack["status"] and "p99 <= 0.1 s" in row, text.stdout
-    assert quiet["p99"] is None and "no spotreel_gateway_request_seconds series" in quiet["note"], quiet
+    assert quiet["p99"] is None and "no spotreel_gateway_request_seconds{" in quiet["note"], quiet
+    assert other_stack["p99"] is None and 'topic_prefix="not-this-stack"' in other_stack["note"], other_stack

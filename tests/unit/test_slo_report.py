@@ -110,3 +110,25 @@ def test_an_unreachable_prometheus_is_an_error_not_a_figure() -> None:
         port = s.getsockname()[1]
     got = ack_from_prometheus(f"http://127.0.0.1:{port}", timeout=2)
     assert set(got) == {"error"} and f"127.0.0.1:{port}" in got["error"]
+
+
+def test_a_simulation_announces_its_private_services_to_the_local_prometheus_only_when_one_keeps_targets(
+        tmp_path) -> None:
+    import json
+    from dataclasses import replace
+
+    from spotreel.devstack.monitoring import Prometheus
+    from spotreel.services.capacity.sim_stack import announce
+    from spotreel.settings import Settings
+
+    base = Settings(home=tmp_path / "base")
+    private = replace(base, home=tmp_path / "sim", topic_prefix="sim.abc", gateway_port=25000)
+    assert announce(base, private, "abc") == []  # no `monitoring up` here: nothing written
+    targets = Prometheus(base).targets_dir
+    targets.mkdir(parents=True)
+    paths = announce(base, private, "abc")
+    groups = {p.name: json.loads(p.read_text()) for p in paths}
+    assert groups["sim-abc-gateway.json"] == [
+        {"targets": ["127.0.0.1:25004"], "labels": {"service": "gateway", "topic_prefix": "sim.abc"}}]
+    assert set(groups) == {"sim-abc-scheduler.json", "sim-abc-projector.json", "sim-abc-webhooks.json",
+                           "sim-abc-gateway.json"}

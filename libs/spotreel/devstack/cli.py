@@ -73,7 +73,8 @@ def _monitoring_up(settings: Settings) -> int:
     from spotreel.devstack.replicated import metrics_targets
 
     for name, targets in metrics_targets(settings).items():
-        prom.write_targets(name, targets, {"service": name})
+        # topic_prefix: which stack a series is from (`spotreel slo` selects its gateway's by it)
+        prom.write_targets(name, targets, {"service": name, "topic_prefix": settings.topic_prefix})
     prom.ensure_up(_say)
     _say(f"prometheus: scrape targets go in {prom.targets_dir}/*.json (file_sd); rules from monitoring/alerts.yml")
     _say(f"prometheus: operator view at {prom.console_url()}; alerts in {am.address()} (monitoring/alertmanager.yml)")
