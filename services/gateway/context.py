@@ -32,5 +32,7 @@ GATEWAY = web.AppKey("gateway", Gateway)
 
 
 def gateway(request: web.Request) -> Gateway:
-    # config_dict: also found from a sub-app (the worker API under /internal/).
-    return request.config_dict[GATEWAY]
+    # The worker API's sub-app holds it too (internal.mount); config_dict (a chain of the apps, built on
+    # every call) only for a sub-app that does not.
+    gw = request.app.get(GATEWAY)
+    return gw if gw is not None else request.config_dict[GATEWAY]
