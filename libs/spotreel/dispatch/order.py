@@ -4,7 +4,8 @@ freed by a priority preemption must reach the waiting higher-tier job, not the j
 the one holding the tenant furthest below its fair share (`PoolStats.min_share`, the scheduler's view
 of every tenant's usage over all partitions), then the most queued; then every other partition in a ring
 that starts at the worker's own (`partition_for`), so workers that find no hint spread over the owners
-instead of all asking partition 0."""
+instead of all asking partition 0. That order serves a draining worker's one request; when an idle worker
+asks at all, and how many ask one partition at once, is `asking.py`'s."""
 
 from __future__ import annotations
 
