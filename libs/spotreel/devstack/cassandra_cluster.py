@@ -29,6 +29,9 @@ def initial_token(node: int, nodes: int) -> int:
     return -(2**63) + (node - 1) * (2**64 // nodes)
 
 
+# Tries of the schema setup while a just-formed cluster settles its schema.
+SCHEMA_TRIES = 5
+
 class CassandraNode(Cassandra):
     def __init__(self, settings, node: int) -> None:
         super().__init__(settings)
@@ -88,16 +91,24 @@ class CassandraNode(Cassandra):
         from spotreel.platform.seed import seed_dev_tenant
 
         s = self.settings
-        try:
-            with schema_session(s, self.bind_host()) as (session, settle):
-                migrate(session, s.cassandra_keyspace, say, replication=s.cassandra_rf,
-                        datacenter=s.cassandra_datacenter, settle=settle)
-                seed_dev_tenant(session, s, say)
-        except InfraError:
-            raise
-        except Exception as exc:
-            raise InfraError(f"cassandra: schema setup failed: {type(exc).__name__}: {str(exc)[:300]}",
-                             [f"log: {self.main_log()}"]) from None
+        for attempt in range(1, SCHEMA_TRIES + 1):
+            try:
+                with schema_session(s, self.bind_host()) as (session, settle):
+                    migrate(session, s.cassandra_keyspace, say, replication=s.cassandra_rf,
+                            datacenter=s.cassandra_datacenter, settle=settle)
+                    seed_dev_tenant(session, s, say)
+                return
+            except InfraError:
+                raise
+            except Exception as exc:
+                # Just after the nodes joined, a replica may not have a new table's schema yet and refuses a
+                # read of it (INCOMPATIBLE_SCHEMA, seen once in CI): every step is idempotent, so try again.
+                if "INCOMPATIBLE_SCHEMA" in str(exc) and attempt < SCHEMA_TRIES:
+                    say(f"cassandra: schema not yet agreed on every node ({type(exc).__name__}); retrying")
+                    time.sleep(2.0 * attempt)
+                    continue
+                raise InfraError(f"cassandra: schema setup failed: {type(exc).__name__}: {str(exc)[:300]}",
+                                 [f"log: {self.main_log()}"]) from None
 
 
 def node_session(settings, host: str, timeout: float):
