@@ -101,14 +101,10 @@ class IdlePolls:
     def answered(self, request_id: str, answer: Any) -> None:
         """The answer to a request this gateway sent (None: the send failed); a freed slot may let a
         waiting poll go. Only a refusal needs the stats (the version it holds the partition at)."""
-        models = self._models_of(request_id)
+        models = self.asking.models_of(request_id)
         view = self._view(models) if models is not None and getattr(answer, "reason", None) == REFUSED else None
         if self.asking.answered(request_id, answer, view):
             self.changed()
-
-    def _models_of(self, request_id: str) -> Models | None:
-        out = self.asking._out.get(request_id)  # noqa: SLF001 - the policy's own record of the request
-        return None if out is None else out.models
 
     def changed(self) -> None:
         """Stats changed or a slot was freed: wake as many waiting polls as may go now, oldest first. A

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from contextlib import closing
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -12,7 +13,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from spotreel.domain import commands as c
 from spotreel.domain import events as ev
 from spotreel.platform.topics import pool_stats_topic
-from tests.integration.schedkit import POOL, Bus, SchedulerProc, drop_topics, make_topics, scheduler_settings, submit
+from tests.integration.schedkit import (POOL, Bus, SchedulerProc, drop_topics, make_topics, scheduler_settings,
+                                        submit, teardown)
 
 
 def _latest_stats(settings, codec, cons: Consumer, latest: dict) -> dict:
@@ -105,7 +107,7 @@ def test_a_job_queued_in_an_empty_pool_is_published_at_once_not_at_the_next_tick
                      "enable.auto.commit": False})
     cons.assign([TopicPartition(pool_stats_topic(settings), 0, OFFSET_BEGINNING)])
     run = uuid.uuid4().hex[:6]
-    try:
+    with teardown(settings, [proc], bus, tail=5000), closing(cons):
         proc.wait_owning({0})
         time.sleep(2.0)  # past the first tick, which Faust runs when the timer starts
         seen: list = []
@@ -132,11 +134,3 @@ def test_a_job_queued_in_an_empty_pool_is_published_at_once_not_at_the_next_tick
         bus.wait_event(second.job_id, ev.JobQueued, timeout=60)
         records(3.0)
         assert not any(r.queued == 2 for r in seen[after_first:]), "a backlog published before the tick"
-    except BaseException:
-        print(f"----- tail of {proc.log_path.name} -----\n{proc.log()[-5000:]}")
-        raise
-    finally:
-        cons.close()
-        proc.stop()
-        bus.close()
-        drop_topics(settings)

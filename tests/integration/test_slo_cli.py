@@ -90,20 +90,6 @@ def _posts(url: str) -> dict[str, float]:
     return out
 
 
-def _histogram_quantile(q: float, buckets: dict[str, float]) -> float:
-    """Prometheus' histogram_quantile on cumulative buckets (linear within the bucket that holds the rank)."""
-    bounds = sorted((float(le), n) for le, n in buckets.items())
-    rank = q * bounds[-1][1]
-    lower, below = 0.0, 0.0
-    for i, (upper, n) in enumerate(bounds):
-        if n >= rank:
-            if upper == float("inf"):
-                return bounds[i - 1][0]
-            return lower + (upper - lower) * (rank - below) / (n - below)
-        lower, below = upper, n
-    raise AssertionError("unreachable")
-
-
 def _bucket_of(q: float, buckets: dict[str, float]) -> tuple[float, float]:
     """The (lower, upper) bounds of the bucket that holds rank q of cumulative `buckets`."""
     bounds = sorted((float(le), n) for le, n in buckets.items())

@@ -96,6 +96,11 @@ class Asking:
         self._last_ask.pop(worker_id, None)
         self._last_ask[worker_id] = now
 
+    def models_of(self, request_id: str) -> tuple[str, ...] | None:
+        """The models of a request still counted as out; None when it is not (answered, expired, unknown)."""
+        out = self._out.get(request_id)
+        return None if out is None else out.models
+
     def answered(self, request_id: str, answer: Any, view: WorkView | None = None) -> bool:
         """An answer (WorkAssigned or NoWorkAvailable) or a send that failed (`answer` None) came for a
         request: its slot is free. A "no queued job" refusal holds the partition for those models until its
