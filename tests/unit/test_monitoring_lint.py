@@ -123,6 +123,25 @@ def test_bucket_bounds_are_written_as_the_client_writes_them() -> None:
     assert bad_bucket_bounds([("old rule", 'x_bucket{le="30"}')]) == {"old rule": ["30"]}
 
 
+def ack_views_counting_refusals(exprs: list[tuple[str, str]]) -> list[str]:
+    """Views of the submit ack (POST /v1/videos in the gateway's latency histogram) that do not keep to 202s:
+    `spotreel slo` reads the ack of accepted submissions only, and a 429 or 422 answered in a millisecond
+    would pull a view's p99 below what an accepted client waited."""
+    out = []
+    for where, expr in exprs:
+        for selector in re.findall(r"spotreel_gateway_request_seconds_bucket\{([^}]*)\}", expr):
+            if 'route="/v1/videos"' in selector and 'status="202"' not in selector:
+                out.append(where)
+    return out
+
+
+def test_the_ack_views_count_accepted_submissions_as_the_slo_report_does() -> None:
+    assert ack_views_counting_refusals(all_exprs()) == []
+    assert len([w for w, e in all_exprs() if 'route="/v1/videos",status="202"' in e]) >= 3
+    before = 'histogram_quantile(0.99, sum by (le) (rate(spotreel_gateway_request_seconds_bucket{method="POST",route="/v1/videos"}[5m])))'
+    assert ack_views_counting_refusals([("console before", before)]) == ["console before"]
+
+
 @pytest.mark.parametrize("path", DASHBOARDS, ids=lambda p: p.name)
 def test_dashboard_is_importable_grafana_json(path: Path) -> None:
     dash = json.loads(path.read_text())
