@@ -18,6 +18,10 @@ local file + fsync, median of --ckpt-reps), the VAE decode whole (twice: cold, w
 GPU memory of each phase; the resume tests without deterministic algorithms. --mode det: the resume tests
 with torch.use_deterministic_algorithms(True) (the process must start with CUBLAS_WORKSPACE_CONFIG=:4096:8).
 The resume tests run the family's default sampler and DPM++ (multistep) where the family offers it.
+--mode save then --mode load (two processes, same --xdir): the first renders K steps and keeps the checkpoint
+taken at step k and the final latents; the second, a fresh process as a worker taking over would be, builds
+the same random weights (checked by a hash), renders K steps again (repeatability across processes) and
+resumes from the first one's checkpoint; both compared bit for bit with the first process's final latents.
 
 Resume test: render K steps undisturbed, snapshot at step k on the way (a snapshot copies, the state runs on),
 encode the checkpoint as the worker does, decode the blob, Renderer.resume from it, run to K, and compare the
@@ -139,8 +143,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--scale", choices=("tiny", "real"), default="tiny")
     p.add_argument("--device", default="cpu")
-    p.add_argument("--mode", choices=("perf", "det"), default="perf",
-                   help="perf: timings + resume without deterministic algorithms; det: resume with them")
+    p.add_argument("--mode", choices=("perf", "det", "save", "load"), default="perf",
+                   help="perf: timings + resume tests; det: resume tests with deterministic algorithms; save/load: "
+                        "the cross-process resume test's two halves (--xdir)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="torch.use_deterministic_algorithms(True) (implied by --mode det)")
+    p.add_argument("--xdir", type=Path, help="save/load: where the checkpoints and final latents are kept")
     p.add_argument("--families", default=",".join(FAMILY_ORDER))
     p.add_argument("--samplers", choices=("default", "two"), default="two",
                    help="samplers the resume test runs: the family's default, plus DPM++ (multistep) where offered")
@@ -433,6 +441,59 @@ def decode_figures(r: Renderer, state) -> list[dict[str, Any]]:
     return rows
 
 
+def weights_hash(pipe) -> str:
+    """A hash of the first 4096 values of every parameter: the two halves of the cross-process test must have
+    built the same random weights."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name, m in sorted(pipe.components.items()):
+        if isinstance(m, torch.nn.Module):
+            for pname, p in m.named_parameters():
+                h.update(f"{name}.{pname}".encode())
+                h.update(p.detach().flatten()[:4096].float().cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
+def cross_process(r: Renderer, req: RenderRequest, k: int, xdir: Path, mode: str, whash: str) -> dict[str, Any]:
+    """save: K steps, the checkpoint at step k and the final latents to `xdir`. load: K steps again and a resume
+    from the saved checkpoint, each compared with the saved final latents."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    stem = xdir / f"{r.family.name}-{req.sampler}"
+    out: dict[str, Any] = {"sampler": req.sampler, "steps": req.num_steps, "stop_at": k, "weights_hash": whash}
+    state = r.start(req)
+    blob = b""
+    times: list[float] = []
+    while not state.done:
+        if state.step == k:
+            blob = encode(r.snapshot(state))
+        s0 = time.perf_counter()
+        state = r.step(state)
+        sync(r.device)
+        times.append(time.perf_counter() - s0)
+    out["step_s_median"] = round(statistics.median(times[1:]), 5)
+    if mode == "save":
+        stem.with_suffix(".ckpt").write_bytes(blob)
+        save_file({"latents": state.latents.detach().cpu().contiguous()}, str(stem) + ".final.safetensors",
+                  metadata={"weights_hash": whash})
+        return out
+    final_path = str(stem) + ".final.safetensors"
+    saved_final = load_file(final_path)["latents"]
+    with safe_open(final_path, "pt") as fh:
+        out["same_weights_as_saver"] = (fh.metadata() or {}).get("weights_hash") == whash
+    out["undisturbed_vs_other_process"] = compare(saved_final, state.latents)
+    saved_blob = stem.with_suffix(".ckpt").read_bytes()
+    ckpt = decode(saved_blob)
+    out["resume_as_worker"] = compare(saved_final, run_to_end(r, r.resume(req, ckpt)).latents)
+    saved = ckpt.tensors["latents"]
+    if saved.dtype != r.dtype:
+        again = dataclasses.replace(r.resume(req, decode(saved_blob)), latents=saved.to(r.device))
+        out["resume_latents_in_checkpoint_dtype"] = compare(saved_final, run_to_end(r, again).latents)
+    return out
+
+
 def params(pipe) -> dict[str, float]:
     return {name: round(sum(p.numel() for p in m.parameters()) / 1e6, 1)
             for name, m in pipe.components.items() if isinstance(m, torch.nn.Module)}
@@ -467,6 +528,7 @@ def run_family(family: str, args, device: torch.device, tmp: Path) -> dict[str, 
         out["weights_gib"] = round(torch.cuda.memory_allocated(device) / 2**30, 3)
     r = renderer_around(pipe, device, dtype, f"random:{family}:{args.scale}")
     print(f"   built in {out['build_s']} s, params (M) {out['params_millions']}", flush=True)
+    whash = weights_hash(pipe) if args.mode in ("save", "load") else ""
 
     samplers = [r.family.default_sampler]
     if args.samplers == "two" and "dpmpp" in r.family.samplers and "dpmpp" not in samplers:
@@ -478,14 +540,19 @@ def run_family(family: str, args, device: torch.device, tmp: Path) -> dict[str, 
                             width=shape.width, height=shape.height, num_frames=shape.frames, fps=shape.fps,
                             sampler=sampler, guidance_scale=shape.guidance)
         try:
-            res, state = resume_test(r, req, args.stop_at, args.ckpt_reps, tmp, with_cost=(i == 0 and args.mode == "perf"))
+            if args.mode in ("save", "load"):
+                res, state = cross_process(r, req, args.stop_at, args.xdir, args.mode, whash), None
+            else:
+                res, state = resume_test(r, req, args.stop_at, args.ckpt_reps, tmp,
+                                         with_cost=(i == 0 and args.mode == "perf"))
         except Exception as exc:  # a deterministic-algorithms refusal, an OOM: recorded, the next one runs
             res = {"sampler": sampler, "error": f"{type(exc).__name__}: {exc}"[:2000],
                    "traceback": traceback.format_exc()[-3000:]}
             state = None
         out["resume"].append(res)
         brief = {k: res.get(k) for k in ("step_s_median", "peak_gib_steps")}
-        verdicts = {k: (v["bit_identical"], v["max_abs_diff"]) for k, v in res.items() if k.startswith("resume_")}
+        verdicts = {k: (v["bit_identical"], v["max_abs_diff"]) for k, v in res.items()
+                    if k.startswith(("resume_", "undisturbed_"))}
         print(f"   {sampler}: {brief} {verdicts} {res.get('error', '')}", flush=True)
         if i == 0:
             final = state
@@ -547,9 +614,13 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.mode == "det":
+    if args.mode in ("save", "load"):
+        if args.xdir is None:
+            raise SystemExit("--mode save/load needs --xdir")
+        args.xdir.mkdir(parents=True, exist_ok=True)
+    if args.mode == "det" or args.deterministic:
         if device.type == "cuda" and os.environ.get("CUBLAS_WORKSPACE_CONFIG") not in (":4096:8", ":16:8"):
-            raise SystemExit("--mode det on CUDA needs CUBLAS_WORKSPACE_CONFIG=:4096:8 set before the process starts")
+            raise SystemExit("deterministic algorithms on CUDA need CUBLAS_WORKSPACE_CONFIG=:4096:8 set before the process starts")
         torch.use_deterministic_algorithms(True)
     families = [f for f in args.families.split(",") if f]
     real_params = None
