@@ -214,7 +214,10 @@ class Renderer:
             raise CheckpointMismatch(f"the checkpoint's scheduler state does not fit: {exc}") from exc
         generator = torch.Generator("cpu")
         generator.set_state(ckpt.tensors["rng.state"].clone())
-        latents = ckpt.tensors["latents"].to(device=self.device, dtype=self.dtype)
+        # The latents keep the dtype they were saved in: Wan and LTX-Video keep float32 latents under a 16-bit
+        # model, and rounding them to the model's dtype made a resumed render end elsewhere (the fingerprint
+        # holds the dtype, so a checkpoint here comes from a renderer of this one's dtype).
+        latents = ckpt.tensors["latents"].to(device=self.device)
         extra: dict[str, torch.Tensor | None] = {}
         for name in ckpt.meta.get("extra", []):
             t = ckpt.tensors.get(f"extra.{name}")
