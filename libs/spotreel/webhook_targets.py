@@ -5,6 +5,11 @@ gateway accepts but the sender refuses is a webhook silently never sent.
 Only public unicast addresses, unless the deployment allows private ones (`webhook_allow_private`: the
 local stack's and the tests' receivers listen on loopback). No DNS here: a name is only judged by what it
 resolves to at delivery (services/webhooks/addresses.py), except the names that are loopback by definition.
+
+At submit the gateway asks more than the sender does: a URL of the form `callback_pattern` states (the
+pattern /openapi.json carries, so a client or a schema-driven fuzzer can tell an acceptable URL from the
+document alone). Where private addresses are not allowed that form takes a DNS name only: an IP literal, in
+any of the spellings inet_aton reads, would need the address tables in the document to be told apart.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
+from functools import lru_cache
 from urllib.parse import urlsplit
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -92,7 +98,7 @@ def literal_address(host: str) -> str | None:
     return None
 
 
-def url_refusal(url: str, allow_private: bool) -> str | None:
+def delivery_refusal(url: str, allow_private: bool) -> str | None:
     """Why a webhook to `url` can never be delivered, as far as can be told without DNS; None if it may be."""
     try:
         host, _ = host_of(url)
@@ -104,3 +110,47 @@ def url_refusal(url: str, allow_private: bool) -> str | None:
         return f"{host} is a loopback name"
     address = literal_address(host)
     return why_refused(address) if address is not None else None
+
+
+MAX_URL_CHARS = 2000
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+# A last label that starts with a letter: no spelling of a number inet_aton reads ("0x7f.1", "2130706433").
+_NAME = rf"(?:{_LABEL}\.)*[A-Za-z](?:[A-Za-z0-9-]{{0,61}}[A-Za-z0-9])?\.?"
+_NOT_LOCALHOST = r"(?!(?:[A-Za-z0-9-]+\.)*[Ll][Oo][Cc][Aa][Ll][Hh][Oo][Ss][Tt]\.?(?:[:/?#]|$))"
+_ANY_NAME = rf"(?:{_LABEL}\.)*{_LABEL}\.?"  # also 127.0.0.1, 0x7f.1, localhost
+_IPV6 = r"\[(?:(?:[0-9A-Fa-f]{1,4}:){7}[0-9A-Fa-f]{1,4}|::1)\]"
+# 1-65535 without leading zeros, less REFUSED_PORTS (0 and 22).
+_PORT = (r"(?:[1-9]|1[0-9]|2[013-9]|[3-9][0-9]|[1-9][0-9]{2,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}"
+         r"|655[0-2][0-9]|6553[0-5])")
+_REST = r"(?:[/?#][!-~]*)?"  # printable ASCII, no space (RFC 3986: anything else percent-encoded)
+_SCHEME = r"https?://"  # lower case, as submission.CALLBACK asks
+
+
+def callback_pattern(allow_private: bool) -> str:
+    """The form a callback_url must have at submit, as a regex that reads the same in Python's re and
+    ECMA-262 (JSON Schema): http(s), a host, an optional port other than 0 and 22, then an optional path,
+    query or fragment of printable ASCII; at most MAX_URL_CHARS characters (the document's maxLength). Host:
+    a DNS name that is not a localhost name, or, where private addresses are allowed, also an IPv4 literal
+    (any inet_aton spelling), `localhost` or a bracketed IPv6 address (all 8 groups, or ::1)."""
+    host = f"(?:{_ANY_NAME}|{_IPV6})" if allow_private else f"{_NOT_LOCALHOST}{_NAME}"
+    return f"^{_SCHEME}{host}(?::{_PORT})?{_REST}$"
+
+
+@lru_cache(maxsize=2)
+def _form(allow_private: bool) -> re.Pattern[str]:
+    return re.compile(callback_pattern(allow_private))
+
+
+def url_refusal(url: str, allow_private: bool) -> str | None:
+    """Why the gateway refuses `url` as a callback_url at submit: not of the documented form
+    (callback_pattern), or never deliverable (delivery_refusal); None if accepted."""
+    why = delivery_refusal(url, allow_private)  # the more precise reason, where it has one
+    if why is not None:
+        return why
+    if len(url) > MAX_URL_CHARS:
+        return f"longer than {MAX_URL_CHARS} characters"
+    if not _form(allow_private).fullmatch(url):
+        return ("not of the form http(s)://HOST[:PORT][/path...], HOST a DNS name"
+                + (" or an IP literal" if allow_private else " (IP literals are refused: give a name)")
+                + ", all in printable ASCII without spaces")
+    return None

@@ -143,7 +143,9 @@ def serve_metrics(app: web.Application, host: str, port: int) -> None:
 
 
 async def openapi_view(request: web.Request) -> web.Response:
-    return web.json_response(openapi.document(request.app[GATEWAY].cfg), dumps=lambda o: json.dumps(o, indent=1))
+    gw = request.app[GATEWAY]
+    return web.json_response(openapi.document(gw.cfg, bool(gw.settings.webhook_allow_private)),
+                             dumps=lambda o: json.dumps(o, indent=1))
 
 
 def create_app(settings: Settings, deps: Deps, cfg: GatewayConfig | None = None) -> web.Application:

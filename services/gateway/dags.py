@@ -63,7 +63,9 @@ async def submit_dag(request: web.Request) -> web.Response:
     bodies: dict[str, dict[str, Any]] = {}
     for i, n in enumerate(nodes):
         fields = {k: v for k, v in n.items() if k != "key"}
-        parents = fields.pop("parents", None) or []
+        parents = fields.pop("parents", None)
+        if parents is None:  # not `or []`: {} or "" is a wrong type, not "no parents" (schemathesis found it)
+            parents = []
         if not isinstance(parents, list) or not all(isinstance(p, str) for p in parents):
             raise invalid(f"nodes[{i}].parents", "parents must be a list of node keys or video ids")
         if len(set(parents)) != len(parents):

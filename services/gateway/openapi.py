@@ -9,7 +9,7 @@ from typing import Any
 
 from spotreel.domain import limits
 from spotreel.domain.cron import expression_pattern, zone_names
-from spotreel.services.gateway import guards
+from spotreel.services.gateway import guards, pagetokens
 from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.dags import MAX_NODES, NODE_KEY
 from spotreel.api.submission import JOB_ID as VIDEO_ID
@@ -17,6 +17,7 @@ from spotreel.api.submission import (ALL_SAMPLERS, DAG_POLICIES, KEY, MAX_RUN_AT
                                                   POLICY_DEFAULTS, POLICY_LIMITS, PRIORITY_RANGE, RESERVED_KEY_PREFIX, resolution_rule)
 from spotreel.services.gateway.videos import STATUSES
 from spotreel.services.gateway import schedules as sched
+from spotreel import webhook_targets
 from spotreel.webhook_filters import FILTERS as WEBHOOK_FILTERS
 from spotreel.readmodel.webhooks import FINAL, PENDING
 
@@ -121,6 +122,20 @@ def _registry_rules(cfg: GatewayConfig) -> list[dict[str, Any]]:
 
 
 ERROR = {"$ref": "#/components/schemas/Error"}
+
+
+def _page_token(listing: str) -> dict[str, Any]:
+    return {"name": "page_token", "in": "query",
+            "schema": {"type": "string", "pattern": _anchored(pagetokens.TOKEN.pattern)},
+            "description": f"next_page_token of the previous page of the same listing{listing}. A token that "
+                           "does not verify (from before a gateway restart or from another replica without the "
+                           "shared SPOTREEL_GATEWAY_TOKEN_KEY, from another listing, or not from this API): 409 "
+                           "stale_page_token, list again from the start"}
+
+
+# The 409 of a listing: the page_token only (pagetokens.refusal).
+STALE_PAGE = {"409": {"description": "stale_page_token: the page_token does not verify (see page_token)",
+                      "content": {"application/json": {"schema": ERROR}}}}
 ID = {"name": "id", "in": "path", "required": True,
       "schema": {"type": "string", "pattern": _anchored(VIDEO_ID.pattern)}}
 RULES = f"""Rules every operation follows:
@@ -207,9 +222,9 @@ NO_NUL = "^[^\\u0000]*$"
 PROMPT = "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$"
 
 
-def _video_fields(cfg: GatewayConfig) -> dict[str, Any]:
+def _video_fields(cfg: GatewayConfig, private: bool) -> dict[str, Any]:
     """POST /v1/videos fields, the limits submission.normalize applies. Every field but prompt is optional
-    and may be null (its default): _optional below."""
+    and may be null (its default): _optional below. `private`: the deployment's webhook_allow_private."""
     return {
         "prompt": {"type": "string", "minLength": 1, "maxLength": cfg.max_prompt_chars, "pattern": PROMPT,
                    "description": "at least one non-whitespace character; no NUL"},
@@ -235,13 +250,16 @@ def _video_fields(cfg: GatewayConfig) -> dict[str, Any]:
         "priority": {"type": "integer", "minimum": PRIORITY_RANGE[0], "maximum": PRIORITY_RANGE[1], "default": 0,
                      "description": "higher runs first"},
         "callback_url": {
-            "type": "string", "pattern": r"^https?://\S{1,2000}$",
-            "description": "where webhooks go (which ones: webhook_events); refused (422) where the webhook "
-                           "sender would refuse it: "
-                           "a URL without a host, port 0 or 22, and (unless the deployment allows private "
-                           "addresses, as the local stack's tests do) an IP literal or `localhost` name that "
-                           "is loopback, private, link-local, unique-local, multicast, reserved or otherwise "
-                           "not global. Host names are resolved and checked again at delivery."},
+            "type": "string", "minLength": 1, "maxLength": webhook_targets.MAX_URL_CHARS,
+            "pattern": webhook_targets.callback_pattern(private),
+            "description": "where webhooks go (which ones: webhook_events): http(s), a host, a port other than "
+                           "0 and 22, then path, query and fragment in printable ASCII (percent-encode the rest). "
+                           + ("The host: a DNS name or an IP literal (this deployment allows private addresses)."
+                              if private else
+                              "The host: a DNS name that is not localhost or *.localhost; IP literals are refused "
+                              "(the pattern says all of it). The name is resolved at delivery, and a webhook to a "
+                              "loopback, private, link-local, multicast, reserved or otherwise not global "
+                              "address is not sent (the video's webhook.state: refused)")},
         "webhook_events": {
             "type": "array", "minItems": 1, "uniqueItems": True,
             "items": {"type": "string", "enum": list(WEBHOOK_FILTERS)},
@@ -280,8 +298,9 @@ def _policy_fields() -> dict[str, Any]:
                              "reported as not retryable (e.g. invalid_request) fails the job at once",
              "backoff_base_seconds": "delay after the first failure, doubled per failure ('equal jitter': "
                                      "between half and all of it)",
-             "backoff_max_seconds": "cap of the backoff delay; at least backoff_base_seconds (else 422, field "
-                                    "backoff_max_seconds)"}
+             "backoff_max_seconds": "cap of the backoff delay; at least backoff_base_seconds, given or default "
+                                    "(else 422, field backoff_max_seconds: the schema states the bound where one "
+                                    "of the two is left to its default, see allOf)"}
     for name, text in about.items():
         lo, hi = POLICY_LIMITS[name]
         out[name] = {"type": "integer", "minimum": lo, "maximum": hi, "default": POLICY_DEFAULTS[name],
@@ -297,31 +316,43 @@ EVENTS_NEED_CALLBACK = {"anyOf": [{"properties": {"webhook_events": {"type": "nu
                                   {"required": ["callback_url"], "properties": {"callback_url": {"type": "string"}}}]}
 
 
-def _registry_rules_all(cfg: GatewayConfig) -> dict[str, Any]:
-    rules = _registry_rules(cfg)
-    return {"allOf": rules} if rules else {}
+
+
+def _given(name: str) -> dict[str, Any]:
+    return {"required": [name], "properties": {name: {"type": "integer"}}}
+
+
+# backoff_max_seconds >= backoff_base_seconds (submission.policy_fields), where one of the two is left to its
+# default (absent or null): a bound on the other. Both given, it compares two fields, which no JSON Schema
+# keyword does: that 422 (field backoff_max_seconds) is said in the description only.
+BACKOFF_DEFAULTS = [
+    {"anyOf": [_given("backoff_max_seconds"), {"properties": {"backoff_base_seconds": {
+        "maximum": POLICY_DEFAULTS["backoff_max_seconds"]}}}]},
+    {"anyOf": [_given("backoff_base_seconds"), {"properties": {"backoff_max_seconds": {
+        "minimum": POLICY_DEFAULTS["backoff_base_seconds"]}}}]}]
 
 
 def _video_rules(cfg: GatewayConfig) -> dict[str, Any]:
-    return {"allOf": [ONE_START, EVENTS_NEED_CALLBACK, *_registry_rules(cfg)]}
+    return {"allOf": [ONE_START, EVENTS_NEED_CALLBACK, *BACKOFF_DEFAULTS, *_registry_rules(cfg)]}
 
 
-def _submit(cfg: GatewayConfig) -> dict[str, Any]:
+def _submit(cfg: GatewayConfig, private: bool) -> dict[str, Any]:
     return {"type": "object", "required": ["prompt"], "additionalProperties": False, **_video_rules(cfg),
             "properties": _optional({
-                **_video_fields(cfg),
+                **_video_fields(cfg, private),
                 "parents": {"type": "array", "maxItems": cfg.max_parents, "uniqueItems": True,
                             "items": {"type": "string", "pattern": _anchored(VIDEO_ID.pattern)},
-                            "description": "DAG parents: ids of the tenant's videos (422 unknown_parent otherwise)"},
+                            "description": "DAG parents: ids of the tenant's videos (409 unknown_parent otherwise: "
+                                           "the request is well formed, the tenant has no such video)"},
                 "dag_policy": {"type": "string", "enum": list(DAG_POLICIES), "default": DAG_POLICIES[0]},
             }, "prompt")}
 
 
-def _dag(cfg: GatewayConfig) -> dict[str, Any]:
+def _dag(cfg: GatewayConfig, private: bool) -> dict[str, Any]:
     node = {"type": "object", "required": ["key", "prompt"], "additionalProperties": False, **_video_rules(cfg),
             "properties": _optional({
                 "key": {"type": "string", "pattern": _anchored(NODE_KEY.pattern)},
-                **_video_fields(cfg),
+                **_video_fields(cfg, private),
                 "parents": {"type": "array", "maxItems": cfg.max_parents, "uniqueItems": True,
                             "items": {"type": "string", "pattern": _anchored(NODE_KEY.pattern)},
                             "description": "keys of other nodes, or ids of the tenant's videos"}}, "key", "prompt")}
@@ -512,9 +543,10 @@ SCHEDULE_COMMAND = {"type": "object", "properties": {
 SCHEDULE_STATUSES = ["accepted", "active", "paused", "deleted"]
 
 
-def _schedule_body(cfg: GatewayConfig) -> dict[str, Any]:
-    fields = _optional(_video_fields(cfg), "prompt")
-    job = {"type": "object", "required": ["prompt"], "additionalProperties": False, **_registry_rules_all(cfg),
+def _schedule_body(cfg: GatewayConfig, private: bool) -> dict[str, Any]:
+    fields = _optional(_video_fields(cfg, private), "prompt")
+    job = {"type": "object", "required": ["prompt"], "additionalProperties": False,
+           "allOf": [*BACKOFF_DEFAULTS, *_registry_rules(cfg)],
            "properties": {k: v for k, v in fields.items()
                           if k not in sched.NOT_IN_TEMPLATE + sched.UNSUPPORTED_IN_TEMPLATE}}
     job["properties"]["seed"] = {**fields["seed"], "description": "default: derived from the schedule id; the "
@@ -562,12 +594,10 @@ SCHEDULE_SCHEMA = {"type": "object", "required": ["id", "status", "cron", "timez
     "last_tick_at": {"type": ["string", "null"]}, "version": {"type": "integer"}}}
 
 
-def _schedule_paths(cfg: GatewayConfig) -> dict[str, Any]:
+def _schedule_paths(cfg: GatewayConfig, private: bool) -> dict[str, Any]:
     page = [{"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": cfg.max_page_size,
                                                          "default": cfg.default_page_size}},
-            {"name": "page_token", "in": "query", "schema": {"type": "string"},
-             "description": "next_page_token of the previous page of the same listing; from before a gateway "
-                            "restart: 422"}]
+            _page_token("")]
     ok202 = {"202": ("command acknowledged by Kafka", SCHEDULE_COMMAND)}
     errors = (401, 404, 409, 503)
 
@@ -581,7 +611,7 @@ def _schedule_paths(cfg: GatewayConfig) -> dict[str, Any]:
                        {"202": ("accepted", {"type": "object", "required": ["schedule_id", "status"], "properties": {
                            "schedule_id": {"type": "string"}, "status": {"type": "string"},
                            "idempotency_key": {"type": "string"}, "replayed": {"type": "boolean"}}})},
-                       (400, 401, 409, 413, 422, 429, 503), body=_schedule_body(cfg), params=[IDEMPOTENCY]),
+                       (400, 401, 409, 413, 422, 429, 503), body=_schedule_body(cfg, private), params=[IDEMPOTENCY]),
             "get": op("the tenant's schedules, newest first (deleted ones included)", {"200": ("a page", {
                 "type": "object", "properties": {"schedules": {"type": "array", "items": SCHEDULE_SCHEMA},
                                                  "next_page_token": {"type": ["string", "null"]}}})},
@@ -622,12 +652,12 @@ def _media_type_rule(paths: dict[str, Any]) -> None:
 LINKS = {
     ("/v1/videos", "post", "$response.body#/job_id"): {
         "GetVideo": ("/v1/videos/{id}", "get"), "GetVideoEvents": ("/v1/videos/{id}/events", "get"),
-        "GetVideoAttempts": ("/v1/videos/{id}/attempts", "get"), "CancelVideo": ("/v1/videos/{id}", "delete"),
+        "GetVideoAttempts": ("/v1/videos/{id}/attempts", "get"), "CancelVideo": ("/v1/videos/{id}/cancel", "post"),
         "SetVideoPriority": ("/v1/videos/{id}", "patch"), "PauseVideo": ("/v1/videos/{id}/pause", "post"),
         "ResumeVideo": ("/v1/videos/{id}/resume", "post"), "RetryVideo": ("/v1/videos/{id}/retry", "post"),
         "GetVideoContent": ("/v1/videos/{id}/content", "get")},
     ("/v1/dags", "post", "$response.body#/videos/0/job_id"): {
-        "GetVideo": ("/v1/videos/{id}", "get"), "CancelVideo": ("/v1/videos/{id}", "delete")},
+        "GetVideo": ("/v1/videos/{id}", "get"), "CancelVideo": ("/v1/videos/{id}/cancel", "post")},
     ("/v1/schedules", "post", "$response.body#/schedule_id"): {
         "GetSchedule": ("/v1/schedules/{id}", "get"), "DeleteSchedule": ("/v1/schedules/{id}", "delete"),
         "GetScheduleOccurrences": ("/v1/schedules/{id}/occurrences", "get"),
@@ -643,7 +673,8 @@ def _links(paths: dict[str, Any]) -> None:
             links[op_id] = {"operationId": op_id, "parameters": {"id": source}}
 
 
-def document(cfg: GatewayConfig | None = None) -> dict[str, Any]:
+def document(cfg: GatewayConfig | None = None, private: bool = False) -> dict[str, Any]:
+    """`private`: the deployment's webhook_allow_private (callback_url takes IP literals and localhost)."""
     cfg = cfg or GatewayConfig()
     ok202 = {"202": ("command acknowledged by Kafka", COMMAND)}
     cmd_errors = (401, 404, 409, 503)
@@ -655,7 +686,7 @@ def document(cfg: GatewayConfig | None = None) -> dict[str, Any]:
         "/v1/videos": {
             "post": _op("submit a video job; answered once the SubmitJob is durable in Kafka",
                         {"202": ("accepted", ACCEPTED)}, submit_errors, path_id=False,
-                        body=_submit(cfg), params=[IDEMPOTENCY]),
+                        body=_submit(cfg, private), params=[IDEMPOTENCY]),
             "get": _op("the tenant's videos, newest first", {"200": ("a page", {"type": "object", "properties": {
                 "videos": {"type": "array", "items": {"type": "object"}},
                 "next_page_token": {"type": ["string", "null"]}}})}, (401, 422, 503), path_id=False,
@@ -663,9 +694,7 @@ def document(cfg: GatewayConfig | None = None) -> dict[str, Any]:
                         {"name": "limit", "in": "query", "schema": {
                             "type": "integer", "minimum": 1, "maximum": cfg.max_page_size,
                             "default": cfg.default_page_size}},
-                        {"name": "page_token", "in": "query", "schema": {"type": "string"},
-                         "description": "next_page_token of the previous page of the same listing (same "
-                                        "status filter); from before a gateway restart: 422"}]),
+                        _page_token(" (same status filter)")]),
         },
         "/v1/usage": {"get": _op(
             "the tenant's own GPU-seconds: ended leases' (used_gpu_seconds, no decay) and what fair share weighs "
@@ -674,13 +703,18 @@ def document(cfg: GatewayConfig | None = None) -> dict[str, Any]:
         "/v1/dags": {"post": _op(
             "submit videos with dependencies among them; each node is accepted like POST /v1/videos, in "
             "topological order, under the Idempotency-Key '<key>/<node key>'",
-            {"202": ("accepted", DAG_ACCEPTED)}, submit_errors, path_id=False, body=_dag(cfg),
+            {"202": ("accepted", DAG_ACCEPTED)}, submit_errors, path_id=False, body=_dag(cfg, private),
             params=[IDEMPOTENCY])},
         "/v1/videos/{id}": {
             "get": _op("status, progress, attempt and result", {"200": ("the video", VIDEO)}, (401, 404, 503)),
             "patch": _op("change the priority", ok202, (400, 401, 403, 404, 409, 413, 422, 503), body=PRIORITY),
-            "delete": _op("cancel", ok202, cmd_errors),
+            "delete": {**_op("cancel, as POST /v1/videos/{id}/cancel (this first spelling is kept for its clients; a "
+                             "DELETE that leaves the resource readable is not what DELETE usually means)", ok202,
+                             cmd_errors), "deprecated": True},
         },
+        "/v1/videos/{id}/cancel": {"post": _op(
+            "cancel: the scheduler stops the video (ending its lease, if any) and records it cancelled; the video "
+            "stays readable with its history, status cancelled", ok202, cmd_errors)},
         "/v1/videos/{id}/events": {"get": _op("history (events and rejected commands)", {"200": ("history", {
             "type": "object"})}, (401, 404, 503))},
         "/v1/videos/{id}/attempts": {"get": _op("one entry per lease", {"200": ("attempts", {"type": "object"})},
@@ -695,10 +729,12 @@ def document(cfg: GatewayConfig | None = None) -> dict[str, Any]:
         "/v1/videos/{id}/pause": {"post": _op("pause", ok202, cmd_errors)},
         "/v1/videos/{id}/resume": {"post": _op("resume", ok202, cmd_errors)},
         "/v1/videos/{id}/retry": {"post": _op("requeue a failed or dead-lettered video", ok202, cmd_errors)},
-        **_schedule_paths(cfg),
+        **_schedule_paths(cfg, private),
         **_worker_paths(cfg),
     }
     _media_type_rule(paths)
+    for listing in ("/v1/videos", "/v1/schedules", "/v1/schedules/{id}/occurrences"):
+        paths[listing]["get"]["responses"] |= STALE_PAGE
     _links(paths)
     return {
         "openapi": "3.1.0",

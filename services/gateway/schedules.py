@@ -24,6 +24,7 @@ from spotreel.domain import commands as cmd
 from spotreel.domain import ids
 from spotreel.domain.cron import CronError, MissedPolicy, validate, validate_zone
 from spotreel.domain.schedules import OverlapPolicy
+from spotreel.services.gateway import pagetokens
 from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import Gateway, gateway
 from spotreel.services.gateway.deps import Claim
@@ -206,11 +207,6 @@ def _limit(gw: Gateway, request: web.Request) -> int:
     return int(given)
 
 
-def _bad_token() -> ApiError:
-    return invalid("page_token", "page_token is not one this API returned for this listing "
-                                 "(or it is from before a restart): list again from the start")
-
-
 async def create_schedule(request: web.Request) -> web.Response:
     gw = gateway(request)
     tenant = request[TENANT]
@@ -263,8 +259,8 @@ async def list_schedules(request: web.Request) -> web.Response:
     try:
         state = gw.page_tokens.state(tenant, LIST_SCOPE, request.query.get("page_token"))
         page = await gw.deps.reads.list_schedules(tenant, limit, state)
-    except ValueError:
-        raise _bad_token() from None
+    except ValueError as exc:
+        raise pagetokens.refusal(exc) from None
     return web.json_response({"schedules": [schedule_json(s) for s in page.items],
                               "next_page_token": gw.page_tokens.issue(tenant, LIST_SCOPE, page.page_state)})
 
@@ -279,8 +275,8 @@ async def schedule_occurrences(request: web.Request) -> web.Response:
     try:
         state = gw.page_tokens.state(tenant, scope, request.query.get("page_token"))
         page = await gw.deps.reads.schedule_occurrences(schedule_id, limit, state)
-    except ValueError:
-        raise _bad_token() from None
+    except ValueError as exc:
+        raise pagetokens.refusal(exc) from None
     return web.json_response({"schedule_id": schedule_id, "occurrences": [occurrence_json(o) for o in page.items],
                               "next_page_token": gw.page_tokens.issue(tenant, scope, page.page_state)})
 

@@ -6,8 +6,9 @@ Order of work, and why:
    same job id (and its SubmitJob is produced again: harmless, the domain ignores a repeated SubmitJob
    with the same hash, and it heals a first attempt whose write was never acknowledged); another body →
    409 at once. Replays skip the rate and in-flight checks: they never add work;
-3. admission (rate, in-flight, ETA) and the parents' existence (422 `unknown_parent` naming it) for new
-   work only;
+3. admission (rate, in-flight, ETA) and the parents' existence (409 `unknown_parent` naming it) for new
+   work only: a well-formed request the tenant's current videos cannot satisfy (422 is for what the request
+   itself gets wrong, and what /openapi.json states);
 4. an "accepted" placeholder row in jobs_by_id at write timestamp 0 — every projector write is stamped
    with the event version (≥ 1), so the projection always wins — then the SubmitJob, awaited until Kafka
    acknowledged it (acks=all, idempotent producer);
@@ -56,7 +57,7 @@ async def check_parents(gw: Gateway, tenant: Tenant, parents: list[str], known: 
         except ApiError as exc:
             if exc.status != 404:
                 raise
-            raise ApiError(422, "unknown_parent", f"parent video {parent} does not exist", field="parents",
+            raise ApiError(409, "unknown_parent", f"parent video {parent} does not exist", field="parents",
                            parent=parent) from None
     await asyncio.gather(*(one(p) for p in parents if p not in known))
 

@@ -8,7 +8,7 @@ import re
 from aiohttp import web
 
 from spotreel.domain import commands as cmd
-from spotreel.services.gateway import dags, stream
+from spotreel.services.gateway import dags, pagetokens, stream
 from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import gateway
 from spotreel.api.errors import invalid
@@ -51,9 +51,8 @@ async def list_videos(request: web.Request) -> web.Response:
     try:
         state = gw.page_tokens.state(tenant, status, q.get("page_token"))
         page = await gw.deps.reads.list_jobs(tenant, status, limit, state)
-    except ValueError:  # BadToken, or a token Cassandra itself refused
-        raise invalid("page_token", "page_token is not one this API returned for this listing "
-                                    "(or it is from before a restart): list again from the start") from None
+    except ValueError as exc:  # a refused token (pagetokens), or a signed state Cassandra itself refused
+        raise pagetokens.refusal(exc) from None
     token = gw.page_tokens.issue(tenant, status, page.page_state)
     return web.json_response({"videos": [list_item_json(i) for i in page.items], "next_page_token": token})
 
@@ -129,11 +128,12 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get("/v1/videos", list_videos, allow_head=False)
     router.add_get("/v1/videos/{id}", get_video, allow_head=False)
     router.add_patch("/v1/videos/{id}", patch_video)
-    router.add_delete("/v1/videos/{id}", cancel_video)
+    router.add_delete("/v1/videos/{id}", cancel_video)  # the first spelling of cancel, kept for its clients
     router.add_get("/v1/videos/{id}/events", video_events, allow_head=False)
     router.add_get("/v1/videos/{id}/attempts", video_attempts, allow_head=False)
     router.add_get("/v1/videos/{id}/stream", stream.stream_video, allow_head=False)
     router.add_get("/v1/videos/{id}/content", stream.video_content, allow_head=False)
+    router.add_post("/v1/videos/{id}/cancel", cancel_video)
     router.add_post("/v1/videos/{id}/pause", pause_video)
     router.add_post("/v1/videos/{id}/resume", resume_video)
     router.add_post("/v1/videos/{id}/retry", retry_video)

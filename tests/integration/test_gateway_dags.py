@@ -1,4 +1,4 @@
-"""Parents must exist for the tenant (422 naming the missing one), and POST /v1/dags accepts a DAG in
+"""Parents must exist for the tenant (409 unknown_parent naming the missing one), and POST /v1/dags accepts a DAG in
 topological order, idempotently, against the real Kafka and Cassandra."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ async def test_a_child_of_a_missing_or_foreign_parent_is_refused_naming_it(gw, g
     client, keys = gw
     missing = ids.job_id_for("alpha", "never-submitted")
     r = await client.post("/v1/videos", json={**BODY, "parents": [missing]}, headers=auth(keys["a"], "child-1"))
-    assert r.status == 422
+    assert r.status == 409
     err = (await r.json())["error"]
     assert (err["code"], err["field"], err["parent"]) == ("unknown_parent", "parents", missing)
     assert missing in err["message"]
@@ -24,7 +24,7 @@ async def test_a_child_of_a_missing_or_foreign_parent_is_refused_naming_it(gw, g
 
     theirs = (await (await client.post("/v1/videos", json=BODY, headers=auth(keys["b"], "p"))).json())["job_id"]
     r = await client.post("/v1/videos", json={**BODY, "parents": [theirs]}, headers=auth(keys["a"], "child-2"))
-    assert r.status == 422 and (await r.json())["error"]["parent"] == theirs
+    assert r.status == 409 and (await r.json())["error"]["parent"] == theirs
 
     # Accepted a moment ago (claim only, not projected yet) is enough. (Beta: alpha's burst of 3 is spent.)
     r = await client.post("/v1/videos", json={**BODY, "parents": [theirs]}, headers=auth(keys["b"], "child-3"))

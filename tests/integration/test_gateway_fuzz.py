@@ -7,13 +7,13 @@ accepted, an ignored or misapplied key, a missing required header not refused, a
 answered 405, a created resource that cannot be read.
 
 Two checks run in the form tests/integration/schemathesis_hooks.py gives them, each less exactly the cases
-documented there (and in services/gateway/README.md) as the API's design rather than a defect:
-`positive_data_acceptance` lets through the 422 of rules a JSON Schema cannot state (the callback_url address
-rule, backoff_max_seconds >= backoff_base_seconds, the registry's frame count duration x fps, a cron that
-never fires, a DAG's node references, unknown parents, unsigned page tokens, a lease poll without a profile
-from a worker that never registered), and `use_after_free` the reads after DELETE /v1/videos/{id} (cancel:
-the video stays readable, status cancelled) and DELETE /v1/schedules/{id} (status deleted). Everything else
-is as shipped. (Checked: with the hooks' exceptions emptied, the same run fails on them.)
+documented there (and in services/gateway/README.md) as rules JSON Schema cannot state or as the API's design:
+`positive_data_acceptance` lets through the 422 of the rules a schema cannot carry (backoff_max_seconds >=
+backoff_base_seconds when both are given, the registry's frame count duration x fps, a cron that never fires,
+a DAG's references among its nodes, a lease poll without a profile from a worker that never registered), and `use_after_free` the reads after DELETE /v1/schedules/{id} (status deleted) and the
+deprecated DELETE /v1/videos/{id} (cancel: the video stays readable, status cancelled). Everything else is as
+shipped: the callback_url address rule and page tokens are in the document (a pattern each; a token of the
+form that does not verify is 409, like an unknown parent) and have no exception any more. (Checked: with the hooks' exceptions emptied, the same run fails on them.)
 
 The gateway runs in a thread with its own event loop on a real 127.0.0.1 port; the CLI is a subprocess. Its
 worker-API waits are shortened (verdict_seconds, lease_poll_max_seconds, stream_max_seconds): no scheduler

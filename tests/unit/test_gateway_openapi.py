@@ -66,7 +66,7 @@ def test_every_rule_the_gateway_enforces_is_documented():
     assert submit["properties"]["fps"]["maximum"] == 30
     resolution = submit["properties"]["resolution"]
     assert "multiple of 8 from 16 to 1920" in resolution["description"]
-    assert "port 0 or 22" in submit["properties"]["callback_url"]["description"]
+    assert "other than 0 and 22" in submit["properties"]["callback_url"]["description"]
     node = _schema(doc, "/v1/dags", "post")["properties"]["nodes"]["items"]
     assert node["allOf"] == submit["allOf"] and node["properties"]["resolution"] == resolution
     for path in ("/v1/videos", "/v1/dags"):
@@ -140,6 +140,21 @@ _FIELD_VALUES = {
 }
 
 
+@given(body=st.fixed_dictionaries({"prompt": st.just("a fox")}, optional={
+    "backoff_base_seconds": st.sampled_from([None, 0, 2, 300, 301, 86_400]),
+    "backoff_max_seconds": st.sampled_from([None, 0, 1, 2, 300, 86_400])}))
+def test_the_backoff_bound_is_stated_where_one_side_is_the_default(body):
+    """backoff_max_seconds >= backoff_base_seconds: exact in the document where one of them is absent or null
+    (a bound on the other); both given, a comparison of two fields, stated only in words."""
+    try:
+        normalize(body, GatewayConfig())
+        accepted = True
+    except ApiError:
+        accepted = False
+    both = body.get("backoff_base_seconds") is not None and body.get("backoff_max_seconds") is not None
+    assert _SUBMIT.is_valid(body) == accepted or (both and not accepted), body
+
+
 @given(body=st.fixed_dictionaries({}, optional=_FIELD_VALUES))
 def test_the_document_and_the_gateway_agree_on_nulls_and_field_combinations(body):
     """schemathesis' positive_data_acceptance and negative_data_rejection found these disagreements: null
@@ -183,3 +198,34 @@ def test_with_a_model_registry_the_document_states_each_models_rule(body):
     except ApiError:
         accepted = False
     assert _SUBMIT_WITH_REGISTRY.is_valid(body) == accepted, body
+
+
+_CALLBACK = {private: jsonschema_rs.validator_for(_schema(document(GatewayConfig(), private), "/v1/videos", "post")
+                                                  ["properties"]["callback_url"]) for private in (False, True)}
+_HOSTS = st.sampled_from(["example.com", "hooks.example.com.", "a", "x-1.example", "EXAMPLE.COM", "localhost",
+                          "LocalHost.", "api.localhost", "localhostx.io", "0", "127.0.0.1", "8.8.8.8", "0x7f.1",
+                          "2130706433", "1.2.3.0xa", "[::1]", "[2001:db8::1]", "[1:2:3:4:5:6:7:8]", "[zz", "-a.com",
+                          "a_b.com", "é.com", "user@example.com", ""])
+
+
+@given(scheme=st.sampled_from(["http", "https", "HTTP", "ftp"]), host=_HOSTS,
+       port=st.sampled_from(["", ":0", ":22", ":022", ":80", ":8443", ":65535", ":65536", ":", ":x"]),
+       rest=st.sampled_from(["", "/", "/hook?a=1#f", "/a b", "/é", "?q", "\\\\x", "/" + "p" * 1990]),
+       private=st.booleans())
+def test_the_documented_callback_url_pattern_is_the_gateways_rule(scheme, host, port, rest, private):
+    """callback_url: what the document's pattern and maxLength allow is exactly what submit accepts, with
+    private addresses allowed or not (a reviewer's schemathesis run draws from the pattern: no 422 left)."""
+    url = f"{scheme}://{host}{port}{rest}"
+    try:
+        normalize({"prompt": "a fox", "callback_url": url}, GatewayConfig(), allow_private_callbacks=private)
+        accepted = True
+    except ApiError:
+        accepted = False
+    assert _CALLBACK[private].is_valid(url) == accepted, url
+
+
+@given(st.data(), st.booleans())
+def test_every_url_the_callback_pattern_generates_is_accepted(data, private):
+    pattern = _schema(document(GatewayConfig(), private), "/v1/videos", "post")["properties"]["callback_url"]["pattern"]
+    url = data.draw(st.from_regex(pattern, fullmatch=True).filter(lambda u: len(u) <= 2000))
+    normalize({"prompt": "a fox", "callback_url": url}, GatewayConfig(), allow_private_callbacks=private)

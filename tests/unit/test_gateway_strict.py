@@ -236,6 +236,14 @@ async def test_a_dag_node_callback_is_judged_the_same(api):
     assert err["field"] == "nodes[0].callback_url"
 
 
+@pytest.mark.parametrize("parents", [{}, "", 0, False, "a"])
+async def test_a_dag_nodes_parents_that_are_no_list_are_refused_even_when_falsy(api, parents):
+    client, deps = await api()
+    dag = {"nodes": [{"key": "a", "prompt": "x", "parents": parents}]}
+    err = await error_of(await client.post("/v1/dags", json=dag, headers=A), 422)
+    assert err["field"] == "nodes[0].parents" and deps.commands.sent == []
+
+
 async def test_callbacks_follow_the_webhook_senders_private_address_setting(api):
     """Loopback receivers are deliverable where the deployment lets the sender reach them (the local stack's
     tests); port 22 and other schemes never are."""
@@ -252,10 +260,20 @@ async def test_callbacks_follow_the_webhook_senders_private_address_setting(api)
 
 async def test_public_callbacks_pass(api):
     client, deps = await api()
-    for i, url in enumerate(["https://hooks.example.com/spotreel?x=1", "http://93.184.215.14:8080/h"]):
+    for i, url in enumerate(["https://hooks.example.com/spotreel?x=1", "http://hooks.example:8080/h#f"]):
         r = await client.post("/v1/videos", json={"prompt": "x", "callback_url": url},
                               headers={**A, "Idempotency-Key": f"k{i}"})
         assert r.status == 202, url
+
+
+async def test_ip_literal_callbacks_are_refused_where_private_addresses_are_not_allowed(api):
+    """Even a global one: the documented pattern takes DNS names only there, and the gateway asks what the
+    document says (telling a global address from the rest in every inet_aton spelling is no pattern's job)."""
+    client, deps = await api()
+    r = await client.post("/v1/videos", json={"prompt": "x", "callback_url": "http://93.184.215.14:8080/h"},
+                          headers=A)
+    err = await error_of(r, 422)
+    assert err["field"] == "callback_url" and "IP literals are refused" in err["message"]
 
 
 # -- 7. whole numbers written as floats ----------------------------------------------------------------------

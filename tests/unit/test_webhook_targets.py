@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from spotreel.services.webhooks.addresses import RefusedAddress, check_url
-from spotreel.webhook_targets import literal_address, url_refusal
+from spotreel.webhook_targets import delivery_refusal, literal_address, url_refusal
 
 
 class NoDns:
@@ -39,9 +39,9 @@ def _url(ip: ipaddress.IPv4Address | ipaddress.IPv6Address, port: int | None, sc
 
 @given(ip=st.ip_addresses(), port=st.none() | st.sampled_from([0, 22, 80, 443, 8080, 65535]),
        scheme=st.sampled_from(["http", "https"]), allow_private=st.booleans())
-def test_gateway_and_sender_agree_on_every_ip_literal(ip, port, scheme, allow_private):
+def test_the_sender_and_its_rule_agree_on_every_ip_literal(ip, port, scheme, allow_private):
     url = _url(ip, port, scheme)
-    assert (url_refusal(url, allow_private) is not None) == sender_refuses(url, allow_private), url
+    assert (delivery_refusal(url, allow_private) is not None) == sender_refuses(url, allow_private), url
 
 
 @pytest.mark.parametrize("url", ["http://example.com:22/", "http://example.com:0/", "ftp://example.com/",
