@@ -1,7 +1,7 @@
 """What makes every knob of a spotreel process settable from the environment and listable in one place.
 
-Two kinds of knob: the fields of a settings dataclass (Settings, GatewayConfig), each described by the
-comment above it, and the options of a service's command line (`spotreel scheduler --metrics-port`), each
+Two kinds of knob: the fields of a settings dataclass (Settings, GatewayConfig, the projector's, webhook
+notifier's and janitor's tuning), each described by the comment above it and read by `dataclass_overrides`, and the options of a service's command line (`spotreel scheduler --metrics-port`), each
 described by its help. A command's options become variables when its registrar calls `from_environment`:
 `--metrics-port` of `spotreel projector` is SPOTREEL_PROJECTOR_METRICS_PORT, and the entrypoint applies them
 (`apply`) as the options' defaults, so a flag given on the command line still wins. Options that are
@@ -17,7 +17,7 @@ import re
 import shlex
 import textwrap
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 # Where a registrar's choice of prefix and exclusions is kept on its parser.
@@ -43,6 +43,34 @@ def field_comments(cls: type) -> dict[str, str]:
             found[m.group(1)] = " ".join(pending + ([inline] if inline else [])).strip()
         pending = []
     return found
+
+
+def dataclass_overrides(cls: type, prefix: str, env: Mapping[str, str], skip: frozenset[str] = frozenset()
+                        ) -> dict[str, Any]:
+    """The fields of dataclass `cls` (but those in `skip`: wiring, or knobs another variable already sets)
+    whose variable `prefix` + NAME is set in `env`, each parsed to the field's type (int, float, str, bool).
+    A value that is not of that type is refused with the variable's name, so a typo stops a process at start
+    instead of running it with other limits. For `dataclasses.replace(config, **overrides)`."""
+    kinds: dict[str, Any] = {"int": int, "float": float, "str": str}
+    changes: dict[str, Any] = {}
+    for f in fields(cls):
+        name = prefix + f.name.upper()
+        raw = env.get(name)
+        if raw is None or f.name in skip:
+            continue
+        if f.type == "bool":
+            if raw.strip().lower() not in _TRUE | _FALSE:
+                raise ValueError(f"{name} must be 1 or 0, got {raw!r}")
+            changes[f.name] = raw.strip().lower() in _TRUE
+            continue
+        kind = kinds.get(str(f.type))
+        if kind is None:
+            raise TypeError(f"{cls.__name__}.{f.name} ({f.type}) cannot be set from the environment: skip it")
+        try:
+            changes[f.name] = kind(raw)
+        except ValueError:
+            raise ValueError(f"{name} must be {'an integer' if kind is int else 'a number'}, got {raw!r}") from None
+    return changes
 
 
 def from_environment(parser: argparse.ArgumentParser, prefix: str, skip: tuple[str, ...] = ()) -> None:

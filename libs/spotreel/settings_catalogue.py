@@ -1,8 +1,9 @@
 """docs/SETTINGS.md, the one list of every knob: written from the code, so it cannot drift from it.
 
-Four sources, each already the single home of its knobs: Settings (SPOTREEL_<NAME>, the comment above each
+Each source is already the single home of its knobs: Settings (SPOTREEL_<NAME>, the comment above each
 field), the launcher's DevstackSettings (SPOTREEL_<NAME> too, its own fields), GatewayConfig
-(SPOTREEL_GATEWAY_<NAME>, likewise) and the service commands' options that
+(SPOTREEL_GATEWAY_<NAME>, likewise), the projector's, webhook notifier's and janitor's tuning dataclasses
+(SPOTREEL_PROJECTOR_/WEBHOOKS_/JANITOR_<NAME>, likewise) and the service commands' options that
 spotreel.knobs opens to the environment (SPOTREEL_<COMMAND>_<OPTION>, their help). Other variables read
 directly (tracing's) are listed in OTHER below. `python -m spotreel.settings_catalogue` rewrites the file;
 `--check` exits 1 when it is out of date; tests/unit/test_settings_catalogue.py runs the check and refuses a
@@ -48,10 +49,20 @@ def rows() -> dict[str, list[tuple[str, str, str, str]]]:
 
     sections: dict[str, list[tuple[str, str, str, str]]] = {}
     runtime = frozenset(f.name for f in fields(Settings))
+    from spotreel.services.janitor import janitor
+    from spotreel.services.projector import consumer
+    from spotreel.services.webhooks import notifier
+
     for title, cls, prefix, skip in (("Settings (every process)", Settings, "SPOTREEL_", frozenset()),
                                      ("Local launcher (DevstackSettings, `spotreel infra`)", DevstackSettings,
                                       "SPOTREEL_", runtime),
-                                     ("Gateway policy (GatewayConfig)", GatewayConfig, GATEWAY_PREFIX, NOT_FROM_ENV)):
+                                     ("Gateway policy (GatewayConfig)", GatewayConfig, GATEWAY_PREFIX, NOT_FROM_ENV),
+                                     ("Projector tuning (ProjectorConfig)", consumer.ProjectorConfig,
+                                      consumer.ENV_PREFIX, consumer.NOT_FROM_ENV),
+                                     ("Webhook notifier tuning (NotifierConfig, in `spotreel webhooks`)",
+                                      notifier.NotifierConfig, notifier.ENV_PREFIX, notifier.NOT_FROM_ENV),
+                                     ("Janitor tuning (JanitorConfig, in `spotreel webhooks`)", janitor.JanitorConfig,
+                                      janitor.ENV_PREFIX, janitor.NOT_FROM_ENV)):
         notes = knobs.field_comments(cls)
         sections[title] = [(f.name, prefix + f.name.upper(), _default(f), notes.get(f.name, ""))
                            for f in fields(cls) if f.name not in skip]

@@ -29,13 +29,22 @@ from spotreel.services.janitor.sweep import CHECKPOINTS, SweepResult
 log = logging.getLogger("spotreel.janitor")
 
 
+# The tuning knobs below are read from SPOTREEL_JANITOR_<NAME> (spotreel.knobs.dataclass_overrides, listed in
+# docs/SETTINGS.md); the wiring fields come from Settings, and so does the sweep's period
+# (SPOTREEL_JANITOR_SWEEP_EVERY_S, Settings.janitor_sweep_every_s).
+ENV_PREFIX = "SPOTREEL_JANITOR_"
+NOT_FROM_ENV = frozenset({"bootstrap", "group_id", "events_topic", "checkpoint_bucket", "sweep_every_s"})
+
+
 @dataclass(frozen=True)
 class JanitorConfig:
     bootstrap: str
     group_id: str
     events_topic: str
     checkpoint_bucket: str
+    # Events read from the topic at most per poll (their pruned checkpoints are deleted in one go).
     batch_size: int = 500
+    # How long one poll waits for events before the loop looks at its sweep timer.
     poll_timeout_s: float = 0.5
     sweep_every_s: float = 600.0
 

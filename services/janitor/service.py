@@ -7,10 +7,13 @@ own consumer group (`<prefix>.janitor`) keeps its offsets apart from the notifie
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from functools import partial
 
-from spotreel.services.janitor.janitor import Janitor, JanitorConfig
+from spotreel import knobs
+from spotreel.services.janitor.janitor import ENV_PREFIX, NOT_FROM_ENV, Janitor, JanitorConfig
 from spotreel.services.janitor.sweep import JobFacts, sweep
 from spotreel.settings import Settings
 
@@ -45,7 +48,8 @@ def _ms(value: datetime | None) -> int | None:
     return int(aware.timestamp() * 1000)
 
 
-def build(settings: Settings, session, s3=None) -> Janitor:
+def build(settings: Settings, session, s3=None, env: Mapping[str, str] | None = None) -> Janitor:
+    """`env`: where the tuning knobs (SPOTREEL_JANITOR_<NAME>) are read; the process's environment by default."""
     from spotreel.platform.s3 import s3_client
     from spotreel.platform.topics import events_topic
 
@@ -53,7 +57,9 @@ def build(settings: Settings, session, s3=None) -> Janitor:
     facts = ReadModelFacts(session)
     config = JanitorConfig(bootstrap=settings.kafka_bootstrap, group_id=group_id(settings),
                            events_topic=events_topic(settings), checkpoint_bucket=settings.s3_bucket_checkpoints,
-                           sweep_every_s=float(settings.janitor_sweep_every_s))
+                           sweep_every_s=float(settings.janitor_sweep_every_s),
+                           **knobs.dataclass_overrides(JanitorConfig, ENV_PREFIX,
+                                                       os.environ if env is None else env, NOT_FROM_ENV))
     run_sweep = partial(sweep, s3, settings.s3_bucket_checkpoints, settings.s3_bucket_artifacts, facts.job,
                         facts.plan_of, settings.scheduler_retention_s)
     return Janitor(config, s3, sweep=lambda now_ms, stopping: run_sweep(now_ms, stopping=stopping))

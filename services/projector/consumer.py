@@ -36,6 +36,13 @@ from spotreel.services.projector.store import Store, pools_touched
 log = logging.getLogger("spotreel.projector")
 
 
+# The tuning knobs below are read from SPOTREEL_PROJECTOR_<NAME> (spotreel.knobs.dataclass_overrides, listed in
+# docs/SETTINGS.md); the wiring fields come from Settings, and batch_size and the modes are the command's options.
+ENV_PREFIX = "SPOTREEL_PROJECTOR_"
+NOT_FROM_ENV = frozenset({"bootstrap", "group_id", "events_topic", "events_deadletter_topic", "rebuild",
+                          "until_idle", "batch_size"})
+
+
 @dataclass(frozen=True)
 class ProjectorConfig:
     bootstrap: str
@@ -47,9 +54,14 @@ class ProjectorConfig:
     # --until-idle gives up waiting for a partition assignment after this long.
     idle_timeout_s: float = 60.0
     batch_size: int = 2000
+    # How long one poll of the events topic waits for records before the loop looks at its timers.
     poll_timeout_s: float = 0.2
+    # Job states kept in memory between batches (least recently used out first); a state not kept is
+    # folded again from events_by_job when its next event comes.
     cache_size: int = 100_000
+    # How often the pool-stats rows (queued and running per pool) are written.
     pool_stats_every_s: float = 1.0
+    # How often the consumer lag (events behind the topic's end) is measured for the metrics.
     lag_every_s: float = 5.0
     # librdkafka's own default; the group drops a member that does not poll for this long (a batch whose
     # writes wait for Cassandra does not poll), and tests shorten it.

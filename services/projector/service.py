@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+from collections.abc import Mapping
 from typing import Iterator
 
 from spotreel.platform.topics import events_deadletter_topic
@@ -42,12 +44,15 @@ def _metrics(port: int):
 
 @contextlib.contextmanager
 def build(settings: Settings, *, rebuild: bool = False, until_idle: bool = False, truncate: bool = False,
-          metrics_port: int = 0, batch_size: int = 2000) -> Iterator["Projector"]:  # noqa: F821
+          metrics_port: int = 0, batch_size: int = 2000,
+          env: Mapping[str, str] | None = None) -> Iterator["Projector"]:  # noqa: F821
+    """`env`: where the tuning knobs (SPOTREEL_PROJECTOR_<NAME>) are read; the process's environment by default."""
+    from spotreel import knobs
     from spotreel.codec import Codec
     from spotreel.platform.cql import cluster_for
     from spotreel.platform.migrate import migrate
     from spotreel.platform.topics import events_topic
-    from spotreel.services.projector.consumer import Projector, ProjectorConfig
+    from spotreel.services.projector.consumer import ENV_PREFIX, NOT_FROM_ENV, Projector, ProjectorConfig
     from spotreel.services.projector.store import Store
 
     cluster = cluster_for(settings)
@@ -62,6 +67,8 @@ def build(settings: Settings, *, rebuild: bool = False, until_idle: bool = False
             bootstrap=settings.kafka_bootstrap, group_id=group_id(settings), events_topic=events_topic(settings),
             events_deadletter_topic=events_deadletter_topic(settings), rebuild=rebuild, until_idle=until_idle,
             batch_size=batch_size,
+            **knobs.dataclass_overrides(ProjectorConfig, ENV_PREFIX, os.environ if env is None else env,
+                                        NOT_FROM_ENV),
         )
         on_lag = _metrics(metrics_port) if metrics_port else None
         yield Projector(config, store, Codec.default(), on_lag=on_lag)

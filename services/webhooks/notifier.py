@@ -35,6 +35,13 @@ log = logging.getLogger("spotreel.webhooks")
 T = TypeVar("T")
 
 
+# The tuning knobs below are read from SPOTREEL_WEBHOOKS_<NAME> (spotreel.knobs.dataclass_overrides, listed in
+# docs/SETTINGS.md); the wiring fields and allow_private come from Settings, the retry policy from the command's
+# options.
+ENV_PREFIX = "SPOTREEL_WEBHOOKS_"
+NOT_FROM_ENV = frozenset({"bootstrap", "group_id", "events_topic", "gateway_url", "allow_private", "policy"})
+
+
 @dataclass(frozen=True)
 class NotifierConfig:
     bootstrap: str
@@ -43,13 +50,18 @@ class NotifierConfig:
     gateway_url: str
     allow_private: bool = False
     policy: RetryPolicy = field(default_factory=RetryPolicy)
+    # Events read from the topic at most per poll.
     batch_size: int = 500
+    # How long one poll waits for events before the loop looks at its deliveries and timers.
     poll_timeout_s: float = 0.5
+    # How often the offsets of events whose deliveries are all settled are committed.
     commit_every_s: float = 1.0
     # Reading pauses while this many deliveries are unfinished (a receiver that is down must not make the
     # notifier buffer the whole topic in memory).
     max_in_flight: int = 2000
+    # How long a tenant's signing secret is kept before it is read again (a rotated secret signs after this).
     secret_cache_s: float = 30.0
+    # Jobs' webhook subscriptions kept in memory (least recently used out first).
     subscription_cache: int = 100_000
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+from collections.abc import Mapping
 from typing import Iterator
 
 from spotreel.services.webhooks.backoff import RetryPolicy
@@ -18,12 +20,18 @@ def group_id(settings: Settings) -> str:
     return f"{settings.topic_prefix}.webhooks"
 
 
-def config_for(settings: Settings, policy: RetryPolicy | None = None) -> NotifierConfig:
+def config_for(settings: Settings, policy: RetryPolicy | None = None,
+               env: Mapping[str, str] | None = None) -> NotifierConfig:
+    """`env`: where the tuning knobs (SPOTREEL_WEBHOOKS_<NAME>) are read; the process's environment by default."""
+    from spotreel import knobs
     from spotreel.platform.topics import events_topic
+    from spotreel.services.webhooks.notifier import ENV_PREFIX, NOT_FROM_ENV
 
     return NotifierConfig(bootstrap=settings.kafka_bootstrap, group_id=group_id(settings),
                           events_topic=events_topic(settings), gateway_url=settings.gateway_url,
-                          allow_private=bool(settings.webhook_allow_private), policy=policy or RetryPolicy())
+                          allow_private=bool(settings.webhook_allow_private), policy=policy or RetryPolicy(),
+                          **knobs.dataclass_overrides(NotifierConfig, ENV_PREFIX,
+                                                      os.environ if env is None else env, NOT_FROM_ENV))
 
 
 @contextlib.contextmanager

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 ENV_PREFIX = "SPOTREEL_GATEWAY_"
@@ -115,17 +115,7 @@ def from_env(env: Mapping[str, str] | None = None) -> GatewayConfig:
     """The defaults above, each replaced by `SPOTREEL_GATEWAY_<NAME>` when that is set: every knob but
     `models`, which comes from SPOTREEL_MODEL_REGISTRY (Settings). A value that is not of the knob's type is
     refused with the variable's name, so a typo stops the gateway at start instead of serving other limits."""
-    env = os.environ if env is None else env
-    kinds = {"int": int, "float": float, "str": str}
-    changes: dict[str, Any] = {}
-    for f in fields(GatewayConfig):
-        name = ENV_PREFIX + f.name.upper()
-        raw = env.get(name)
-        if raw is None or f.name in NOT_FROM_ENV:
-            continue
-        kind = kinds[f.type]
-        try:
-            changes[f.name] = kind(raw)
-        except ValueError:
-            raise ValueError(f"{name} must be {'an integer' if kind is int else 'a number'}, got {raw!r}") from None
+    from spotreel import knobs
+
+    changes = knobs.dataclass_overrides(GatewayConfig, ENV_PREFIX, os.environ if env is None else env, NOT_FROM_ENV)
     return replace(GatewayConfig(), **changes)
