@@ -71,8 +71,12 @@ class Settings:
     # Consistency of the LWTs' Paxos round.
     cassandra_serial_consistency: str = "LOCAL_SERIAL"
 
-    # Port of the local S3 server (SeaweedFS's S3 gateway); the clients' S3 endpoint is http://host:this.
+    # Port of the local S3 server (SeaweedFS's S3 gateway); the clients' S3 endpoint is http://host:this
+    # unless s3_endpoint_url says otherwise.
     s3_port: int = 18333
+    # Clients' view of the S3 store (e.g. https://s3.eu-west-1.amazonaws.com), so the same code runs against
+    # a managed store. Empty: the local stack's server, http://host:s3_port.
+    s3_endpoint_url: str = ""
     # S3 access key of every client (and of the local server).
     s3_access_key: str = "spotreel"
     # S3 secret key of every client (and of the local server).
@@ -183,6 +187,11 @@ class Settings:
 
     @property
     def s3_endpoint(self) -> str:
+        return self.s3_endpoint_url or self.local_s3_endpoint
+
+    @property
+    def local_s3_endpoint(self) -> str:
+        """The local stack's S3 server, which the launcher starts and probes whatever the clients are told."""
         return f"http://{self.host}:{self.s3_port}"
 
     @property

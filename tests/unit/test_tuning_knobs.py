@@ -70,3 +70,14 @@ def test_the_gateway_reads_its_policy_through_the_same_reader() -> None:
     assert gateway_from_env({"SPOTREEL_GATEWAY_MAX_PROMPT_CHARS": "8000"}).max_prompt_chars == 8000
     with pytest.raises(ValueError, match="SPOTREEL_GATEWAY_MAX_PROMPT_CHARS must be an integer"):
         gateway_from_env({"SPOTREEL_GATEWAY_MAX_PROMPT_CHARS": "many"})
+
+
+def test_the_s3_endpoint_is_the_local_server_unless_the_clients_are_told_otherwise() -> None:
+    from spotreel.devstack.seaweed import local_store
+
+    local = Settings.from_env({})
+    assert local.s3_endpoint == local.local_s3_endpoint == f"http://127.0.0.1:{local.s3_port}"
+    managed = Settings.from_env({"SPOTREEL_S3_ENDPOINT_URL": "https://s3.eu-west-1.amazonaws.com"})
+    assert managed.s3_endpoint == "https://s3.eu-west-1.amazonaws.com"
+    # The launcher keeps starting, probing and filling the store it runs.
+    assert local_store(managed).s3_endpoint == managed.local_s3_endpoint == local.s3_endpoint

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from spotreel.platform.errors import InfraError, ProbeFailed
 from spotreel.devstack.render import write_if_changed
 from spotreel.platform.s3 import s3_client
 from spotreel.devstack.server import Say, Server
+from spotreel.settings import Settings
 
 # weed derives each gRPC port as http port + 10000; we pass them explicitly so all are known and checked.
 GRPC_OFFSET = 10000
@@ -36,11 +38,17 @@ def weed_binary() -> str:
     return found
 
 
+def local_store(settings: Settings) -> Settings:
+    """The settings with the clients pointed at the local server: the launcher starts, probes and fills the
+    store it runs, whatever s3_endpoint_url tells the services."""
+    return replace(settings, s3_endpoint_url="")
+
+
 class Seaweed(Server):
     name = "s3"
 
     def address(self) -> str:
-        return self.settings.s3_endpoint
+        return self.settings.local_s3_endpoint
 
     def http_ports(self) -> list[int]:
         s = self.settings
@@ -99,9 +107,9 @@ class Seaweed(Server):
     def probe(self, timeout: float) -> str:
         s = self.settings
         if not portlib.listening(s.host, s.s3_port, timeout=min(timeout, 1.0)):
-            raise ProbeFailed(f"nothing listening on {s.s3_endpoint}")
+            raise ProbeFailed(f"nothing listening on {s.local_s3_endpoint}")
         try:
-            buckets = s3_client(s, timeout).list_buckets().get("Buckets", [])
+            buckets = s3_client(local_store(s), timeout).list_buckets().get("Buckets", [])
         except Exception as exc:  # botocore: connection, timeout or an S3 error reply
             raise ProbeFailed(f"list_buckets failed: {type(exc).__name__}: {str(exc)[:200]}") from None
         return f"{len(buckets)} buckets"
@@ -110,7 +118,7 @@ class Seaweed(Server):
         from botocore.exceptions import ClientError
 
         s = self.settings
-        client = s3_client(s, 15.0)
+        client = s3_client(local_store(s), 15.0)
         have = {b["Name"] for b in client.list_buckets().get("Buckets", [])}
         created = []
         for bucket in (s.s3_bucket_artifacts, s.s3_bucket_checkpoints):
