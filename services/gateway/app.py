@@ -67,6 +67,12 @@ def _error_middleware(metrics: Metrics):
                 raise
             code = {404: "not_found"}.get(exc.status, "http_error")
             return ApiError(exc.status, code, exc.reason).response()
+        except ConnectionError:
+            # The client went away mid-request (it gave up on a gateway far behind, whose loop reached the
+            # request after the client's timeout): nobody to answer, and no traceback to format for each of
+            # thousands of them when the gateway can least afford it. 499: nginx's "client closed request".
+            status = 499
+            return ApiError(499, "client_closed_request", "the client closed the connection").response()
         except Exception:
             log.exception("unhandled error on %s %s", request.method, request.path)
             return ApiError(500, "internal_error", "unexpected error; it has been logged").response()
