@@ -52,7 +52,7 @@ from spotreel.checkpoint_interval import optimal_interval_s
 from spotreel.worker.checkpoints import decode, encode
 from spotreel.worker.families import family_for
 from spotreel.worker.hf_logging import quietly
-from spotreel.worker.pipeline import DEFAULT_TILE_ABOVE_VOXELS, Renderer, RenderRequest
+from spotreel.worker.pipeline import Renderer, RenderRequest
 
 PROMPT = "a golden fox running on the beach at sunset, cinematic aerial shot"
 NEGATIVE = "blurry, low quality, still frame"
@@ -259,7 +259,7 @@ def renderer_around(pipe, device: torch.device, dtype: torch.dtype, model_id: st
     every other attribute it sets is set here the same way (the tiny run checks the set of attributes against
     a Renderer built from a directory), so start, step, snapshot, resume and finish are the worker's own code."""
     r = Renderer.__new__(Renderer)
-    r.vae_tiling, r.tile_above_voxels, r.limits = "off", DEFAULT_TILE_ABOVE_VOXELS, None
+    r.vae_tiling, r.tile_above_voxels, r.limits = "off", None, None
     r.model_dir = Path("/nonexistent/in-memory")
     r.device, r.dtype = device, dtype
     pipe.set_progress_bar_config(disable=True)

@@ -46,9 +46,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--negative-prompt", default="", help="negative prompt of this pool's renders (with guidance)")
     p.add_argument("--vae-tiling", choices=("auto", "on", "off"), default="auto",
                    help="decode in the VAE's tiles and slices, so long or large videos fit in memory: on, off, or "
-                        "auto: above --vae-tile-above output pixels x frames (default %(default)s)")
+                        "auto: on a GPU when a whole decode's measured per-family memory estimate exceeds a quarter "
+                        "of the GPU's, else above --vae-tile-above output pixels x frames (default %(default)s)")
     p.add_argument("--vae-tile-above", type=int, default=None, metavar="VOXELS",
-                   help="width x height x frames above which auto tiles (default 832x480x81)")
+                   help="width x height x frames above which auto tiles, in place of the GPU memory estimate "
+                        "(default: the estimate on a GPU; 832x480x81 on a CPU or for an unmeasured family)")
     p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--once", action="store_true", help="exit after one job")
     p.add_argument("--max-jobs", type=int, help="exit after this many jobs")

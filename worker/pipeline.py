@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from spotreel.worker import vae_memory
 from spotreel.worker.checkpoints import Checkpoint, CheckpointMismatch
 from spotreel.worker.families import family_for
 from spotreel.worker.families import scheduler_state as sched_state
@@ -32,8 +33,11 @@ from spotreel.worker.hf_logging import quietly
 # 2: families; the checkpoint carries the scheduler's whole state.
 LOOP_VERSION = 2
 VAE_TILING = ("off", "on", "auto")
-# `--vae-tiling auto` tiles above this many output pixels × frames: Wan 2.1 1.3B's largest output (832 × 480
-# × 81 frames) still decodes whole. A guess, not a measurement: no GPU has been lent to check what fits.
+# `--vae-tiling auto` on a GPU, for the measured families (vae_memory.py): tiles when a whole decode's estimated
+# memory exceeds a quarter of the GPU's (measured on an H100: a whole decode above the weights takes 4.4 GiB for
+# Wan 2.1 at 832x480 x81, 14.7 GiB for CogVideoX-2B at 720x480 x49, 44.5 GiB at 1360x768 x49, which tiles;
+# tiled decodes take 1.3-2.9x as long). Otherwise (a CPU, an unmeasured family, or an operator's
+# --vae-tile-above) it tiles above this many output pixels × frames, Wan 2.1 1.3B's largest output.
 DEFAULT_TILE_ABOVE_VOXELS = 832 * 480 * 81
 # Every sampler some family offers; each family accepts its own subset (Renderer.check says which).
 SAMPLERS = ("ddim", "euler_a", "unipc", "dpmpp", "flow_euler")
@@ -128,14 +132,14 @@ class Renderer:
     """A loaded model. Build once per worker; every job runs through start/resume → step* → finish."""
 
     def __init__(self, model_dir: str | Path, device: str = "cpu", dtype: torch.dtype | None = None,
-                 vae_tiling: str = "auto", tile_above_voxels: int = DEFAULT_TILE_ABOVE_VOXELS,
+                 vae_tiling: str = "auto", tile_above_voxels: int | None = None,
                  limits: Any = None) -> None:
-        """`vae_tiling`: off, on, or auto (on above `tile_above_voxels` = width × height × frames); see
-        `tiled`. `limits`: the model's registry entry (model_registry.ModelEntry), whose sizes, frame range
+        """`vae_tiling`: off, on, or auto (see `tiled`); `tile_above_voxels` (width × height × frames): the
+        operator's threshold for auto, None for the measured rule (DEFAULT_TILE_ABOVE_VOXELS where none is). `limits`: the model's registry entry (model_registry.ModelEntry), whose sizes, frame range
         and step range `check` holds a request to; None: only what the family itself can render."""
         from diffusers import DiffusionPipeline
 
-        if vae_tiling not in VAE_TILING or not tile_above_voxels > 0:
+        if vae_tiling not in VAE_TILING or not (tile_above_voxels is None or tile_above_voxels > 0):
             raise ValueError(f"vae_tiling must be one of {VAE_TILING} and tile_above_voxels > 0, got "
                              f"{vae_tiling!r}, {tile_above_voxels!r}")
         self.vae_tiling, self.tile_above_voxels, self.limits = vae_tiling, tile_above_voxels, limits
@@ -280,11 +284,18 @@ class Renderer:
         and temporal for LTX-Video) are the VAE's own (`enable_tiling`, every family's VAE has it; a frame
         smaller than one tile decodes whole); slicing decodes a batch one item at a time, which for UNet3D
         (frames folded into the batch) means frame by frame. Tiled frames differ a little from a whole
-        decode, so the choice is in the fingerprint; it depends only on the request and this worker's
-        settings, so every worker with the same settings decides the same."""
+        decode, so the choice is in the fingerprint; it depends only on the request, this worker's settings
+        and, on a GPU, the GPU's total memory (its model is in the fingerprint too), so every worker with the
+        same settings on the same GPU model decides the same. Auto on a GPU without `tile_above_voxels`:
+        the measured estimate of a whole decode's memory against a share of the GPU's (vae_memory.tiles)."""
         if self.vae_tiling != "auto":
             return self.vae_tiling == "on"
-        return req.width * req.height * req.num_frames > self.tile_above_voxels
+        if self.tile_above_voxels is None and self.device.type == "cuda":
+            total = torch.cuda.get_device_properties(self.device).total_memory
+            measured = vae_memory.tiles(self.family.name, req.width, req.height, req.num_frames, total)
+            if measured is not None:
+                return measured
+        return req.width * req.height * req.num_frames > (self.tile_above_voxels or DEFAULT_TILE_ABOVE_VOXELS)
 
     # -- helpers -------------------------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from spotreel.worker.checkpoints import decode, encode
 from spotreel.worker.families import scheduler_state
 from spotreel.worker.hf_logging import quietly
 from spotreel.model_registry import parse
-from spotreel.worker.pipeline import DEFAULT_TILE_ABOVE_VOXELS, Renderer, RenderRequest
+from spotreel.worker.pipeline import Renderer, RenderRequest
 
 pytestmark = pytest.mark.unit
 
@@ -250,7 +250,7 @@ def test_auto_tiles_above_the_size_and_the_choice_is_in_the_fingerprint(renderer
         # untiled render keeps the fingerprint it always had
         assert r.fingerprint(long) != auto_long and r.fingerprint(small) == auto_small
     finally:
-        r.vae_tiling, r.tile_above_voxels = "auto", DEFAULT_TILE_ABOVE_VOXELS
+        r.vae_tiling, r.tile_above_voxels = "auto", None
     with pytest.raises(ValueError, match="vae_tiling"):
         Renderer(model_dirs["wan"], vae_tiling="sometimes")
 
