@@ -43,6 +43,8 @@ def _check(args: argparse.Namespace, settings: object) -> int:
         print(f"{report.status:<12} {report.full_name}{against}")
         for line in (*report.problems, *report.notes):
             print(f"    {line}")
+        for old, before in report.lifted:
+            print(f"    v{old}: read as v{before}, then lifted (codec/upcast.py)")
     failed = sum(not r.ok for r in reports)
     print(f"{len(reports)} schemas, {failed} failing", file=sys.stderr if failed else sys.stdout)
     return 1 if failed else 0

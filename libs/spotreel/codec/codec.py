@@ -21,6 +21,7 @@ from fastavro import schemaless_reader, schemaless_writer
 from spotreel.codec.errors import CodecError
 from spotreel.codec.mapping import DataclassMapping, MappingError, describe_schema_type, mapping_for
 from spotreel.codec.registry import SchemaEntry, SchemaLoadError, SchemaRegistry
+from spotreel.codec.upcast import complete
 from spotreel.codec.validate import Check, compile_check
 
 MARKER = b"\xc3\x01"
@@ -64,6 +65,10 @@ def mapping_drift(mapping: DataclassMapping, entry: SchemaEntry) -> list[str]:
         schema_type = describe_schema_type(field["type"])
         if spec.avro_type != schema_type:
             problems.append(f"{spec.name}: dataclass maps to {spec.avro_type}, schema says {schema_type}")
+        elif isinstance(spec.hint, type) and dataclasses.is_dataclass(spec.hint) and isinstance(field["type"], dict):
+            # A nested record (RenderSpec): its fields must match its dataclass too.
+            nested = SchemaEntry(schema_type, b"", "", field["type"], None, entry.source, None)
+            problems += [f"{spec.name}.{p}" for p in mapping_drift(mapping_for(spec.hint), nested)]
         # A schema default without a dataclass default is fine (optionals default to null in the schema
         # even where Python's field order forbids a default); the reverse would mean a field that old
         # writers lack and the schema cannot fill in.
@@ -185,6 +190,11 @@ class Codec:
             raise CodecError("bad_body", f"{plan.full_name}: {type(exc).__name__}: {exc}") from exc
         if body.tell() != size:
             raise CodecError("bad_body", f"{plan.full_name}: {size - body.tell()} bytes after the record")
+        if plan.lift is not None:  # written before a lift (upcast.py): the old shape, lifted to today's
+            try:
+                record = complete(plan.lift(record), plan.complete_to)  # type: ignore[arg-type]
+            except Exception as exc:  # a lift that cannot take this record: the one error out
+                raise CodecError("bad_body", f"{plan.full_name}: lift: {type(exc).__name__}: {exc}") from exc
         # A record schema reads to a dict; fastavro's signature names every Avro value it could read.
         return plan.full_name, record  # type: ignore[return-value]
 

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from fastavro import schemaless_reader, schemaless_writer
 
 from spotreel.codec.registry import SchemaEntry, load_current, load_released, schema_root
+from spotreel.codec.upcast import LIFTS, Lift, complete, has_field
 
 PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
 # writer type -> reader types it may be read as, besides itself (Avro spec, "Schema Resolution").
@@ -251,6 +252,25 @@ def empirical_problems(reader: Any, writer: Any) -> list[str]:
     return problems
 
 
+def lift_problems(current: Any, old: Any, before: Any, lift: Lift) -> list[str]:
+    """Write varied records with `old`, read them as the registry does (resolved to `before`, the newest
+    version of the old shape, lifted, completed) and write the result with `current`: each failure is a
+    problem. The lift's meaning (which value lands where) is tested in tests/unit/test_codec_upcast.py."""
+    named = _named(old)
+    count = min(_MAX_SAMPLES, max(2, _variety(old, named, set())))
+    problems: list[str] = []
+    for k in range(count):
+        out = BytesIO()
+        schemaless_writer(out, old, _sample(old, named, k, 0), disable_tuple_notation=True)
+        try:
+            record = schemaless_reader(BytesIO(out.getvalue()), old, None if old is before else before)
+            lifted = complete(lift.apply(record), current)  # type: ignore[arg-type]
+            schemaless_writer(BytesIO(), current, lifted, disable_tuple_notation=True)
+        except Exception as exc:  # whatever the lift or fastavro raises is the finding
+            problems.append(f"sample {k} written with the old schema does not lift: {type(exc).__name__}: {exc}")
+    return problems
+
+
 @dataclass(frozen=True)
 class Verdict:
     compatible: bool
@@ -281,6 +301,9 @@ class SchemaReport:
     versions: tuple[int, ...] = ()  # released versions it was checked against
     problems: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    # Released versions older than a lift (upcast.py), checked as resolved to the last version of their shape
+    # and then lifted: (version, that last version).
+    lifted: tuple[tuple[int, int], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -294,8 +317,24 @@ def check_entry(current: SchemaEntry, released: list[SchemaEntry]) -> SchemaRepo
     status: Status = "unchanged" if released[-1].fingerprint == current.fingerprint else "compatible"
     problems: list[str] = []
     notes: list[str] = []
+    lifted_from: list[tuple[int, int]] = []
+    lift = LIFTS.get(current.full_name)
+    lifted = lift is not None and has_field(current.schema, lift.creates)
     for old in released:
         if old.fingerprint == current.fingerprint:
+            continue
+        if lift is not None and lifted and not has_field(old.schema, lift.creates):
+            # Older than the lift (upcast.py): resolution up to the newest version of its own shape, then
+            # the lift; each checked.
+            before = [v for v in released if not has_field(v.schema, lift.creates)][-1]
+            lift_found = lift_problems(current.schema, old.schema, before.schema, lift)
+            problems += [f"vs v{old.version} (lift): {p}" for p in lift_found]
+            lifted_from.append((old.version or 0, before.version or 0))
+            if before is old:
+                continue
+            verdict = check_pair(before.schema, old.schema)
+            problems += [f"vs v{old.version} as v{before.version}: {p}" for p in verdict.rule_problems]
+            problems += [f"vs v{old.version} as v{before.version} (fastavro): {p}" for p in verdict.empirical_problems]
             continue
         verdict = check_pair(current.schema, old.schema)
         problems += [f"vs v{old.version}: {p}" for p in verdict.rule_problems]
@@ -305,7 +344,8 @@ def check_entry(current: SchemaEntry, released: list[SchemaEntry]) -> SchemaRepo
             notes.append(f"vs v{old.version}: only the {side} check found a problem")
     if problems:
         status = "incompatible"
-    return SchemaReport(current.full_name, current.source, status, versions, tuple(problems), tuple(notes))
+    return SchemaReport(current.full_name, current.source, status, versions, tuple(problems), tuple(notes),
+                        tuple(lifted_from))
 
 
 _REMOVED = "released, but gone from schemas/: records already written could no longer be read as messages"

@@ -6,6 +6,8 @@ Two sets are loaded from the schemas directory:
 * every released version, `released/<Name>.v<N>.avsc`: writer schemas only. Events are kept forever, so a
   record written under v1 must still decode after v5 ships; it is read with the current schema of the same
   full name as the reader (Avro schema resolution), which the compatibility check guarantees will work.
+  A version older than a lift (upcast.py: fields moved into a nested record) is instead resolved against
+  the newest released version of its own shape, lifted, and completed with the current schema's defaults.
 
 Each file is one self-contained schema (no references to types defined in other files), so that the
 fingerprint of a file covers every byte layout it describes and a plain consumer can parse each file alone.
@@ -20,10 +22,12 @@ from dataclasses import dataclass
 from importlib import resources
 from importlib.abc import Traversable
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from fastavro.schema import fingerprint as _fastavro_fingerprint
 from fastavro.schema import parse_schema, to_parsing_canonical_form
+
+from spotreel.codec.upcast import LIFTS, has_field
 
 SCHEMA_PACKAGE = "spotreel.schemas"
 RELEASED_DIR = "released"
@@ -177,6 +181,10 @@ class ReadPlan:
     full_name: str
     writer: Any
     reader: Any | None  # None when the writer *is* the current schema, which spares fastavro a resolution
+    # For a version older than a lift (upcast.py): the lift, and the current schema the lifted dict is
+    # completed against. `reader` is then the newest released version of the writer's own shape.
+    lift: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    complete_to: Any | None = None
 
 
 class SchemaRegistry:
@@ -191,14 +199,22 @@ class SchemaRegistry:
             for entry in versions:
                 if entry.fingerprint in self.plans:
                     continue  # unchanged since that release: the current plan already covers it
+                lift = LIFTS.get(name)
+                if reader is not None and lift is not None and not has_field(entry.schema, lift.creates) \
+                        and has_field(reader.schema, lift.creates):
+                    before = [v for v in versions if not has_field(v.schema, lift.creates)][-1]
+                    resolve = None if before.fingerprint == entry.fingerprint else before.schema
+                    self._add_plan(entry, resolve, lift.apply, reader.schema)
+                    continue
                 # A record type that was dropped from schemas/ still decodes, under its own released shape.
                 self._add_plan(entry, reader.schema if reader is not None else None)
 
-    def _add_plan(self, entry: SchemaEntry, reader: Any | None) -> None:
+    def _add_plan(self, entry: SchemaEntry, reader: Any | None,
+                  lift: Callable[[dict[str, Any]], dict[str, Any]] | None = None, complete_to: Any = None) -> None:
         other = self.plans.get(entry.fingerprint)
         if other is not None and other.full_name != entry.full_name:
             raise SchemaLoadError(f"{entry.source}: fingerprint collides with {other.full_name}")
-        self.plans[entry.fingerprint] = ReadPlan(entry.full_name, entry.schema, reader)
+        self.plans[entry.fingerprint] = ReadPlan(entry.full_name, entry.schema, reader, lift, complete_to)
 
     @classmethod
     def load(cls, directory: Path | str | None = None, *, include_released: bool = True) -> SchemaRegistry:
