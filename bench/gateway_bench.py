@@ -42,6 +42,7 @@ def serve_bare(port: int) -> None:
 
     from spotreel.domain import ids
     from spotreel.domain.commands import SubmitJob
+    from spotreel.domain.spec import RenderSpec
     from spotreel.dispatch.sender import AsyncCommandSender as KafkaCommandSink
     from spotreel.settings import Settings
 
@@ -54,8 +55,9 @@ def serve_bare(port: int) -> None:
         job_id = ids.job_id_for("bench", key)
         await sink.send(SubmitJob(
             command_id=uuid.uuid4().hex, job_id=job_id, tenant="bench", idempotency_key=key,
-            request_hash=ids.request_hash(body), model="tiny-t2v", gpu_type="any", prompt=body["prompt"],
-            duration_s=float(body["duration"]), resolution="256x256", fps=body["fps"], seed=7, num_steps=20))
+            request_hash=ids.request_hash(body), gpu_type="any",
+            spec=RenderSpec(model="tiny-t2v", prompt=body["prompt"], duration_s=float(body["duration"]),
+                            resolution="256x256", fps=body["fps"], seed=7, num_steps=20)))
         return web.json_response({"job_id": job_id, "status": "accepted"}, status=202)
 
     app = web.Application()

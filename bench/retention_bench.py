@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from spotreel.codec import Codec  # noqa: E402
 from spotreel.domain import commands as c  # noqa: E402
 from spotreel.domain import ids  # noqa: E402
+from spotreel.domain.spec import RenderSpec  # noqa: E402
 from spotreel.settings import Settings  # noqa: E402
 
 from spotreel.services.scheduler import app as sched_app  # noqa: E402
@@ -129,8 +130,8 @@ def main() -> None:
             clock[0] += step_ms
             key = f"bench-{i}"
             job_id = ids.job_id_for("acme", key)
-            apply(c.SubmitJob(f"s-{i}", job_id, "acme", key, ids.request_hash({"k": key}), "tiny-t2v", "cpu",
-                              "a red fox in snow, cinematic, 4k", 2.0, "256x256", 8, i, 20))
+            apply(c.SubmitJob(f"s-{i}", job_id, "acme", key, ids.request_hash({"k": key}), "cpu",
+                              RenderSpec("tiny-t2v", "a red fox in snow, cinematic, 4k", 2.0, "256x256", 8, i, 20)))
             apply(c.RequestWork(f"rw-{i}", "w-1", "cpu", ("tiny-t2v",), (), False, 30_000, clock[0]))
             state = sched.get(job_id)
             apply(c.CompleteJob(f"d-{i}", job_id, state.epoch, "w-1", ids.artifact_key(job_id, state.epoch),

@@ -24,6 +24,7 @@ from spotreel import tracing
 from spotreel.codec import Codec
 from spotreel.domain import commands as c
 from spotreel.domain import ids
+from spotreel.domain.spec import RenderSpec
 from spotreel.services.scheduler.handler import Handler
 from spotreel.services.scheduler.partition import PartitionState
 from spotreel.services.scheduler.traces import JobTraces
@@ -45,8 +46,9 @@ def records(codec: Codec, n: int, tag: str, traced: bool) -> list[Msg]:
         key = f"{tag}-{i}"
         job_id = ids.job_id_for("bench", key)
         cmd = c.SubmitJob(command_id=f"s-{key}", job_id=job_id, tenant="bench", idempotency_key=key,
-                          request_hash="h", model="m", gpu_type="cpu", prompt="a fox", duration_s=2.0,
-                          resolution="64x64", fps=8, seed=1, num_steps=20)
+                          request_hash="h", gpu_type="cpu",
+                          spec=RenderSpec(model="m", prompt="a fox", duration_s=2.0, resolution="64x64", fps=8, seed=1,
+                                          num_steps=20))
         headers = [("traceparent", TRACEPARENT.encode())] if traced else []
         out.append(Msg(job_id.encode(), codec.encode_message(cmd), i, headers))
     return out

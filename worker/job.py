@@ -112,18 +112,19 @@ class JobRun:
 
     def _run_lease(self) -> RunResult:
         lease = self.lease
-        if self.model is not None and lease.model != self.model:
+        spec = lease.spec
+        if self.model is not None and spec.model != self.model:
             # Not the weights this worker loaded: handed back unused, which the domain counts as no attempt.
             self._release(UNCLAIMED)
-            return RunResult("wrong_model", f"lease is for model {lease.model}; this worker loaded {self.model}")
+            return RunResult("wrong_model", f"lease is for model {spec.model}; this worker loaded {self.model}")
         try:
             # The job's own render options first; what it leaves out, this worker's for the model.
             req = RenderRequest.from_job(
-                prompt=lease.prompt, seed=lease.seed, num_steps=lease.num_steps, resolution=lease.resolution,
-                duration_s=lease.duration_s, fps=lease.fps,
-                sampler=lease.sampler or self.sampler or self.renderer.default_sampler,
-                guidance_scale=self.guidance_scale if lease.guidance_scale is None else lease.guidance_scale,
-                negative_prompt=self.negative_prompt if lease.negative_prompt is None else lease.negative_prompt)
+                prompt=spec.prompt, seed=spec.seed, num_steps=spec.num_steps, resolution=spec.resolution,
+                duration_s=spec.duration_s, fps=spec.fps,
+                sampler=spec.sampler or self.sampler or self.renderer.default_sampler,
+                guidance_scale=self.guidance_scale if spec.guidance_scale is None else spec.guidance_scale,
+                negative_prompt=self.negative_prompt if spec.negative_prompt is None else spec.negative_prompt)
             # What this model can do (sizes): a request it cannot render fails for good, not once per attempt.
             self.renderer.check(req)
         except ValueError as exc:
@@ -286,7 +287,7 @@ class JobRun:
             digest = frames_checksum(frames)
         pulse.move(state.step, DENOISE_SHARE + 3.0, "encoding")
         with phase.labels(pool, "encode").time():
-            mp4 = encode_mp4(frames, self.lease.fps)
+            mp4 = encode_mp4(frames, self.lease.spec.fps)
         if pulse.lost.is_set():
             return RunResult("stale", pulse.lost_reason, steps_run=self.steps_run)
         pulse.move(state.step, DENOISE_SHARE + 4.0, "uploading")

@@ -186,8 +186,8 @@ class WorkerRuntime:
         is left for it (domain/dispatch.py, model affinity): unload, load, declare the new one warm. The
         lease is renewed meanwhile (loading takes longer than a TTL). If the load fails the old model is
         loaded back and the lease goes back unused (job.py: wrong model, no attempt spent)."""
-        target = self.models.get(lease.model)
-        if target is None or lease.model == self.options.model:
+        target = self.models.get(lease.spec.model)
+        if target is None or lease.spec.model == self.options.model:
             return
         previous = self.models.get(self.options.model or "")
         began = time.monotonic()

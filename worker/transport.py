@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Mapping, Protocol
 
+from spotreel.domain.spec import SPEC_FIELDS, RenderSpec
+
 # Refusals after which the worker does not hold the lease any more.
 LEASE_LOST_REASONS = frozenset({"stale_epoch", "unknown_epoch", "lease_expired", "worker_mismatch", "terminal",
                                 "unknown_job"})
@@ -53,14 +55,10 @@ class WorkerLease:
     lease_ttl_ms: int
     lease_expires_at_ms: int
     pool: str
-    model: str
     gpu_type: str
-    prompt: str
-    duration_s: float
-    resolution: str
-    fps: int
-    seed: int
-    num_steps: int
+    # The video to render. Its render options None: this worker's for its model (registry entry or
+    # --sampler/--guidance-scale/--negative-prompt).
+    spec: RenderSpec
     resume_checkpoint_key: str | None = None
     resume_step: int | None = None
     resume_progress_pct: float | None = None
@@ -73,11 +71,6 @@ class WorkerLease:
     pool_leased_seconds_1h: float | None = None
     # The job's trace (W3C traceparent) when the job is traced (spotreel/tracing.py): the worker's spans join it.
     traceparent: str | None = None
-    # The job's render options; None: this worker's for its model (registry entry or --sampler/--guidance-scale/
-    # --negative-prompt).
-    guidance_scale: float | None = None
-    negative_prompt: str | None = None
-    sampler: str | None = None
 
     @classmethod
     def from_answer(cls, answer: Mapping[str, Any] | Any) -> "WorkerLease":
@@ -89,6 +82,12 @@ class WorkerLease:
             if value is not missing and value is not None:
                 kwargs[f.name] = value
         try:
+            # A WorkAssigned carries its RenderSpec; the gateway's JSON answer has the spec's fields flat.
+            if isinstance(kwargs.get("spec"), Mapping):
+                kwargs["spec"] = RenderSpec(**kwargs["spec"])
+            elif "spec" not in kwargs:
+                kwargs["spec"] = RenderSpec.from_flat(
+                    {name: v for name in SPEC_FIELDS if (v := get(name, missing)) is not missing})
             return cls(**kwargs)
         except TypeError as exc:
             raise TransportError(f"malformed lease answer: {exc}") from None

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from spotreel.dispatch import verdicts
@@ -26,6 +26,7 @@ from spotreel.dispatch.asking import Asking
 from spotreel.dispatch.sender import AsyncCommandSender
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
+from spotreel.domain.spec import flattened
 from spotreel.domain.leases import UNCLAIMED
 from spotreel.settings import Settings
 
@@ -141,7 +142,7 @@ class KafkaLink:
             return 204, None
         # As a Kafka worker does (worker/transport_kafka.py): the pool's lease losses from pool-stats.
         losses, leased_s = self.dispatch.lease_losses(answer.pool)
-        return 200, {**asdict(answer), "pool_lease_losses_1h": losses, "pool_leased_seconds_1h": leased_s}
+        return 200, {**flattened(answer), "pool_lease_losses_1h": losses, "pool_leased_seconds_1h": leased_s}
 
     async def _await_lease(self, worker_id: str, desk: _Desk, inbox: asyncio.Queue, body: dict[str, Any],
                            deadline: float) -> ev.WorkAssigned | None:

@@ -23,7 +23,6 @@ import asyncio
 import json
 import math
 import time
-from dataclasses import asdict
 from typing import Any, Callable
 
 from aiohttp import web
@@ -33,6 +32,7 @@ from spotreel.dispatch.asking import Asking
 from spotreel.dispatch.order import request_order
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
+from spotreel.domain.spec import flattened
 from spotreel.platform.seed import api_key_hash
 from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.context import GATEWAY, Gateway, gateway
@@ -307,7 +307,7 @@ async def _deliver(request: web.Request, gw: Gateway, desk: LeaseDesk, answer: e
     losses, leased_s = _bus(gw).lease_losses(answer.pool)
     # A traced job's grant names its trace, so the worker's spans join it (spotreel/tracing.py).
     trace = getattr(_bus(gw), "lease_trace", lambda *_: None)(answer.job_id, answer.epoch)
-    response = web.json_response({**asdict(answer), "heartbeat_seconds": gw.cfg.heartbeat_seconds,
+    response = web.json_response({**flattened(answer), "heartbeat_seconds": gw.cfg.heartbeat_seconds,
                                   "progress_seconds": gw.cfg.progress_seconds,
                                   "pool_lease_losses_1h": losses, "pool_leased_seconds_1h": leased_s,
                                   **({"traceparent": trace} if trace else {})})

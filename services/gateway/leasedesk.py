@@ -63,7 +63,7 @@ class Poll:
     closed: bool = False
 
     def wants(self, answer: ev.WorkAssigned) -> bool:
-        return not self.closed and not self.draining and answer.model in self.models and self.alive()
+        return not self.closed and not self.draining and answer.spec.model in self.models and self.alive()
 
     async def next(self, timeout: float) -> Any:
         """The next answer, SUPERSEDED, or None when `timeout` passed."""
@@ -152,7 +152,7 @@ class LeaseDesk:
             self._forget_answer(answer.request_id)
             if poll is not None and poll.wants(answer):
                 poll.queue.put_nowait(answer)
-            elif poll is not None and (poll.draining or answer.model not in poll.models):
+            elif poll is not None and (poll.draining or answer.spec.model not in poll.models):
                 self.release(answer)  # the worker asks for something else now: it will not take this one
             else:
                 self.park(answer)
@@ -180,7 +180,7 @@ class LeaseDesk:
         got = None
         for answer, handle in parked:
             handle.cancel()
-            if got is None and not poll.draining and answer.model in poll.models:
+            if got is None and not poll.draining and answer.spec.model in poll.models:
                 got = answer
             else:
                 self.release(answer)

@@ -75,10 +75,10 @@ async def accept(gw: Gateway, tenant: Tenant, key: str, body: dict[str, Any], *,
     deps = gw.deps
     now = deps.clock_ms()
     submit = build_submit(tenant.tenant_id, key, body, now, gw.new_id())
-    pool = ids.pool_key(submit.model, submit.gpu_type)
+    pool = ids.pool_key(submit.spec.model, submit.gpu_type)
     mine = Claim(job_id=submit.job_id, tenant_id=tenant.tenant_id, idempotency_key=key,
-                 request_hash=submit.request_hash, accepted_at_ms=now, model=submit.model, pool=pool,
-                 priority=submit.priority, prompt=submit.prompt,
+                 request_hash=submit.request_hash, accepted_at_ms=now, model=submit.spec.model, pool=pool,
+                 priority=submit.priority, prompt=submit.spec.prompt,
                  params={k: body[k] for k in ("duration", "resolution", "fps", "num_steps", "gpu_type",
                                                "callback_url", "guidance_scale", "negative_prompt", "sampler")
                          if k in body})

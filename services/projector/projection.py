@@ -36,6 +36,7 @@ from typing import Any, Callable, Iterable, NamedTuple
 
 from spotreel.domain import events as ev
 from spotreel.domain.evolve import evolve
+from spotreel.domain.spec import SPEC_FIELDS
 from spotreel.domain.state import JobState, Status
 
 Key = tuple[tuple[str, Any], ...]
@@ -85,16 +86,16 @@ class Envelope(NamedTuple):
 
 # The JobState fields behind jobs_by_id.params. Only JobSubmitted sets them, so a state evolved from another
 # holds the very same objects and the JSON of its predecessor's row can be reused.
-PARAM_FIELDS = ("duration_s", "resolution", "fps", "seed", "num_steps", "gpu_type", "callback_url", "parents",
-                "dag_policy", "keep_checkpoints", "backoff_base_ms", "backoff_max_ms", "poison_threshold",
-                "poison_window_ms", "occurrence_ms", "timeout_ms", "stuck_steps", "stuck_min_ms", "guidance_scale",
-                "negative_prompt", "sampler")
+PARAM_FIELDS = ("spec", "gpu_type", "callback_url", "parents", "dag_policy", "keep_checkpoints", "backoff_base_ms",
+                "backoff_max_ms", "poison_threshold", "poison_window_ms", "occurrence_ms", "timeout_ms", "stuck_steps",
+                "stuck_min_ms")
 
 
 def params_json(s: JobState) -> str:
+    v = s.spec
     params = {
-        "duration_s": s.duration_s, "resolution": s.resolution, "fps": s.fps, "seed": s.seed,
-        "num_steps": s.num_steps, "gpu_type": s.gpu_type, "callback_url": s.callback_url,
+        "duration_s": v.duration_s, "resolution": v.resolution, "fps": v.fps, "seed": v.seed,
+        "num_steps": v.num_steps, "gpu_type": s.gpu_type, "callback_url": s.callback_url,
         "parents": list(s.parents), "dag_policy": s.dag_policy, "keep_checkpoints": s.keep_checkpoints,
         "backoff_base_ms": s.backoff_base_ms, "backoff_max_ms": s.backoff_max_ms,
         "poison_threshold": s.poison_threshold, "poison_window_ms": s.poison_window_ms,
@@ -104,8 +105,8 @@ def params_json(s: JobState) -> str:
     # The render options only where the job set them (null: the model's default), so the rows of jobs
     # submitted before they existed read as before.
     for name in ("guidance_scale", "negative_prompt", "sampler"):
-        if getattr(s, name) is not None:
-            params[name] = getattr(s, name)
+        if getattr(v, name) is not None:
+            params[name] = getattr(v, name)
     return json.dumps(params, sort_keys=True, separators=(",", ":"))
 
 
@@ -123,13 +124,13 @@ def job_row(s: JobState, prev: tuple[JobState, dict[str, Any]] | None = None) ->
     cp = s.resume_point
     params = prev[1]["params"] if prev is not None and _same_params(prev[0], s) else params_json(s)
     return {
-        "tenant_id": s.tenant, "status": s.status, "pool": s.pool, "model": s.model, "priority": s.priority,
-        "prompt": s.prompt, "params": params, "idempotency_key": s.idempotency_key,
+        "tenant_id": s.tenant, "status": s.status, "pool": s.pool, "model": s.spec.model, "priority": s.priority,
+        "prompt": s.spec.prompt, "params": params, "idempotency_key": s.idempotency_key,
         "created_at": s.submitted_at_ms, "updated_at": s.updated_at_ms, "run_at": s.run_at_ms,
         "attempt": s.attempts_used, "max_attempts": s.max_attempts,
         "lease_epoch": s.epoch or None, "worker_id": s.lease.worker_id if s.lease else None,
         "lease_expires_at": s.lease.expires_at_ms if s.lease else None,
-        "step": s.step, "total_steps": s.num_steps, "resuming": s.resuming,
+        "step": s.step, "total_steps": s.spec.num_steps, "resuming": s.resuming,
         "checkpoint_key": cp.key if cp else None,
         "result_key": s.artifact_key, "result_sha256": s.artifact_checksum,
         "result_size_bytes": s.artifact_size_bytes,
@@ -143,7 +144,7 @@ def job_row(s: JobState, prev: tuple[JobState, dict[str, Any]] | None = None) ->
 
 
 def tenant_row(s: JobState) -> dict[str, Any]:
-    return {"status": s.status, "priority": s.priority, "prompt": s.prompt, "updated_at": s.updated_at_ms,
+    return {"status": s.status, "priority": s.priority, "prompt": s.spec.prompt, "updated_at": s.updated_at_ms,
             "version": s.version}
 
 
@@ -220,20 +221,35 @@ _QUIET = frozenset({"prompt", "request_hash", "idempotency_key", "checksum", "ar
 _SALIENT: dict[type, tuple[str, ...]] = {}
 
 
+def _flat_names(cls: type) -> list[str]:
+    """The field names with a RenderSpec's in the places the flat JobSubmitted had them (model before
+    gpu_type, the video where `spec` is, the render options last), so a history line reads as before."""
+    names = [f.name for f in fields(cls)]
+    if "spec" not in names:
+        return names
+    options = ("guidance_scale", "negative_prompt", "sampler")
+    core = [n for n in SPEC_FIELDS if n != "model" and n not in options]
+    i = names.index("spec")
+    names[i:i + 1] = core
+    names.insert(names.index("gpu_type") if "gpu_type" in names else i, "model")
+    return names + list(options)
+
+
 def _salient(cls: type) -> tuple[str, ...]:
     names = _SALIENT.get(cls)
     if names is None:
         names = _SALIENT[cls] = tuple(
-            f.name for f in fields(cls) if f.name not in _HEADER and f.name not in _QUIET
-            and not f.name.startswith(("backoff_", "poison_", "max_", "keep_")))
+            n for n in _flat_names(cls) if n not in _HEADER and n not in _QUIET
+            and not n.startswith(("backoff_", "poison_", "max_", "keep_")))
     return names
 
 
 def summary(event: Any) -> str:
     """One line for the history API: the event type and its salient fields."""
     parts = []
+    spec = getattr(event, "spec", None)
     for name in _salient(type(event)):
-        value = getattr(event, name)
+        value = getattr(spec, name) if spec is not None and name in SPEC_FIELDS else getattr(event, name)
         if value is None or value == ():
             continue
         parts.append(f"{name}={value}")

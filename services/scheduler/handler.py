@@ -192,11 +192,9 @@ def work_assigned(request_id: str, leased: ev.JobLeased, s: JobState, partition:
     return ev.WorkAssigned(
         request_id=request_id, worker_id=leased.worker_id, job_id=leased.job_id, epoch=leased.epoch,
         attempt=leased.attempt, at_ms=leased.at_ms, lease_ttl_ms=leased.lease_ttl_ms,
-        lease_expires_at_ms=leased.lease_expires_at_ms, pool=leased.pool, model=s.model,
-        gpu_type=s.gpu_type, prompt=s.prompt, duration_s=s.duration_s, resolution=s.resolution,
-        fps=s.fps, seed=s.seed, num_steps=s.num_steps, resume_checkpoint_key=leased.resume_checkpoint_key,
-        resume_step=leased.resume_step, resume_progress_pct=leased.resume_progress_pct, partition=partition,
-        guidance_scale=s.guidance_scale, negative_prompt=s.negative_prompt, sampler=s.sampler)
+        lease_expires_at_ms=leased.lease_expires_at_ms, pool=leased.pool, gpu_type=s.gpu_type, spec=s.spec,
+        resume_checkpoint_key=leased.resume_checkpoint_key, resume_step=leased.resume_step,
+        resume_progress_pct=leased.resume_progress_pct, partition=partition)
 
 
 def why_fields(r: GrantReasons | None) -> dict[str, Any]:

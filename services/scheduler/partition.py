@@ -129,9 +129,9 @@ class PartitionState:
         if after.status == Status.QUEUED:
             if before is None or before.status != Status.QUEUED:
                 self.freshly_queued.add(after.pool)
-            self.index.add(QueuedJob(job_id, after.tenant, after.priority, after.model, after.gpu_type,
+            self.index.add(QueuedJob(job_id, after.tenant, after.priority, after.spec.model, after.gpu_type,
                                      after.updated_at_ms if before is not None else after.submitted_at_ms,
-                                     float(after.num_steps)))
+                                     float(after.spec.num_steps)))
         else:
             self.index.discard(job_id)
         was_holding = job_id in self.holders

@@ -24,6 +24,7 @@ from spotreel.domain import commands as c
 from spotreel.domain import events as ev
 from spotreel.domain import ids
 from spotreel.domain.evolve import fold
+from spotreel.domain.spec import SPEC_FIELDS, RenderSpec
 from spotreel.platform.topics import commands_topic, commands_deadletter_topic, events_topic, replies_topic
 from spotreel.settings import Settings
 
@@ -33,11 +34,14 @@ POOL = ids.pool_key(MODEL, GPU)
 
 
 def submit(tenant: str, key: str, **overrides: Any) -> c.SubmitJob:
+    """A SubmitJob; an override named like a RenderSpec field (model, prompt, seed, ...) goes into its spec."""
+    spec = {name: overrides.pop(name) for name in SPEC_FIELDS if name in overrides}
     base = c.SubmitJob(
         command_id=f"submit-{tenant}-{key}", job_id=ids.job_id_for(tenant, key), tenant=tenant,
-        idempotency_key=key, request_hash="h1", model=MODEL, gpu_type=GPU, prompt="a red fox in snow",
-        duration_s=2.0, resolution="64x64", fps=8, seed=7, num_steps=20)
-    return replace(base, **overrides)
+        idempotency_key=key, request_hash="h1", gpu_type=GPU,
+        spec=RenderSpec(model=MODEL, prompt="a red fox in snow", duration_s=2.0, resolution="64x64", fps=8, seed=7,
+                        num_steps=20))
+    return replace(base, spec=replace(base.spec, **spec), **overrides)
 
 
 class SchedulerProc:

@@ -105,13 +105,13 @@ async def test_submit_status_watch_get_jobs_cancel(server, cli_settings, cql, s3
     d = life.d
     watch = asyncio.create_task(spotreel(url, key, "watch", job_id))
     await asyncio.sleep(2.5)
-    life.apply(lambda: d.grant("w1", pool=ids.pool_key(submit.model, submit.gpu_type)))
+    life.apply(lambda: d.grant("w1", pool=ids.pool_key(submit.spec.model, submit.gpu_type)))
     life.apply(lambda: d.progress(25.0, step=5))
     life.apply(lambda: d.checkpoint(8, 40.0))
     life.apply(lambda: d.progress(60.0, step=12))
     await asyncio.sleep(0.8)
     life.apply(lambda: d.release())  # preempted: resumes from the 40% checkpoint
-    life.apply(lambda: d.grant("w2", pool=ids.pool_key(submit.model, submit.gpu_type)))
+    life.apply(lambda: d.grant("w2", pool=ids.pool_key(submit.spec.model, submit.gpu_type)))
     life.apply(lambda: d.progress(45.0, step=9))
     await asyncio.sleep(0.8)
     epoch = d.s.lease.epoch
@@ -219,7 +219,7 @@ async def test_lifecycle_history_and_attempts_commands(server, cli_settings, cql
     view = await status_json(url, key, job_id)
     assert view["status"] == "queued" and view["priority"] == 7
 
-    life.apply(lambda: life.d.grant("w-cli", pool=ids.pool_key(submit.model, submit.gpu_type)))
+    life.apply(lambda: life.d.grant("w-cli", pool=ids.pool_key(submit.spec.model, submit.gpu_type)))
     life.apply(lambda: life.d.progress(50.0, step=4))
     life.apply(lambda: life.d.fail(retryable=False))
     assert (await status_json(url, key, job_id))["status"] == "failed"
@@ -330,7 +330,7 @@ async def test_stream_resumes_from_last_event_id_exactly_once(server, cli_settin
         [submit] = commands_for(cli_settings, job_id)
         life = Life(cql, submit)
         d = life.d
-        pool = ids.pool_key(submit.model, submit.gpu_type)
+        pool = ids.pool_key(submit.spec.model, submit.gpu_type)
         stream_url = f"{url}/v1/videos/{job_id}/stream"
 
         # First connection: the job until it runs, then the client drops the connection.

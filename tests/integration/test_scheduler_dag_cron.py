@@ -45,7 +45,7 @@ def _keys_on_distinct_partitions(n: int, partitions: int, tenant: str = "acme") 
 
 
 def _run(bus: Bus, job_id: str, model: str | None = None, ok: bool = True) -> None:
-    a = bus.request_work("w-" + uuid.uuid4().hex[:6], model=model or bus.state(job_id).model)
+    a = bus.request_work("w-" + uuid.uuid4().hex[:6], model=model or bus.state(job_id).spec.model)
     assert isinstance(a, ev.WorkAssigned) and a.job_id == job_id, a
     if ok:
         bus.send(c.CompleteJob(bus.next_id("done"), job_id, a.epoch, a.worker_id, "k", "sha", 1))
@@ -72,7 +72,7 @@ def _dag(bus: Bus, settings, policy: str):
 
 
 def _model(bus: Bus, job_id: str) -> str:
-    return bus.state(job_id).model
+    return bus.state(job_id).spec.model
 
 
 def test_fail_fast_child_runs_only_after_both_parents_succeed(env):

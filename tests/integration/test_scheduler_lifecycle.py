@@ -66,7 +66,7 @@ def _job(bus: Bus, **kw) -> c.SubmitJob:
 
 
 def _lease(bus: Bus, job_id: str, worker: str, ttl_ms: int = 30_000) -> ev.WorkAssigned:
-    a = bus.request_work(worker, ttl_ms=ttl_ms, model=bus.state(job_id).model)
+    a = bus.request_work(worker, ttl_ms=ttl_ms, model=bus.state(job_id).spec.model)
     assert isinstance(a, ev.WorkAssigned) and a.job_id == job_id, a
     return a
 
@@ -78,7 +78,7 @@ def test_happy_path_submit_lease_progress_checkpoint_complete(env):
     a = _lease(bus, sub.job_id, "w-happy")
     leased = bus.wait_event(sub.job_id, ev.JobLeased, count=1)
     assert (leased.epoch, leased.worker_id) == (a.epoch, "w-happy")
-    assert a.model == sub.model and a.num_steps == sub.num_steps and a.resume_checkpoint_key is None
+    assert a.spec == sub.spec and a.resume_checkpoint_key is None
     bus.send(c.RenewLease(bus.next_id(), sub.job_id, a.epoch, "w-happy"))
     bus.send(c.ReportProgress(bus.next_id(), sub.job_id, a.epoch, "w-happy", 5, 25.0, "denoising"))
     bus.send(c.RecordCheckpoint(bus.next_id(), sub.job_id, a.epoch, "w-happy", "ck/5", 5, 25.0, "sum", 10))
@@ -210,7 +210,7 @@ def test_pool_stats_and_replay(env):
                 s = bus.codec.decode_message(m.value())
                 seen[(s.pool, s.partition)] = s
     cons.close()
-    assert any(s.queued >= 1 and s.pool == f"{sub.model}@cpu" for s in seen.values()), seen
+    assert any(s.queued >= 1 and s.pool == f"{sub.spec.model}@cpu" for s in seen.values()), seen
 
     envv = {**__import__("os").environ, "SPOTREEL_TOPIC_PREFIX": settings.topic_prefix, "SPOTREEL_PARTITIONS": "3"}
     out = subprocess.run([sys.executable, "-m", "spotreel.cli", "replay", sub.job_id], cwd=ROOT, env=envv,

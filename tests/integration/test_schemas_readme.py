@@ -23,6 +23,7 @@ from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import MARKER, Codec
 from spotreel.domain import commands as c
 from spotreel.domain import ids
+from spotreel.domain.spec import RenderSpec
 from tests.unit.jobkit import Driver, submit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +45,7 @@ def as_json(value):
 
 
 def fields_of(message) -> dict:
-    return {f.name: getattr(message, f.name) for f in dataclasses.fields(message)}
+    return dataclasses.asdict(message)  # a RenderSpec inside as its own object
 
 
 def domain_messages() -> list:
@@ -87,6 +88,18 @@ def test_the_readme_program_decodes_every_record_as_produced(stack, make_topic, 
     schemaless_writer(body, old.schema, renewed)
     produced.append(("jold", MARKER + old.fingerprint + body.getvalue(), "spotreel.v1.LeaseRenewed",
                      {**renewed, "cancel_requested": False, "drain_requested": False}))
+
+    # Written flat, before RenderSpec (SubmitJob v1): the README's step 4 nests the video in `spec`, as the codec
+    # does, and the fields added since v1 read at their defaults.
+    v1 = codec.registry.released["spotreel.v1.SubmitJob"][0]
+    flat = {"command_id": "c-old", "job_id": "jflat", "tenant": "acme", "idempotency_key": "k", "request_hash": "h",
+            "model": "tiny-t2v", "gpu_type": "cpu", "prompt": "a fox in snow", "duration_s": 2.0,
+            "resolution": "64x64", "fps": 8, "seed": 7, "num_steps": 20}
+    body = io.BytesIO()
+    schemaless_writer(body, v1.schema, {f["name"]: flat.get(f["name"], f.get("default")) for f in v1.schema["fields"]})
+    lifted = c.SubmitJob("c-old", "jflat", "acme", "k", "h", "cpu",
+                         RenderSpec("tiny-t2v", "a fox in snow", 2.0, "64x64", 8, 7, 20))
+    produced.append(("jflat", MARKER + v1.fingerprint + body.getvalue(), "spotreel.v1.SubmitJob", fields_of(lifted)))
 
     producer = Producer({"bootstrap.servers": stack.kafka_bootstrap, "enable.idempotence": True})
     for key, value, _, _ in produced:

@@ -19,6 +19,7 @@ from spotreel.worker.job import JobRun
 from spotreel.worker.metrics import PHASES, WorkerMetrics
 from spotreel.worker.pipeline import Renderer
 from spotreel.worker.signals import PreemptionNotice
+from spotreel.domain.spec import RenderSpec
 from spotreel.worker.transport import WorkerLease, Verdict
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -47,8 +48,9 @@ class AcceptingControlPlane:
 
 def _lease() -> WorkerLease:
     return WorkerLease(job_id="j" + uuid.uuid4().hex, epoch=1, worker_id="w-metrics", attempt=1, lease_ttl_ms=30_000,
-                 lease_expires_at_ms=0, pool=POOL, model="tiny-t2v", gpu_type="metrics", prompt="a fox",
-                 duration_s=0.5, resolution="32x32", fps=8, seed=3, num_steps=STEPS)
+                 lease_expires_at_ms=0, pool=POOL, gpu_type="metrics",
+                 spec=RenderSpec(model="tiny-t2v", prompt="a fox", duration_s=0.5, resolution="32x32", fps=8, seed=3,
+                                 num_steps=STEPS))
 
 
 def _run(renderer, s3, bucket: str, metrics: WorkerMetrics, ckpt_s3=None):

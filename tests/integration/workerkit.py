@@ -252,12 +252,13 @@ def reference_checksum(model_dir: Path, command, sampler: str) -> str:
     from spotreel.worker.pipeline import Renderer, RenderRequest
     from spotreel.video import frames_checksum
 
-    req = RenderRequest.from_job(prompt=command.prompt, seed=command.seed, num_steps=command.num_steps,
-                                 resolution=command.resolution, duration_s=command.duration_s, fps=command.fps,
+    spec = getattr(command, "spec", command)  # a SubmitJob's RenderSpec, or the same fields flat
+    req = RenderRequest.from_job(prompt=spec.prompt, seed=spec.seed, num_steps=spec.num_steps,
+                                 resolution=spec.resolution, duration_s=spec.duration_s, fps=spec.fps,
                                  sampler=sampler,
-                                 guidance_scale=1.0 if getattr(command, "guidance_scale", None) is None
-                                 else command.guidance_scale,
-                                 negative_prompt=getattr(command, "negative_prompt", None) or "")
+                                 guidance_scale=1.0 if getattr(spec, "guidance_scale", None) is None
+                                 else spec.guidance_scale,
+                                 negative_prompt=getattr(spec, "negative_prompt", None) or "")
     if (model_dir, req) not in _references:
         torch.set_num_threads(1)  # as the workers run (--threads 1): same reduction order, same bits
         renderer = quietly(lambda: Renderer(model_dir))

@@ -11,6 +11,7 @@ from spotreel.domain import ids
 from spotreel.domain.decide import decide
 from spotreel.domain.events import CommandRejected
 from spotreel.domain.evolve import evolve
+from spotreel.domain.spec import SPEC_FIELDS, RenderSpec
 from spotreel.domain.state import JobState
 
 TENANT = "acme"
@@ -22,22 +23,26 @@ T0 = 1_700_000_000_000
 
 
 def submit(key: str = KEY, tenant: str = TENANT, **overrides: Any) -> c.SubmitJob:
+    """A SubmitJob; an override named like a RenderSpec field (model, prompt, seed, ...) goes into its spec."""
+    spec = {name: overrides.pop(name) for name in SPEC_FIELDS if name in overrides}
     base = c.SubmitJob(
         command_id=f"submit-{key}",
         job_id=ids.job_id_for(tenant, key),
         tenant=tenant,
         idempotency_key=key,
         request_hash="h1",
-        model="tiny-t2v",
         gpu_type="h100",
-        prompt="a red fox in snow",
-        duration_s=4.0,
-        resolution="512x512",
-        fps=8,
-        seed=7,
-        num_steps=20,
+        spec=RenderSpec(
+            model="tiny-t2v",
+            prompt="a red fox in snow",
+            duration_s=4.0,
+            resolution="512x512",
+            fps=8,
+            seed=7,
+            num_steps=20,
+        ),
     )
-    return replace(base, **overrides)
+    return replace(base, spec=replace(base.spec, **spec), **overrides)
 
 
 @dataclass

@@ -45,6 +45,8 @@ def strategy_for(hint: Any) -> st.SearchStrategy[Any]:
     }
     if hint in simple:
         return simple[hint]
+    if dataclasses.is_dataclass(hint):  # a nested record (RenderSpec)
+        return messages_of(hint)
     raise AssertionError(f"no strategy for message field type {hint!r}")
 
 

@@ -54,7 +54,7 @@ async def test_submit_produces_submitjob_with_derived_id(api):
     assert body["status"] == "accepted" and body["queue_position"] == 1
     assert body["estimated_wait_seconds"] is None and body["estimate_unavailable_reason"]
     [sent] = deps.commands.sent
-    assert isinstance(sent, cmd.SubmitJob) and sent.job_id == body["job_id"] and sent.seed == 7
+    assert isinstance(sent, cmd.SubmitJob) and sent.job_id == body["job_id"] and sent.spec.seed == 7
     assert r.headers["Location"] == f"/v1/videos/{body['job_id']}"
 
 

@@ -18,6 +18,7 @@ from spotreel.domain import commands as cmd
 from spotreel.dispatch.order import WorkView
 from spotreel.domain import events as ev
 from spotreel.domain.leases import UNCLAIMED
+from spotreel.domain.spec import RenderSpec
 from spotreel.services.gateway.app import create_app
 from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.leasedesk import SUPERSEDED, LeaseDesk
@@ -31,8 +32,8 @@ W = {"Authorization": f"Bearer {WORKER_KEY}"}
 
 def assigned(rid: str, worker: str = "w1", job: str = "j" + "a" * 32, epoch: int = 3, model: str = "m",
              partition: int = 0) -> ev.WorkAssigned:
-    return ev.WorkAssigned(rid, worker, job, epoch, epoch, 1000, 30_000, 31_000, f"{model}@cpu", model, "cpu",
-                           "a fox", 2.0, "64x64", 8, 7, 20, partition=partition)
+    return ev.WorkAssigned(rid, worker, job, epoch, epoch, 1000, 30_000, 31_000, f"{model}@cpu", "cpu",
+                           RenderSpec(model, "a fox", 2.0, "64x64", 8, 7, 20), partition=partition)
 
 
 def nothing(rid: str, worker: str = "w1", partition: int = 0) -> ev.NoWorkAvailable:

@@ -63,7 +63,7 @@ async def test_lone_surrogate_is_422_naming_the_field(api, raw, field):
 async def test_surrogate_pairs_are_text(api):
     client, deps = await api()
     r = await client.post("/v1/videos", data=b'{"prompt": "fox \\ud83e\\udd8a"}', headers=JSON)
-    assert r.status == 202 and deps.commands.sent[0].prompt == "fox \U0001f98a"
+    assert r.status == 202 and deps.commands.sent[0].spec.prompt == "fox \U0001f98a"
 
 
 async def test_lone_surrogate_in_a_dag_node_and_a_patch(api):
@@ -183,7 +183,7 @@ async def test_resolutions_workers_cannot_render_are_refused_with_the_rule(api, 
 async def test_renderable_resolutions_are_accepted(api, resolution):
     client, deps = await api()
     r = await client.post("/v1/videos", json={"prompt": "x", "resolution": resolution}, headers=A)
-    assert r.status == 202 and deps.commands.sent[0].resolution == resolution
+    assert r.status == 202 and deps.commands.sent[0].spec.resolution == resolution
 
 
 @pytest.mark.parametrize("field,value", [("fps", 61), ("fps", 0), ("num_steps", 501), ("num_steps", 0),
@@ -201,7 +201,7 @@ async def test_null_optional_fields_take_their_defaults(api):
     nulls = {f: None for f in ("duration", "parents", "resolution", "fps", "num_steps", "model", "dag_policy")}
     assert (await client.post("/v1/videos", json={"prompt": "x", **nulls}, headers=A)).status == 202
     sent = deps.commands.sent[0]
-    assert (sent.duration_s, sent.resolution, sent.parents) == (2.0, "256x256", ())
+    assert (sent.spec.duration_s, sent.spec.resolution, sent.parents) == (2.0, "256x256", ())
 
 
 async def test_limits_follow_the_config(api):
@@ -284,7 +284,7 @@ async def test_a_whole_number_written_as_a_float_is_an_integer(api):
     r = await client.post("/v1/videos", data=b'{"prompt": "x", "fps": 8.0, "priority": 2e0}', headers=JSON)
     assert r.status == 202, await r.text()
     submit = deps.commands.sent[-1]
-    assert (submit.fps, submit.priority) == (8, 2)
+    assert (submit.spec.fps, submit.priority) == (8, 2)
     r2 = await client.post("/v1/videos", data=b'{"prompt": "x", "fps": 8, "priority": 2}',
                            headers={**JSON, "Idempotency-Key": r.headers["Idempotency-Key"]})
     assert (await r2.json())["replayed"] is True  # the same request, the same hash

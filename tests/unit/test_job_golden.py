@@ -7,6 +7,11 @@ nothing) and the state they fold to. Two checks:
   * decide: running the scenario's commands today yields the same events, so a change in `decide` is seen.
 A deliberate change regenerates the files: SPOTREEL_UPDATE_GOLDEN=1 pytest tests/unit/test_job_golden.py,
 and the diff goes through review like code.
+
+The files hold a job's RenderSpec flat (model, prompt, seed, ... beside gpu_type), as every history was
+recorded before the spec was one record: an event is read back through the codec's own lift
+(codec/upcast.py, the one that reads a JobSubmitted written under a released flat version), and a state or
+event is compared with its spec flattened, so the histories recorded before the change replay unchanged.
 """
 
 from __future__ import annotations
@@ -21,10 +26,12 @@ from typing import Any
 
 import pytest
 
+from spotreel.codec.upcast import nest_render_spec
 from spotreel.domain import commands as c
 from spotreel.domain import events as ev
 from spotreel.domain.evolve import fold
 from spotreel.domain.schedules import decide_schedule, fold_schedule
+from spotreel.domain.spec import RenderSpec
 from tests.unit.jobkit import T0, Driver, leased_job
 
 pytestmark = pytest.mark.unit
@@ -33,15 +40,26 @@ GOLDEN = Path(__file__).parent / "golden"
 BY_NAME = {cls.__name__: cls for cls in ev.ALL_EVENTS}
 
 
+def _flat_spec(d: dict[str, Any]) -> dict[str, Any]:
+    """The record with its `spec` (if any) flattened into it, as the files hold it."""
+    spec = d.pop("spec", None)
+    return {**d, **spec} if isinstance(spec, dict) else d
+
+
 def encode_event(event: Any) -> dict[str, Any]:
-    return {"type": type(event).__name__, **json.loads(json.dumps(dataclasses.asdict(event)))}
+    return {"type": type(event).__name__, **_flat_spec(json.loads(json.dumps(dataclasses.asdict(event))))}
 
 
 def decode_event(record: dict[str, Any]) -> Any:
     cls = BY_NAME[record["type"]]
     hints = typing.get_type_hints(cls)
-    fields = {}
+    fields: dict[str, Any] = {}
+    if "spec" in {f.name for f in dataclasses.fields(cls)} and "spec" not in record:
+        record = nest_render_spec(dict(record))  # recorded flat: lifted as the codec lifts an old record
+        fields["spec"] = RenderSpec(**record.pop("spec"))
     for f in dataclasses.fields(cls):
+        if f.name in fields:
+            continue
         if f.name not in record and f.default is not dataclasses.MISSING:
             continue  # a field added later, with its default (as Avro resolves a record written before it)
         value = record[f.name]
@@ -50,7 +68,7 @@ def decode_event(record: dict[str, Any]) -> Any:
 
 
 def encode_state(state: Any) -> Any:
-    return json.loads(json.dumps(dataclasses.asdict(state))) if state is not None else None
+    return _flat_spec(json.loads(json.dumps(dataclasses.asdict(state)))) if state is not None else None
 
 
 # --- scenarios ---------------------------------------------------------------------------------------------

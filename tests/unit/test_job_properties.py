@@ -367,8 +367,10 @@ def _field_kinds(cls: type) -> tuple[tuple[str, Any], ...]:
 def _blank(cls: type, version: int, n: int) -> Any:
     """An instance with every field filled by type, whatever it means: replay must tolerate nonsense."""
     filler = {str: "x", int: n, float: float(n), bool: n % 2 == 0, tuple: ("x",)}
-    values = {name: filler[kind] for name, kind in _field_kinds(cls)}
-    values.update(job_id="j", version=version, at_ms=T0 + version)
+    values = {name: _blank(kind, version, n) if dataclasses.is_dataclass(kind) else filler[kind]
+              for name, kind in _field_kinds(cls)}
+    if "job_id" in values:  # not for a nested record (RenderSpec)
+        values.update(job_id="j", version=version, at_ms=T0 + version)
     if "status" in values:
         values["status"] = Status.RUNNING
     return cls(**values)

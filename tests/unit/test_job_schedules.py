@@ -14,6 +14,7 @@ from spotreel.domain import events as ev
 from spotreel.domain import ids
 from spotreel.domain.decide import decide
 from spotreel.domain.evolve import fold
+from spotreel.domain.spec import SPEC_FIELDS
 from spotreel.domain.schedules import ScheduleState, decide_schedule, evolve_schedule, fold_schedule, submit_for
 
 pytestmark = pytest.mark.unit
@@ -102,7 +103,7 @@ def test_the_submission_for_an_occurrence_is_idempotent() -> None:
     assert s.state is not None
     submit = submit_for(s.state, fired)
     assert submit == submit_for(s.state, fired)
-    assert (submit.schedule_id, submit.occurrence_ms, submit.prompt) == ("nightly", T + HOUR, "timelapse")
+    assert (submit.schedule_id, submit.occurrence_ms, submit.spec.prompt) == ("nightly", T + HOUR, "timelapse")
     out = decide(None, submit, T + HOUR)
     assert [type(e).__name__ for e in out] == ["JobSubmitted", "JobQueued"]
     assert decide(fold(out), submit, T + HOUR + 5) == ()  # a replayed tick creates nothing
@@ -241,11 +242,11 @@ def test_an_occurrences_job_carries_the_templates_time_limit_and_render_options(
     fired = s.fire(T + HOUR)[0]
     assert s.state is not None
     submit = submit_for(s.state, fired)
-    assert {k: getattr(submit, k) for k in OPTIONS} == OPTIONS
+    assert {k: getattr(submit.spec if k in SPEC_FIELDS else submit, k) for k in OPTIONS} == OPTIONS
     [submitted, _] = decide(None, submit, T + HOUR)
     assert isinstance(submitted, ev.JobSubmitted)
-    assert {k: getattr(submitted, k) for k in OPTIONS} == OPTIONS
-    assert fold((submitted,)).sampler == "dpmpp"  # type: ignore[union-attr]
+    assert {k: getattr(submitted.spec if k in SPEC_FIELDS else submitted, k) for k in OPTIONS} == OPTIONS
+    assert fold((submitted,)).spec.sampler == "dpmpp"  # type: ignore[union-attr]
 
 
 def test_a_template_without_options_hashes_its_occurrences_as_before_they_existed() -> None:

@@ -99,7 +99,7 @@ async def test_the_gateway_accepts_what_the_registry_allows(api, registry):  # n
     r = await post(client, {**BODY, "model": "wan-1_3b", "resolution": "832x480", "duration": 2.0625, "fps": 16})
     assert r.status == 202, await r.text()
     [sent] = deps.commands.sent
-    assert (sent.model, sent.resolution, sent.fps) == ("wan-1_3b", "832x480", 16)
+    assert (sent.spec.model, sent.spec.resolution, sent.spec.fps) == ("wan-1_3b", "832x480", 16)
 
 
 def test_a_size_rule_takes_every_side_it_allows():

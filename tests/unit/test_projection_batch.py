@@ -267,9 +267,17 @@ def test_summary_lines_are_unchanged_by_the_field_cache():
     d.checkpoint(3, 12.5)
     d.fail()
     for e in d.history:
-        parts = [f"{f.name}={getattr(e, f.name)}" for f in fields(e)
-                 if f.name not in pj._HEADER and f.name not in pj._QUIET
-                 and getattr(e, f.name) is not None and getattr(e, f.name) != ()
-                 and not f.name.startswith(("backoff_", "poison_", "max_", "keep_"))]
+        # A RenderSpec's fields stand where the flat JobSubmitted had them (projection._flat_names).
+        values = {f.name: getattr(e, f.name) for f in fields(e)}
+        values.update(getattr(e, "spec").flat() if "spec" in values else {})
+        names = pj._flat_names(type(e)) if "spec" in values else [f.name for f in fields(e)]
+        parts = [f"{name}={values[name]}" for name in names
+                 if name not in pj._HEADER and name not in pj._QUIET
+                 and values[name] is not None and values[name] != ()
+                 and not name.startswith(("backoff_", "poison_", "max_", "keep_"))]
         expected = type(e).__name__ + (f" {' '.join(parts)}" if parts else "")
         assert pj.summary(e) == (expected if len(expected) <= 240 else expected[:237] + "...")
+    # The history line of a JobSubmitted reads as it did when the spec's fields were flat.
+    assert pj.summary(d.history[0]) == (
+        "JobSubmitted tenant=acme model=tiny-t2v gpu_type=h100 pool=tiny-t2v@h100 duration_s=4.0 resolution=512x512 "
+        "fps=8 seed=7 num_steps=20 priority=0 dag_policy=fail_fast stuck_steps=10 stuck_min_ms=120000")

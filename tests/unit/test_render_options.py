@@ -7,7 +7,6 @@ job template taking them (and timeout_seconds) under the same checks into each o
 
 from __future__ import annotations
 
-from dataclasses import asdict
 
 import pytest
 
@@ -15,6 +14,7 @@ from spotreel.codec import Codec
 from spotreel.domain import events as ev
 from spotreel.domain import ids
 from spotreel.domain.decide import decide
+from spotreel.domain.spec import flattened
 from spotreel.model_registry import parse
 from spotreel.api.config import GatewayConfig
 from spotreel.api.errors import ApiError
@@ -44,8 +44,8 @@ def test_a_body_without_options_hashes_as_before_and_null_means_the_default():
     given = normalize({**BODY, **OPTIONS}, cfg)
     assert {k: given[k] for k in OPTIONS} == OPTIONS and ids.request_hash(given) != ids.request_hash(plain)
     s = build_submit("acme", "k1", given, 0, "c1")
-    assert (s.guidance_scale, s.negative_prompt, s.sampler) == (4.5, "blurry, text", "dpmpp")
-    assert build_submit("acme", "k2", plain, 0, "c2").guidance_scale is None
+    assert (s.spec.guidance_scale, s.spec.negative_prompt, s.spec.sampler) == (4.5, "blurry, text", "dpmpp")
+    assert build_submit("acme", "k2", plain, 0, "c2").spec.guidance_scale is None
 
 
 @pytest.mark.parametrize(("change", "field", "words"), [
@@ -73,22 +73,23 @@ async def test_the_gateway_answers_422_for_a_sampler_of_another_family_and_sends
     r = await post(client, {**BODY, "resolution": "32x32", **OPTIONS}, key="k2")
     assert r.status == 202, await r.text()
     [sent] = deps.commands.sent
-    assert (sent.guidance_scale, sent.negative_prompt, sent.sampler) == (4.5, "blurry, text", "dpmpp")
+    assert (sent.spec.guidance_scale, sent.spec.negative_prompt, sent.spec.sampler) == (4.5, "blurry, text", "dpmpp")
 
 
 def test_the_options_go_from_submit_through_the_events_to_the_lease_answer():
     d = leased_job(**OPTIONS)
     submitted = d.history[0]
     assert isinstance(submitted, ev.JobSubmitted)
-    assert (submitted.guidance_scale, submitted.negative_prompt, submitted.sampler) == (4.5, "blurry, text", "dpmpp")
+    assert (submitted.spec.guidance_scale, submitted.spec.negative_prompt, submitted.spec.sampler) == (4.5, "blurry, text", "dpmpp")
     leased = next(e for e in d.history if isinstance(e, ev.JobLeased))
     answer = work_assigned("rw:1", leased, d.s, 0)
     codec = Codec.default()
     over_kafka = codec.decode_message(codec.encode_message(answer))
-    for lease in (WorkerLease.from_answer(asdict(answer)), WorkerLease.from_answer(over_kafka)):  # HTTP JSON, Kafka record
-        assert (lease.guidance_scale, lease.negative_prompt, lease.sampler) == (4.5, "blurry, text", "dpmpp")
+    for lease in (WorkerLease.from_answer(flattened(answer)), WorkerLease.from_answer(over_kafka)):  # HTTP JSON, Kafka record
+        assert (lease.spec.guidance_scale, lease.spec.negative_prompt, lease.spec.sampler) == (4.5, "blurry, text", "dpmpp")
+        assert lease.spec == answer.spec
     plain = work_assigned("rw:2", leased, leased_job().s, 0)
-    assert WorkerLease.from_answer(asdict(plain)).sampler is None
+    assert WorkerLease.from_answer(flattened(plain)).spec.sampler is None
 
 
 @pytest.mark.parametrize(("change", "words"), [

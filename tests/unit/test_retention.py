@@ -77,7 +77,7 @@ def test_the_summary_keeps_outcome_version_and_request_hash_and_round_trips():
     stub = summarize(s)
     assert (stub.status, stub.version, stub.request_hash, stub.tenant, stub.updated_at_ms) == (
         s.status, s.version, s.request_hash, s.tenant, s.updated_at_ms)
-    assert stub.evicted and stub.prompt == "" and stub.watchers == ()
+    assert stub.evicted and stub.spec.prompt == "" and stub.watchers == ()
     raw = statecodec.dumps_summary(stub)
     assert statecodec.loads_summary(s.job_id, raw) == stub
     assert len(raw) < len(statecodec.dumps(s)) / 5

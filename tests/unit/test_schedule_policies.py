@@ -16,6 +16,7 @@ from spotreel.domain.decide import decide
 from spotreel.domain.evolve import fold
 from spotreel.domain.schedules import cancels_for, fold_schedule, submit_for
 from spotreel.domain.timers import schedule_timers
+from spotreel.domain.spec import RenderSpec
 from spotreel.services.scheduler import followups, statecodec
 from tests.unit.test_job_schedules import HOUR, MIN, T, Sched, _fired, _rejected
 
@@ -119,8 +120,8 @@ def test_a_terminal_occurrence_job_reports_back_to_its_schedule() -> None:
     assert followups.key_of(report) == "nightly"
     assert types(s.send(report, T + HOUR + 2 * MIN)) == ["OccurrenceEnded"]
     # A job that is not an occurrence's reports nothing.
-    plain = fold(decide(None, c.SubmitJob("s", ids.job_id_for("acme", "k"), "acme", "k", "h", "m", "g", "p", 1.0,
-                                                   "512x512", 8, 1, 4), T))
+    plain = fold(decide(None, c.SubmitJob("s", ids.job_id_for("acme", "k"), "acme", "k", "h", "g",
+                                                   RenderSpec("m", "p", 1.0, "512x512", 8, 1, 4)), T))
     cancelled = decide(plain, c.CancelJob("x", plain.job_id), T)
     assert [cmd for e in cancelled for cmd in followups.for_job_event(e, fold(cancelled, plain))] == []
 

@@ -13,6 +13,7 @@ import fastavro
 import pytest
 
 from spotreel.domain import commands, events
+from spotreel.domain.spec import RenderSpec
 
 pytestmark = pytest.mark.unit
 
@@ -29,7 +30,30 @@ def _avro_type(t: object) -> object:
         return ["null", _avro_type(inner)]
     if typing.get_origin(t) is tuple and typing.get_args(t) == (str, Ellipsis):
         return {"type": "array", "items": "string"}
+    if t is RenderSpec:  # the one nested record, defined inline (checked field by field in _check_record)
+        return "record RenderSpec"
     raise AssertionError(f"field type {t!r} is not allowed in a message")
+
+
+def _check_record(schema: dict, cls: type) -> None:
+    assert schema["type"] == "record"
+    assert schema["name"] == cls.__name__
+    assert schema["namespace"] == "spotreel.v1"
+    hints = typing.get_type_hints(cls)
+    fields = dataclasses.fields(cls)
+    assert [f["name"] for f in schema["fields"]] == [f.name for f in fields]
+    for spec, field in zip(schema["fields"], fields, strict=True):
+        want_type = _avro_type(hints[field.name])
+        if want_type == "record RenderSpec":
+            _check_record(spec["type"], RenderSpec)
+            assert "default" not in spec, "spec has no default: a record without it is lifted (codec/upcast.py)"
+            continue
+        assert spec["type"] == want_type, field.name
+        if isinstance(spec["type"], list):
+            assert "default" in spec and spec["default"] is None, f"{field.name} needs default null"
+        if field.default is not dataclasses.MISSING:
+            want = list(field.default) if isinstance(field.default, tuple) else field.default
+            assert spec.get("default", "<none>") == want, field.name
 
 
 def _load(cls: type) -> dict:
@@ -39,20 +63,18 @@ def _load(cls: type) -> dict:
 @pytest.mark.parametrize("cls", MESSAGES, ids=lambda c: c.__name__)
 def test_schema_matches_dataclass(cls: type) -> None:
     schema = _load(cls)
-    assert schema["type"] == "record"
-    assert schema["name"] == cls.__name__
-    assert schema["namespace"] == "spotreel.v1"
-    hints = typing.get_type_hints(cls)
-    fields = dataclasses.fields(cls)
-    assert [f["name"] for f in schema["fields"]] == [f.name for f in fields]
-    for spec, field in zip(schema["fields"], fields, strict=True):
-        assert spec["type"] == _avro_type(hints[field.name]), field.name
-        if isinstance(spec["type"], list):
-            assert "default" in spec and spec["default"] is None, f"{field.name} needs default null"
-        if field.default is not dataclasses.MISSING:
-            want = list(field.default) if isinstance(field.default, tuple) else field.default
-            assert spec.get("default", "<none>") == want, field.name
+    _check_record(schema, cls)
     fastavro.parse_schema(schema)
+
+
+def test_every_carrier_holds_the_same_render_spec() -> None:
+    """RenderSpec is defined inline in each file that carries it (each file stands alone, registry.py), and
+    every copy is the same definition, docs included, so it is one type under one name."""
+    carriers = {cls.__name__: cls for cls in (*MESSAGES, *events.SCHEDULER_RECORDS)
+                if any(typing.get_type_hints(cls)[f.name] is RenderSpec for f in dataclasses.fields(cls))}
+    assert set(carriers) == {"SubmitJob", "JobSubmitted", "WorkAssigned"}
+    copies = [next(f["type"] for f in _load(cls)["fields"] if f["name"] == "spec") for cls in carriers.values()]
+    assert all(copy == copies[0] for copy in copies)
 
 
 @pytest.mark.parametrize("cls", MESSAGES, ids=lambda c: c.__name__)

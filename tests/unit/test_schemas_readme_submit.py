@@ -73,7 +73,7 @@ def test_body_hash_seed_and_run_at_are_the_gateways(sent: dict, tenant: str, key
     job_id = R["job_id_for"](tenant, key)
     assert submit.job_id == job_id
     assert submit.request_hash == R["request_hash"](body)
-    assert submit.seed == R["seed_for"](job_id, body)
+    assert submit.spec.seed == R["seed_for"](job_id, body)
     assert submit.run_at_ms == R["run_at_ms_for"](body, now_ms)
 
 

@@ -209,13 +209,14 @@ def test_the_dispatch_listener_keeps_the_trace_a_grant_carried():
     from spotreel.codec import Codec
     from spotreel.dispatch.listener import DispatchListener
     from spotreel.domain import events as ev
+    from spotreel.domain.spec import RenderSpec
 
     codec = Codec.default()
     lis = DispatchListener(Settings(), codec, name="unit")
 
     def grant(job: str) -> bytes:
-        return codec.encode_message(ev.WorkAssigned("rw", "w1", job, 2, 1, 1000, 30_000, 31_000, "m@cpu", "m",
-                                                    "cpu", "a fox", 2.0, "64x64", 8, 7, 20))
+        return codec.encode_message(ev.WorkAssigned("rw", "w1", job, 2, 1, 1000, 30_000, 31_000, "m@cpu", "cpu",
+                                                    RenderSpec("m", "a fox", 2.0, "64x64", 8, 7, 20)))
 
     lis._route(_Record(lis.assignments, grant("j1"), [("traceparent", SAMPLED.encode())]))
     lis._route(_Record(lis.assignments, grant("j2"), None))

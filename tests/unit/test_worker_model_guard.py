@@ -15,6 +15,7 @@ import pytest
 from spotreel.checkpoint_interval import IntervalPolicy
 from spotreel.worker.job import JobRun
 from spotreel.worker.signals import PreemptionNotice
+from spotreel.domain.spec import RenderSpec
 from spotreel.worker.transport import WorkerLease, Verdict
 
 pytestmark = pytest.mark.unit
@@ -38,8 +39,9 @@ class Plane:
 
 def lease(model: str) -> WorkerLease:
     return WorkerLease(job_id="j" + uuid.uuid4().hex, epoch=1, worker_id="w", attempt=1, lease_ttl_ms=30_000,
-                 lease_expires_at_ms=0, pool=f"{model}@any", model=model, gpu_type="any", prompt="a fox",
-                 duration_s=0.5, resolution="32x32", fps=8, seed=3, num_steps=4)
+                 lease_expires_at_ms=0, pool=f"{model}@any", gpu_type="any",
+                 spec=RenderSpec(model=model, prompt="a fox", duration_s=0.5, resolution="32x32", fps=8, seed=3,
+                                 num_steps=4))
 
 
 def test_a_lease_for_another_model_is_released_unclaimed_without_rendering():

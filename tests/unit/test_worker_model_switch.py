@@ -11,6 +11,7 @@ import pytest
 
 from spotreel.worker.runtime import RuntimeOptions, ServedModel, WorkerRuntime
 from spotreel.worker.signals import PreemptionNotice
+from spotreel.domain.spec import RenderSpec
 from spotreel.worker.transport import WorkerLease, Verdict, WorkerProfile
 
 pytestmark = pytest.mark.unit
@@ -27,7 +28,7 @@ class Beats:
 
 
 def _lease(model: str) -> WorkerLease:
-    return WorkerLease("j1", 1, "w", 1, 1500, 0, f"{model}@g", model, "g", "a fox", 1.0, "64x64", 8, 1, 10,
+    return WorkerLease("j1", 1, "w", 1, 1500, 0, f"{model}@g", "g", RenderSpec(model, "a fox", 1.0, "64x64", 8, 1, 10),
                  heartbeat_seconds=0.1)
 
 

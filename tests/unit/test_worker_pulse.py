@@ -6,6 +6,7 @@ import threading
 import time
 
 from spotreel.worker.pulse import Position, Pulse
+from spotreel.domain.spec import RenderSpec
 from spotreel.worker.transport import WorkerLease, Verdict
 
 
@@ -30,8 +31,9 @@ class CountingTransport:
 
 def _lease(ttl_ms: int = 30_000) -> WorkerLease:
     return WorkerLease(job_id="j" + "0" * 32, epoch=1, worker_id="w", attempt=1, lease_ttl_ms=ttl_ms,
-                 lease_expires_at_ms=0, pool="tiny-t2v@any", model="tiny-t2v", gpu_type="cpu", prompt="a fox",
-                 duration_s=1.0, resolution="32x32", fps=8, seed=1, num_steps=4)
+                 lease_expires_at_ms=0, pool="tiny-t2v@any", gpu_type="cpu",
+                 spec=RenderSpec(model="tiny-t2v", prompt="a fox", duration_s=1.0, resolution="32x32", fps=8, seed=1,
+                                 num_steps=4))
 
 
 def _run(heartbeat_s: float, progress_s: float, seconds: float) -> list[str]:

@@ -14,6 +14,7 @@ from typing import Any
 from spotreel.domain import ids, limits
 from spotreel.domain.commands import SubmitJob
 from spotreel.domain.decide import submission_problem
+from spotreel.domain.spec import RenderSpec
 from spotreel.model_registry import SAMPLERS
 from spotreel.api.config import GatewayConfig
 from spotreel.api.errors import ApiError, invalid
@@ -266,12 +267,13 @@ def build_submit(tenant: str, key: str, body: dict[str, Any], now_ms: int, comma
         run_at = now_ms + body["delay_seconds"] * 1000
     submit = SubmitJob(
         command_id=command_id, job_id=job_id, tenant=tenant, idempotency_key=key,
-        request_hash=ids.request_hash(body), model=body["model"], gpu_type=body["gpu_type"],
-        prompt=body["prompt"], duration_s=body["duration"], resolution=body["resolution"], fps=body["fps"],
-        seed=seed, num_steps=body["num_steps"], priority=body["priority"], callback_url=body["callback_url"],
+        request_hash=ids.request_hash(body), gpu_type=body["gpu_type"],
+        spec=RenderSpec(model=body["model"], prompt=body["prompt"], duration_s=body["duration"],
+                        resolution=body["resolution"], fps=body["fps"], seed=seed, num_steps=body["num_steps"],
+                        guidance_scale=body.get("guidance_scale"), negative_prompt=body.get("negative_prompt"),
+                        sampler=body.get("sampler")),
+        priority=body["priority"], callback_url=body["callback_url"],
         run_at_ms=run_at, parents=tuple(body["parents"]), dag_policy=body["dag_policy"], **policy_fields(body),
-        guidance_scale=body.get("guidance_scale"), negative_prompt=body.get("negative_prompt"),
-        sampler=body.get("sampler"),
     )
     problem = submission_problem(submit)
     if problem is not None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from spotreel.domain.spec import RenderSpec
+
 # ---------------------------------------------------------------------------------------------------------
 # Client and internal-service commands
 # ---------------------------------------------------------------------------------------------------------
@@ -27,7 +29,8 @@ class SubmitJob:
     """Accept a video job. `job_id` must equal `ids.job_id_for(tenant, idempotency_key)`.
 
     `request_hash` is `ids.request_hash` of the client's body: the same key with the same hash is a no-op,
-    the same key with another hash is rejected. The settings after `callback_url` are the job's policy;
+    the same key with another hash is rejected. `spec` is the video asked for (domain/spec.py); `gpu_type`
+    with `spec.model` names the pool. The settings after `callback_url` are the job's policy;
     the gateway fills them from its settings so the domain never reads configuration.
     """
 
@@ -36,14 +39,8 @@ class SubmitJob:
     tenant: str
     idempotency_key: str
     request_hash: str
-    model: str
     gpu_type: str
-    prompt: str
-    duration_s: float
-    resolution: str
-    fps: int
-    seed: int
-    num_steps: int
+    spec: RenderSpec
     priority: int = 0
     callback_url: str | None = None
     run_at_ms: int | None = None
@@ -63,11 +60,6 @@ class SubmitJob:
     timeout_ms: int | None = None
     stuck_steps: int = 10
     stuck_min_ms: int = 120_000
-    # Render options (limits.render_problem); None: the model's default (its registry entry, or the worker's
-    # flags). The gateway checks the sampler against the model's family.
-    guidance_scale: float | None = None
-    negative_prompt: str | None = None
-    sampler: str | None = None
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
 from spotreel.domain import dag, ids, leases, limits, retention
 from spotreel.domain.outcomes import Head, Reason, number, rejected
+from spotreel.domain.records import replace
 from spotreel.domain.state import JobState, Status
 
 Events = tuple[Any, ...]
@@ -92,14 +93,15 @@ def submission_problem(c: cmd.SubmitJob) -> str | None:
     policy = limits.policy_problem(
         max_attempts=c.max_attempts, backoff_base_ms=c.backoff_base_ms, backoff_max_ms=c.backoff_max_ms,
         timeout_ms=c.timeout_ms, stuck_steps=c.stuck_steps, stuck_min_ms=c.stuck_min_ms)
-    render = limits.render_problem(guidance_scale=c.guidance_scale, negative_prompt=c.negative_prompt,
-                                   sampler=c.sampler)
+    spec = c.spec
+    render = limits.render_problem(guidance_scale=spec.guidance_scale, negative_prompt=spec.negative_prompt,
+                                   sampler=spec.sampler)
     checks = (
         (bool(c.tenant) and bool(c.idempotency_key), "tenant and idempotency_key are required"),
         ("\x00" not in c.tenant + c.idempotency_key, "tenant and idempotency_key must not contain NUL"),
-        (bool(c.model) and bool(c.gpu_type), "model and gpu_type are required"),
-        (c.num_steps >= 1 and c.fps >= 1, "num_steps and fps must be >= 1"),
-        (math.isfinite(c.duration_s) and c.duration_s > 0, "duration_s must be > 0"),
+        (bool(spec.model) and bool(c.gpu_type), "model and gpu_type are required"),
+        (spec.num_steps >= 1 and spec.fps >= 1, "num_steps and fps must be >= 1"),
+        (math.isfinite(spec.duration_s) and spec.duration_s > 0, "duration_s must be > 0"),
         (c.max_attempts >= 1 and c.max_preemptions >= 1, "max_attempts and max_preemptions must be >= 1"),
         (c.keep_checkpoints >= 1, "keep_checkpoints must be >= 1"),
         (0 <= c.backoff_base_ms <= c.backoff_max_ms, "need 0 <= backoff_base_ms <= backoff_max_ms"),
@@ -130,15 +132,9 @@ def _submit(state: JobState | None, c: cmd.SubmitJob, h: Head, now_ms: int) -> E
         tenant=c.tenant,
         idempotency_key=c.idempotency_key,
         request_hash=c.request_hash,
-        model=c.model,
         gpu_type=c.gpu_type,
-        pool=ids.pool_key(c.model, c.gpu_type),
-        prompt=c.prompt,
-        duration_s=float(c.duration_s),
-        resolution=c.resolution,
-        fps=c.fps,
-        seed=c.seed,
-        num_steps=c.num_steps,
+        pool=ids.pool_key(c.spec.model, c.gpu_type),
+        spec=replace(c.spec, duration_s=float(c.spec.duration_s)),
         priority=c.priority,
         callback_url=c.callback_url,
         run_at_ms=c.run_at_ms,
@@ -156,9 +152,6 @@ def _submit(state: JobState | None, c: cmd.SubmitJob, h: Head, now_ms: int) -> E
         timeout_ms=c.timeout_ms,
         stuck_steps=c.stuck_steps,
         stuck_min_ms=c.stuck_min_ms,
-        guidance_scale=c.guidance_scale,
-        negative_prompt=c.negative_prompt,
-        sampler=c.sampler,
     )
     if c.parents:
         return submitted, h.event(ev.JobWaiting, pending_parents=tuple(c.parents))

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from spotreel.domain.spec import RenderSpec
+
 # ---------------------------------------------------------------------------------------------------------
 # Lifecycle
 # ---------------------------------------------------------------------------------------------------------
@@ -31,15 +33,9 @@ class JobSubmitted:
     tenant: str
     idempotency_key: str
     request_hash: str
-    model: str
     gpu_type: str
     pool: str
-    prompt: str
-    duration_s: float
-    resolution: str
-    fps: int
-    seed: int
-    num_steps: int
+    spec: RenderSpec
     priority: int
     callback_url: str | None
     run_at_ms: int | None
@@ -57,9 +53,6 @@ class JobSubmitted:
     timeout_ms: int | None = None
     stuck_steps: int = 10
     stuck_min_ms: int = 120_000
-    guidance_scale: float | None = None
-    negative_prompt: str | None = None
-    sampler: str | None = None
 
 
 @dataclass(frozen=True)
@@ -638,22 +631,13 @@ class WorkAssigned:
     lease_ttl_ms: int
     lease_expires_at_ms: int
     pool: str
-    model: str
     gpu_type: str
-    prompt: str
-    duration_s: float
-    resolution: str
-    fps: int
-    seed: int
-    num_steps: int
+    # The job's spec as submitted (render options None: the model's default, the worker's to fill in).
+    spec: RenderSpec
     resume_checkpoint_key: str | None = None
     resume_step: int | None = None
     resume_progress_pct: float | None = None
     partition: int = 0
-    # The job's render options (None: the model's default, the worker's to fill in).
-    guidance_scale: float | None = None
-    negative_prompt: str | None = None
-    sampler: str | None = None
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
 from spotreel.domain import ids
 from spotreel.domain.outcomes import Head, Reason, rejected
+from spotreel.domain.spec import RenderSpec
 from spotreel.domain.state import JobState
 
 DAY_MS = 86_400_000
@@ -70,13 +71,17 @@ def summarize(state: JobState) -> JobState:
                    state.tenant, state.epoch)
 
 
+# A summary keeps no request: its spec is empty (nothing reads it; the job no longer renders).
+_NO_SPEC = RenderSpec(model="", prompt="", duration_s=0.0, resolution="", fps=0, seed=0, num_steps=0)
+
+
 def summary(job_id: str, status: str, version: int, request_hash: str, updated_at_ms: int,
             tenant: str = "", epoch: int = 0) -> JobState:
     """A summary from its stored fields (the scheduler keeps them in a compact form)."""
     return JobState(
         job_id=job_id, version=version, status=status, submitted_at_ms=updated_at_ms,
-        updated_at_ms=updated_at_ms, tenant=tenant, idempotency_key="", request_hash=request_hash, model="",
-        gpu_type="", pool="", prompt="", duration_s=0.0, resolution="", fps=0, seed=0, num_steps=0, priority=0,
+        updated_at_ms=updated_at_ms, tenant=tenant, idempotency_key="", request_hash=request_hash,
+        gpu_type="", pool="", spec=_NO_SPEC, priority=0,
         callback_url=None, parents=(), dag_policy="", max_attempts=0, max_preemptions=0, keep_checkpoints=0,
         backoff_base_ms=0, backoff_max_ms=0, poison_threshold=0, poison_window_ms=0, schedule_id=None,
         occurrence_ms=None, epoch=epoch, evicted=True)

@@ -48,6 +48,7 @@ from spotreel.domain import ids
 from spotreel.domain.cron import CronError, CronSchedule, MissedPolicy, validate_zone
 from spotreel.domain.cron import validate as validate_cron
 from spotreel.domain.decide import submission_problem
+from spotreel.domain.spec import SPEC_FIELDS, RenderSpec
 
 # The job template: fields shared, with the same meaning, by CreateSchedule, ScheduleCreated and SubmitJob.
 TEMPLATE_FIELDS = (
@@ -123,6 +124,14 @@ def _template(source: Any) -> dict[str, Any]:
     return {name: getattr(source, name) for name in TEMPLATE_FIELDS}
 
 
+def _submit_template(source: Any) -> dict[str, Any]:
+    """The template as SubmitJob's arguments: the schedule records keep it flat, a SubmitJob nests the
+    video's fields in its RenderSpec."""
+    template = _template(source)
+    rest = {name: value for name, value in template.items() if name not in SPEC_FIELDS}
+    return {**rest, "spec": RenderSpec.from_flat(template)}
+
+
 def template_body(source: Any) -> dict[str, Any]:
     """The template as hashed and projected: every field, those of LATER_TEMPLATE_FIELDS only where set."""
     return {name: value for name, value in _template(source).items()
@@ -157,7 +166,7 @@ def _head(c: Any, now_ms: int) -> dict[str, Any]:
 
 def submit_for(state: ScheduleState, fired: ev.OccurrenceFired) -> cmd.SubmitJob:
     """The SubmitJob for one fired occurrence. Deterministic, so producing it twice is harmless."""
-    template = _template(state.created)
+    template = _submit_template(state.created)
     body = {**template_body(state.created), "schedule_id": state.schedule_id, "occurrence_ms": fired.occurrence_ms}
     return cmd.SubmitJob(
         command_id=f"{state.schedule_id}:{fired.occurrence_ms}",
@@ -264,7 +273,7 @@ def _create_problem(c: cmd.CreateSchedule) -> str | None:
         tenant=c.tenant,
         idempotency_key=c.schedule_id,
         request_hash="",
-        **_template(c),
+        **_submit_template(c),
     )
     return submission_problem(probe)
 

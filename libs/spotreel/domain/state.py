@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from spotreel.domain.spec import RenderSpec
+
 
 class Status:
     # Only between JobSubmitted and the JobQueued/JobScheduled/JobWaiting that `decide` always emits with
@@ -67,15 +69,9 @@ class JobState:
     tenant: str
     idempotency_key: str
     request_hash: str
-    model: str
     gpu_type: str
     pool: str
-    prompt: str
-    duration_s: float
-    resolution: str
-    fps: int
-    seed: int
-    num_steps: int
+    spec: RenderSpec
     priority: int
     callback_url: str | None
     parents: tuple[str, ...]
@@ -93,10 +89,6 @@ class JobState:
     timeout_ms: int | None = None
     stuck_steps: int = 10
     stuck_min_ms: int = 120_000
-    # Render options (None: the model's default).
-    guidance_scale: float | None = None
-    negative_prompt: str | None = None
-    sampler: str | None = None
 
     # Not runnable before this (the submitted run_at, later a retry backoff's end).
     run_at_ms: int | None = None
