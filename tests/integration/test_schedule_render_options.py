@@ -101,11 +101,11 @@ async def test_an_occurrence_job_carries_the_schedules_render_options(gw, cql):
     assert [f.occurrence_ms for f in fired] == [upcoming - HOUR]
     submitted = bus.wait_event(fired[0].job_id, ev.JobSubmitted)
     assert (submitted.schedule_id, submitted.occurrence_ms) == (sid, upcoming - HOUR)
-    assert ({k: getattr(submitted, k) for k in OPTIONS}, submitted.timeout_ms) == (OPTIONS, 600_000)
+    assert ({k: getattr(submitted.spec, k) for k in OPTIONS}, submitted.timeout_ms) == (OPTIONS, 600_000)
     bus.wait_event(fired[0].job_id, ev.JobQueued)
     lease = bus.request_work("w-" + uuid.uuid4().hex[:6], model=MODEL)
     assert isinstance(lease, ev.WorkAssigned) and lease.job_id == fired[0].job_id, lease
-    assert {k: getattr(lease, k) for k in OPTIONS} == OPTIONS
+    assert {k: getattr(lease.spec, k) for k in OPTIONS} == OPTIONS
 
     # The projector's rows of the schedule's events, read back through GET.
     created = next(e for e in bus.events if isinstance(e, ev.ScheduleCreated) and e.schedule_id == sid)
