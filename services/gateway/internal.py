@@ -41,7 +41,6 @@ from spotreel.services.gateway.idlepolls import IdlePolls
 from spotreel.services.gateway.jsonbody import whole_number
 from spotreel.api.errors import ApiError, invalid, not_found
 from spotreel.services.gateway.leasedesk import SUPERSEDED, LeaseDesk, Poll
-from spotreel.services.gateway.looplag import LoopLag
 from spotreel.services.gateway.metrics import Metrics
 from spotreel.api.submission import _JOB_ID
 from spotreel.settings import Settings
@@ -50,7 +49,6 @@ WORKER = web.RequestKey("worker_key", str)
 PROFILES = web.AppKey("worker_profiles", dict)
 DESK = web.AppKey("lease_desk", LeaseDesk)
 IDLE = web.AppKey("idle_polls", list)  # [IdlePolls] once made
-LAG = web.AppKey("loop_lag", LoopLag)
 _WORKER_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
 AUTH_CACHE_SECONDS = 30.0
 MAX_LONG = 2**63 - 1
@@ -280,13 +278,6 @@ async def _wait_for_lease(request: web.Request, gw: Gateway, bus, desk: LeaseDes
     return None, reason
 
 
-def _loop_lag(request: web.Request) -> LoopLag:
-    """The gateway's loop-lateness measure, ticking from first use (it needs the running loop)."""
-    lag = request.app[LAG]
-    lag.start()
-    return lag
-
-
 def _idle_polls(request: web.Request, gw: Gateway, bus) -> IdlePolls:
     """The gateway's idle polls (idlepolls.py), made on first use: its stats hook needs the running loop."""
     holder = request.app[IDLE]
@@ -377,10 +368,8 @@ async def _fenced(request: web.Request, spec: dict[str, tuple],
     if answers:
         answer |= await _instructions(gw, job_id, verdict)
         # Behind: tell the holder to space its renewals out instead of adding to the backlog.
-        # The wait counts what this gateway's own loop is behind (looplag.py): requests queued before any
-        # handler ran are as late as a slow verdict.
-        waited = time.monotonic() - sent_at + _loop_lag(request).behind_s()
-        pace = verdicts.pace(verdict, waited, gw.cfg.lease_ttl_ms, slow_s=gw.cfg.slow_verdict_seconds)
+        pace = verdicts.pace(verdict, time.monotonic() - sent_at, gw.cfg.lease_ttl_ms,
+                             slow_s=gw.cfg.slow_verdict_seconds)
         if pace is not None:
             answer["renew_in_seconds"] = pace
     return web.json_response(answer, status=status)
@@ -461,11 +450,9 @@ def build(settings: Settings, deps: Deps, cfg: GatewayConfig | None = None,
                      on_outcome=(lambda o: outcomes.labels(o).inc()) if outcomes is not None else (lambda o: None))
     sub[DESK] = desk
     sub[IDLE] = []
-    sub[LAG] = LoopLag()
 
     async def release_parked(_app: web.Application) -> None:
         await desk.aclose()
-        await sub[LAG].aclose()
 
     sub.on_shutdown.append(release_parked)
     sub.router.add_post("/workers/{id}/register", register)

@@ -1,13 +1,10 @@
-"""A gateway whose own loop runs behind paces lease holders as a slow verdict does (services/gateway/
-looplag.py), and a client gone before its request was read is a quiet 499, not a 500 with a traceback."""
+"""A client gone before its request was read (it gave up on a gateway far behind) is a quiet 499, not a 500
+with a traceback per request."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 
-import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -32,19 +29,6 @@ async def client():
         yield c, deps
     finally:
         await c.close()
-
-
-async def test_a_gateway_behind_its_own_requests_paces_the_holder(client):
-    c, _ = client
-    r = await c.post(f"/internal/leases/{JOB}/heartbeat", json=BEAT, headers=W)
-    body = await r.json()
-    assert r.status == 200 and "renew_in_seconds" not in body, body  # keeping up: the usual cadence
-    time.sleep(1.5)  # the loop held by other work: requests queue before any handler runs
-    await asyncio.sleep(0.3)
-    r = await c.post(f"/internal/leases/{JOB}/heartbeat", json=BEAT, headers=W)
-    body = await r.json()
-    # The verdict itself came at once; the gateway's own lateness is what paces the holder (a third of the TTL).
-    assert r.status == 200 and body["renew_in_seconds"] == pytest.approx(10.0), body
 
 
 async def test_a_client_gone_before_its_body_was_read_is_a_quiet_499(client, monkeypatch, caplog):
