@@ -31,6 +31,10 @@ class Settings:
     home: Path = field(default_factory=_default_home)
     # Non-zero: CLIs show tracebacks of unexpected errors instead of one summarising line.
     debug: int = 0
+    # The garbage collector's thresholds in the gateway, scheduler, projector, webhooks and fleet simulator
+    # (young, middle, old; spotreel.gctune), with what start-up built frozen out of its sight. Empty: Python's
+    # defaults (700,10,10), nothing frozen.
+    gc_threshold: str = "7000,20,100"
     # Downloads (the local stack's jars, the tests' tiny models) live outside the repo and outside `home`, so
     # `--fresh` never refetches them.
     cache_dir: Path = field(default_factory=_default_cache)
@@ -227,4 +231,8 @@ class Settings:
                     raise ValueError(f"SPOTREEL_{f.name.upper()} must be an integer, got {raw!r}") from None
             else:
                 kwargs[f.name] = raw
+        if "gc_threshold" in kwargs:
+            from spotreel.gctune import parse
+
+            parse(str(kwargs["gc_threshold"]))  # refused at start, with the variable's name
         return cls(**kwargs)

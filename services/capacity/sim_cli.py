@@ -76,5 +76,8 @@ def _simulate(args: argparse.Namespace, settings: Settings) -> int:
     except ValueError as exc:
         print(f"spotreel simulate: {exc}", file=sys.stderr)
         return 2
+    from spotreel import gctune
+
+    gctune.install(settings.gc_threshold)
     report = simulate(cfg, settings, args.out, partitions=args.partitions, keep=args.keep)
     return 1 if report["lost"] or report["duplicated"] else 0

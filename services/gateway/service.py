@@ -8,7 +8,7 @@ import logging
 from aiohttp import web
 from aiohttp.web_log import AccessLogger
 
-from spotreel import tracing
+from spotreel import gctune, tracing
 from spotreel.services.gateway.app import create_app, serve_metrics
 from spotreel.api.config import GatewayConfig, from_env as gateway_config
 from spotreel.services.gateway.wiring import real_deps
@@ -34,6 +34,7 @@ def serve(settings: Settings, port: int | None = None, metrics_port: int = 0,
         app = create_app(settings, deps, config or gateway_config())
         if metrics_port:
             serve_metrics(app, settings.host, metrics_port)
+        gctune.install(settings.gc_threshold)
         # Bound to settings.host (127.0.0.1 by default) only, never 0.0.0.0.
         web.run_app(app, host=settings.host, port=port or settings.gateway_port,
                     access_log_class=AccessLog,

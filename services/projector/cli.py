@@ -38,6 +38,9 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
         print("spotreel projector: --truncate only goes with --rebuild", file=sys.stderr)
         return 2
     ensure_deadletter_topic(settings)
+    from spotreel import gctune
+
+    gctune.install(settings.gc_threshold)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

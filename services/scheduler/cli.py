@@ -40,6 +40,9 @@ def _run(args: argparse.Namespace, settings) -> int:
     scheduler = Scheduler(settings, data_dir=args.data_dir, metrics_port=args.metrics_port,
                           stats_interval=args.stats_interval)
     worker = Worker(scheduler.app, loglevel=args.loglevel, quiet=True)
+    from spotreel import gctune
+
+    gctune.install(settings.gc_threshold)
     logging.getLogger("spotreel").setLevel(args.loglevel.upper())
     worker.execute_from_commandline()
     return 0

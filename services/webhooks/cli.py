@@ -47,6 +47,9 @@ async def _main(settings: Settings, args: argparse.Namespace) -> None:
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s webhooks %(levelname)s %(message)s")
+    from spotreel import gctune
+
+    gctune.install(settings.gc_threshold)
     try:
         asyncio.run(_main(settings, args))
     except ValueError as exc:
