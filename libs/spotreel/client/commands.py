@@ -102,7 +102,7 @@ def get(c: Client, args: argparse.Namespace) -> CommandResult:
 
 
 def lifecycle(action: str):
-    """cancel, pause, resume, retry: one POST or DELETE each, acknowledged once Kafka has the command."""
+    """cancel, pause, resume, retry: one POST each, acknowledged once Kafka has the command."""
     def run(c: Client, args: argparse.Namespace) -> CommandResult:
         answer = getattr(c, action)(args.id)
         return CommandResult(answer, show.command_text(answer))

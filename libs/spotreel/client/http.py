@@ -83,7 +83,8 @@ class Client:
         return self._json("GET", self._path(job_id))
 
     def cancel(self, job_id: str) -> dict[str, Any]:
-        return self._json("DELETE", self._path(job_id))
+        # POST .../cancel, as pause, resume and retry are spelled; DELETE /v1/videos/{id} is deprecated.
+        return self._json("POST", self._path(job_id, "/cancel"))
 
     def pause(self, job_id: str) -> dict[str, Any]:
         return self._json("POST", self._path(job_id, "/pause"))
