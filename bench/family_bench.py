@@ -48,6 +48,9 @@ from typing import Any
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine_info import cpu_line  # noqa: E402  (bench/ is no package: the script's own folder)
+
 from spotreel.checkpoint_interval import optimal_interval_s
 from spotreel.worker.checkpoints import decode, encode
 from spotreel.worker.families import family_for
@@ -586,15 +589,7 @@ def environment(device: torch.device) -> dict[str, Any]:
     import diffusers
     import transformers
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    env = {"cpu": f"{cpu}, {os.cpu_count()} cores", "torch": torch.__version__, "diffusers": diffusers.__version__,
+    env = {"cpu": cpu_line(), "torch": torch.__version__, "diffusers": diffusers.__version__,
            "transformers": transformers.__version__, "python": platform.python_version(),
            "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
            "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),

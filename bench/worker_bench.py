@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -24,6 +23,9 @@ import time
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from machine_info import cpu_line  # noqa: E402  (bench/ is no package: the script's own folder)
 
 from spotreel.settings import Settings
 from spotreel.worker.checkpoints import CheckpointStore, encode
@@ -61,15 +63,7 @@ def sync(device: torch.device) -> None:
 
 
 def machine(device: torch.device) -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    desc = f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} ({torch.get_num_threads()} threads)"
+    desc = f"{cpu_line()}, torch {torch.__version__} ({torch.get_num_threads()} threads)"
     if device.type == "cuda":
         desc += f", GPU {torch.cuda.get_device_name(device)}"
     return desc
