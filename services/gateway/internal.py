@@ -332,6 +332,7 @@ async def _fenced(request: web.Request, spec: dict[str, tuple],
     gw, job_id = _gw(request), _job_id(request)
     body = await _body(request)
     f = _take(body, {**FENCE, **spec})
+    request.app[DESK].confirm(f["worker_id"], job_id)  # the lease written to this worker reached it
     command_id = body.get("command_id")
     if command_id is None or command_id == "":
         command_id = f"wk-{gw.new_id()}"

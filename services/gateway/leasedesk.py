@@ -17,12 +17,18 @@ leases ended that way. The desk makes every answer to one of this gateway's requ
   instead of asking again. One older than `stale_s` (a partition whose owner is gone) no longer blocks a
   new request to another partition; if both are granted, the second lease is released as above. So a slow
   scheduler gets one request per waiting worker, not one per poll and partition, and no answer is lost.
+- A lease written to a poll is remembered for `hold_s` until its worker sends a command for it (the
+  fenced renewals, progress, completion, release all pass `confirm`). A write can succeed into a socket
+  whose client has just gone (the timeout fired on the worker's side first), so if the same worker polls
+  again within `hold_s` without having acted on the lease, it did not get it: that poll is given the same
+  lease again, same epoch, without a new RequestWork. A worker runs one video at a time and polls only
+  when free, so a poll from the holder is the sign the lease did not arrive.
 - Requests are remembered for `forget_s` (answered ones too: after a scheduler crash a refused RequestWork
   may be decided again and granted, see the scheduler README), so a late grant is still released.
 
 Everything here runs on the gateway's event loop; the Kafka consumer thread hands answers over with
 `call_soon_threadsafe`. Not covered: a gateway that dies between a RequestWork and its answer (the lease
-expires after its TTL), and a lease answer written to a socket whose client vanished a moment later.
+expires after its TTL), and a lost answer whose worker polls next through another gateway (likewise).
 """
 
 from __future__ import annotations
@@ -86,12 +92,15 @@ class LeaseDesk:
         self.max_remembered = max_remembered
         self._forget_answer = forget_answer
         self._clock = clock
-        self._on_outcome = on_outcome  # "delivered", "claimed", "released", "release_failed"
+        # "delivered", "claimed", "released", "release_failed"; "redelivered" also counts as "claimed"
+        self._on_outcome = on_outcome
         self._sent: OrderedDict[str, _Sent] = OrderedDict()  # oldest first
         self._unanswered: dict[str, dict[str, _Sent]] = defaultdict(dict)  # worker -> request id -> request
         self._polls: dict[str, Poll] = {}
         self._parked: dict[str, list[tuple[ev.WorkAssigned, asyncio.TimerHandle]]] = defaultdict(list)
         self._tasks: set[asyncio.Task] = set()
+        # worker -> (the lease last written to its poll, when), until the worker acts on it or `hold_s` passes
+        self._written: dict[str, tuple[ev.WorkAssigned, float]] = {}
 
     # -- requests ----------------------------------------------------------------------------------------
 
@@ -175,7 +184,8 @@ class LeaseDesk:
         return poll
 
     def claim(self, poll: Poll) -> ev.WorkAssigned | None:
-        """A lease parked for this worker, if any; parked leases it would not take are released."""
+        """A lease parked for this worker, if any; parked leases it would not take are released. Else the
+        lease last written to this worker's poll if the worker never acted on it (see the module's notes)."""
         parked = self._parked.pop(poll.worker_id, [])
         got = None
         for answer, handle in parked:
@@ -184,7 +194,30 @@ class LeaseDesk:
                 got = answer
             else:
                 self.release(answer)
+        if got is None:
+            got = self._unconfirmed(poll)
         return got
+
+    def _unconfirmed(self, poll: Poll) -> ev.WorkAssigned | None:
+        written = self._written.pop(poll.worker_id, None)
+        if written is None:
+            return None
+        answer, at = written
+        if self._clock() - at >= self.hold_s:
+            return None  # too old to tell: the lease's TTL decides
+        if poll.draining or answer.spec.model not in poll.models:
+            self.release(answer)  # it did not arrive and the worker would not take it now
+            return None
+        self._on_outcome("redelivered")
+        log.info("lease %s epoch %d written to %s, which polls again without acting on it: written again",
+                 answer.job_id, answer.epoch, answer.worker_id)
+        return answer
+
+    def confirm(self, worker_id: str, job_id: str) -> None:
+        """The worker sent a command for this job: the lease written to it arrived."""
+        written = self._written.get(worker_id)
+        if written is not None and written[0].job_id == job_id:
+            del self._written[worker_id]
 
     def close(self, poll: Poll) -> None:
         """The poll ended; a lease that reached its queue but not its client is parked."""
@@ -200,6 +233,11 @@ class LeaseDesk:
 
     def delivered(self, answer: ev.WorkAssigned, claimed: bool = False) -> None:
         """Written to the worker: by the poll that was waiting, or `claimed` from the parked leases."""
+        now = self._clock()
+        if len(self._written) >= self.max_remembered:  # bounded: the oldest entries go first
+            for worker in [w for w, (_, at) in self._written.items() if now - at >= self.hold_s]:
+                del self._written[worker]
+        self._written[answer.worker_id] = (answer, now)
         self._on_outcome("claimed" if claimed else "delivered")
 
     # -- parked leases -----------------------------------------------------------------------------------

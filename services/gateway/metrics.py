@@ -38,6 +38,8 @@ class Metrics:
             lease_answers=Counter("spotreel_gateway_lease_answers_total",
                                   "lease grants by what became of them: delivered to the poll that waited, "
                                   "parked and claimed by the worker's next poll, released as unclaimed "
-                                  "(release_failed: Kafka refused the release; the TTL frees it)",
+                                  "(release_failed: Kafka refused the release; the TTL frees it); "
+                                  "redelivered: of the claimed, written again to a worker that polled "
+                                  "without acting on the lease written to it",
                                   ["outcome"], registry=reg),
         )

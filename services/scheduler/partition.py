@@ -202,12 +202,15 @@ class PartitionState:
         if duration_ms is not None and duration_ms >= 0:
             self.checkpoint_ms_by_pool.setdefault(pool, deque(maxlen=200)).append(duration_ms)
 
-    def seen_worker(self, worker_id: str, now_ms: int) -> None:
-        """A heartbeat (renewal, progress, checkpoint) from a worker keeps it fresh without a RequestWork."""
+    def seen_worker(self, worker_id: str, now_ms: int, free: bool = False) -> None:
+        """A heartbeat (renewal, progress, checkpoint) from a worker keeps it fresh without a RequestWork.
+        `free`: the command ended the worker's own lease (its job completed or its attempt failed), so it
+        holds nothing and counts as idle (pool stats, the ETA) until its next lease, without waiting for
+        its next RequestWork, which its asking policy may hold back while no partition shows work."""
         seen = self.workers.get(worker_id)
         if seen is not None:
             seen.last_ms = max(seen.last_ms, now_ms)
-            seen.idle = False
+            seen.idle = free and not seen.draining
 
     def remember_grant(self, request_id: str, leased: Any, keep: int = 10_000) -> None:
         # Only the uncommitted tail (a commit interval's worth) can be redelivered: a bounded memory does.

@@ -21,7 +21,7 @@ from typing import Any
 from spotreel.adapters.kafka import CMD_OFFSET_HEADER
 from spotreel.adapters.partitioning import partition_for
 from spotreel.domain import events as ev
-from spotreel.domain.commands import RequestWork
+from spotreel.domain.commands import CompleteJob, FailJob, RequestWork
 from spotreel.domain.leases import PREEMPTED_FOR
 from spotreel.domain.state import JobState
 from spotreel.platform.topics import assignments_topic, commands_deadletter_topic, replies_topic, worker_leases_topic
@@ -113,7 +113,8 @@ class Pipeline:
             part.applied_upto = msg.offset
             worker = getattr(out.command, "worker_id", None)
             if worker is not None and not isinstance(out.command, RequestWork):
-                part.seen_worker(worker, clock.now_ms())
+                part.seen_worker(worker, clock.now_ms(), free=isinstance(out.command, (CompleteJob, FailJob))
+                                 and not any(isinstance(e, ev.CommandRejected) for e in out.events))
             for e in out.events:
                 if isinstance(e, ev.CheckpointRecorded):
                     part.observe_checkpoint(out.states[e.job_id][1].pool, e.duration_ms)

@@ -101,7 +101,7 @@ def test_positions_told_are_the_order_the_scheduler_dispatches_in(stack, tmp_pat
             own = sum(1 for j in jobs if (j.tenant, j.priority) == (job.tenant, job.priority)
                       and age[j.job_id] < age[job.job_id])
             told[job.job_id] = asyncio.run(admission.estimate(POOL, Tenant(job.tenant), job.priority, own))
-        print({j.idempotency_key: (told[j.job_id].queue_position, told[j.job_id].wait_seconds) for j in jobs})
+        print({j.idempotency_key: (told[j.job_id].queue_position, told[j.job_id].wait_seconds, told[j.job_id].reason) for j in jobs})
 
         asyncio.run(_work(settings, len(jobs)))
         _until("not every job was leased", lambda: (bus.poll(0.2), sum(

@@ -132,6 +132,32 @@ async def test_a_poll_whose_client_is_gone_does_not_take_the_lease() -> None:
     assert poll.queue.empty() and desk.parked("w1") == 1
 
 
+async def test_a_lease_written_to_a_worker_that_polls_again_without_acting_on_it_is_written_again() -> None:
+    """A write can succeed into a socket whose client just gave up: the holder's next poll within the hold,
+    with no command for the lease in between, is the sign it never arrived. Same lease, same epoch; not after
+    the worker acted on it, not once the hold passed, and released if the worker would not take it now."""
+    sink, clock, outcomes = Sink(), Clock(), []
+    desk = LeaseDesk(sink.send, hold_s=5.0, clock=clock, on_outcome=outcomes.append)
+    lease = assigned("rw-1", epoch=6)
+    desk.delivered(lease)
+    clock.t += 1
+    again = desk.claim(desk.open("w1", ("m",), False, lambda: True))
+    assert again is lease and outcomes == ["delivered", "redelivered"]
+    desk.delivered(again, claimed=True)
+    assert desk.claim(desk.open("w2", ("m",), False, lambda: True)) is None  # another worker: nothing of w1's
+    desk.confirm("w1", "j" + "b" * 32)  # a command for another job confirms nothing
+    desk.confirm("w1", lease.job_id)  # a renewal (or progress, completion...) of it: it arrived
+    assert desk.claim(desk.open("w1", ("m",), False, lambda: True)) is None
+    desk.delivered(lease)
+    clock.t += 5.0
+    assert desk.claim(desk.open("w1", ("m",), False, lambda: True)) is None  # too old to tell: the TTL decides
+    desk.delivered(lease)
+    assert desk.claim(desk.open("w1", ("m",), True, lambda: True)) is None  # draining now: handed back
+    await settle()
+    [release] = sink.of(cmd.ReleaseLease)
+    assert (release.job_id, release.epoch, release.reason) == (lease.job_id, 6, UNCLAIMED)
+
+
 async def test_a_draining_worker_or_one_that_serves_other_models_gets_no_parked_lease() -> None:
     sink = Sink()
     desk, _ = desk_with(sink, hold_s=5)
@@ -240,6 +266,14 @@ class FakeBus:
     def watch_answer(self, rid: str, callback) -> None:
         self.watchers[rid] = callback
 
+    def expect_verdict(self, command_id: str, job_id: str) -> asyncio.Future:
+        verdict = asyncio.get_running_loop().create_future()
+        verdict.set_result(None)  # as a verdict that did not come in time: the answer says "pending"
+        return verdict
+
+    def forget_verdict(self, command_id: str, job_id: str) -> None:
+        pass
+
     def forget_answer(self, rid: str) -> None:
         self.watchers.pop(rid, None)
 
@@ -260,7 +294,7 @@ async def served(request):
     server does (handlers cancelled when their client goes)."""
     sink, bus = Sink(), FakeBus()
     deps = fake_deps(commands=sink, work=bus)
-    cfg = GatewayConfig(unclaimed_lease_hold_seconds=1.0, idle_pass_seconds=0.05)
+    cfg = GatewayConfig(unclaimed_lease_hold_seconds=2.0, idle_pass_seconds=0.05)
     app = create_app(Settings(partitions=3), deps, cfg)
     runner = web.AppRunner(app, handler_cancellation=request.param)
     await runner.setup()
@@ -309,8 +343,26 @@ async def test_a_client_that_gave_up_gets_the_lease_on_its_next_poll(served) -> 
     status, body = await _poll(session, url, wait=2.0)
     assert status == 200 and body["epoch"] == 7 and body["request_id"] == request.command_id
     assert len(sink.of(cmd.RequestWork)) == 1  # claimed, not asked again
-    await asyncio.sleep(1.3)
+    await asyncio.sleep(2.3)
     assert sink.of(cmd.ReleaseLease) == []  # delivered: never released
+
+
+async def test_a_lease_the_worker_never_acted_on_comes_again_on_its_next_poll_and_not_after_a_renewal(
+        served) -> None:
+    url, session, sink, bus = served
+    sink.on_send = lambda c, p: isinstance(c, cmd.RequestWork) and asyncio.get_running_loop().call_soon(
+        bus.answer, assigned(c.command_id, epoch=8, partition=p))
+    first = await _poll(session, url)
+    again = await _poll(session, url)  # as if the first answer never reached the worker
+    assert first[0] == again[0] == 200 and again[1]["epoch"] == 8 and again[1]["request_id"] == first[1]["request_id"]
+    assert len(sink.of(cmd.RequestWork)) == 1
+    job = first[1]["job_id"]
+    async with session.post(f"{url}/internal/leases/{job}/heartbeat", json={"epoch": 8, "worker_id": "w1"},
+                            headers=W) as r:
+        assert r.status == 202  # the fake bus has no verdict: what matters is that the worker acted on it
+    third = await _poll(session, url)
+    assert third[0] == 200 and third[1]["request_id"] != first[1]["request_id"]
+    assert len(sink.of(cmd.RequestWork)) == 2 and sink.of(cmd.ReleaseLease) == []
 
 
 async def test_a_poll_past_its_deadline_leaves_the_late_lease_to_the_next_poll(served) -> None:
@@ -330,7 +382,7 @@ async def test_a_lease_no_poll_claims_is_released_as_unclaimed(served) -> None:
     assert (await _poll(session, url, wait=0.5))[0] == 204
     [request] = sink.of(cmd.RequestWork)
     bus.answer(assigned(request.command_id, epoch=4))
-    await _wait_for(lambda: sink.of(cmd.ReleaseLease), timeout=3.0)  # hold 1 s
+    await _wait_for(lambda: sink.of(cmd.ReleaseLease), timeout=5.0)  # hold 2 s
     [release] = sink.of(cmd.ReleaseLease)
     assert (release.epoch, release.worker_id, release.reason) == (4, "w1", UNCLAIMED)
 

@@ -36,3 +36,25 @@ def test_positions_from_two_partitions_records_follow_dispatch_order() -> None:
         own = sum(1 for j in jobs if (j.tenant, j.priority) == (job.tenant, job.priority) and j.enqueued_at_ms <
                   job.enqueued_at_ms)
         assert queueplace.position(queue, job.priority, job.tenant, own, COST) == order.index(job.job_id) + 1
+
+
+def test_a_worker_whose_job_ended_counts_idle_until_its_next_lease() -> None:
+    """A worker's completion (or failed attempt) frees it: the pool stats count it idle at once, so the ETA
+    has a worker although its asking policy holds its next RequestWork back while nothing shows queued. A
+    heartbeat means it is busy; a draining worker that finishes is not offered as idle."""
+    from spotreel.services.scheduler.partition import WorkerSeen
+
+    part = PartitionState(0)
+    part.workers["w1"] = WorkerSeen(NOW, False, ("m@h100",), False)
+    part.workers["w2"] = WorkerSeen(NOW, True, ("m@h100",), False)
+
+    def idle() -> int:
+        return sum(r.idle_workers for r in pool_stats(part, NOW + 2000) if r.pool == "m@h100")
+
+    part.index.add(QueuedJob("j", "a", 1, "m", "h100", NOW, COST))  # a pool with a record
+    assert idle() == 0
+    part.seen_worker("w1", NOW + 1000, free=True)
+    part.seen_worker("w2", NOW + 1000, free=True)
+    assert idle() == 1 and part.workers["w1"].last_ms == NOW + 1000
+    part.seen_worker("w1", NOW + 1500)  # a renewal: it holds a lease again
+    assert idle() == 0
