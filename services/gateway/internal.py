@@ -213,7 +213,11 @@ async def lease(request: web.Request) -> web.StreamResponse:
     models = _models(body["models"], "models") if "models" in body else known.get("models")
     warm = _models(body["warm_models"], "warm_models") if "warm_models" in body else known.get("warm_models", ())
     if not gpu or not models:
-        raise invalid("models", "give gpu_type and models (or register first)")
+        # Well-formed, but what is missing would come from a registration this worker has not made: a
+        # conflict with the worker's state, not a malformed body.
+        raise ApiError(409, "worker_not_registered", f"worker {wid} has not registered: give gpu_type and models "
+                       "in the poll, or POST /internal/workers/{id}/register first",
+                       missing=[n for n, v in (("gpu_type", gpu), ("models", models)) if not v])
     wait = f.get("wait_seconds", gw.cfg.lease_poll_default_seconds)
     if not 0 <= wait <= gw.cfg.lease_poll_max_seconds:
         raise invalid("wait_seconds", f"wait_seconds must be between 0 and {gw.cfg.lease_poll_max_seconds}")

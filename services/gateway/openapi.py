@@ -298,9 +298,9 @@ def _policy_fields() -> dict[str, Any]:
                              "reported as not retryable (e.g. invalid_request) fails the job at once",
              "backoff_base_seconds": "delay after the first failure, doubled per failure ('equal jitter': "
                                      "between half and all of it)",
-             "backoff_max_seconds": "cap of the backoff delay; at least backoff_base_seconds, given or default "
-                                    "(else 422, field backoff_max_seconds: the schema states the bound where one "
-                                    "of the two is left to its default, see allOf)"}
+             "backoff_max_seconds": "cap of every backoff delay: given below backoff_base_seconds, every delay is "
+                                    "this max (the base is lowered to it); left out, the default or the base, "
+                                    "whichever is larger"}
     for name, text in about.items():
         lo, hi = POLICY_LIMITS[name]
         out[name] = {"type": "integer", "minimum": lo, "maximum": hi, "default": POLICY_DEFAULTS[name],
@@ -316,24 +316,8 @@ EVENTS_NEED_CALLBACK = {"anyOf": [{"properties": {"webhook_events": {"type": "nu
                                   {"required": ["callback_url"], "properties": {"callback_url": {"type": "string"}}}]}
 
 
-
-
-def _given(name: str) -> dict[str, Any]:
-    return {"required": [name], "properties": {name: {"type": "integer"}}}
-
-
-# backoff_max_seconds >= backoff_base_seconds (submission.policy_fields), where one of the two is left to its
-# default (absent or null): a bound on the other. Both given, it compares two fields, which no JSON Schema
-# keyword does: that 422 (field backoff_max_seconds) is said in the description only.
-BACKOFF_DEFAULTS = [
-    {"anyOf": [_given("backoff_max_seconds"), {"properties": {"backoff_base_seconds": {
-        "maximum": POLICY_DEFAULTS["backoff_max_seconds"]}}}]},
-    {"anyOf": [_given("backoff_base_seconds"), {"properties": {"backoff_max_seconds": {
-        "minimum": POLICY_DEFAULTS["backoff_base_seconds"]}}}]}]
-
-
 def _video_rules(cfg: GatewayConfig) -> dict[str, Any]:
-    return {"allOf": [ONE_START, EVENTS_NEED_CALLBACK, *BACKOFF_DEFAULTS, *_registry_rules(cfg)]}
+    return {"allOf": [ONE_START, EVENTS_NEED_CALLBACK, *_registry_rules(cfg)]}
 
 
 def _submit(cfg: GatewayConfig, private: bool) -> dict[str, Any]:
@@ -517,9 +501,11 @@ def _worker_paths(cfg: GatewayConfig) -> dict[str, Any]:
             "long-poll for a lease (RequestWork to the scheduler, answer on the assignments topic); a lease "
             "granted after an earlier poll of this worker ended is handed to this one at once",
             {"200": ("a lease: job, epoch, expiry, what to run and where to resume", {"type": "object"}),
-             "204": ("no work within wait_seconds (X-Spotreel-No-Work says why)", {})}, (400, 401, 422, 503), [WORKER_ID],
+             "204": ("no work within wait_seconds (X-Spotreel-No-Work says why)", {})}, (400, 401, 409, 422, 503),
+            [WORKER_ID],
             {"type": "object", "additionalProperties": False,
-             "description": "gpu_type and models may be left out once the worker registered (else 422 on models)",
+             "description": "gpu_type and models may be left out once the worker registered (else 409 "
+                            "worker_not_registered)",
              "properties": {**profile["properties"], "gpu_type": {"type": ["string", "null"]},
                             "wait_seconds": {"type": ["number", "null"], "minimum": 0,
                                              "maximum": cfg.lease_poll_max_seconds},
@@ -546,7 +532,7 @@ SCHEDULE_STATUSES = ["accepted", "active", "paused", "deleted"]
 def _schedule_body(cfg: GatewayConfig, private: bool) -> dict[str, Any]:
     fields = _optional(_video_fields(cfg, private), "prompt")
     job = {"type": "object", "required": ["prompt"], "additionalProperties": False,
-           "allOf": [*BACKOFF_DEFAULTS, *_registry_rules(cfg)],
+           "allOf": [*_registry_rules(cfg)],
            "properties": {k: v for k, v in fields.items()
                           if k not in sched.NOT_IN_TEMPLATE + sched.UNSUPPORTED_IN_TEMPLATE}}
     job["properties"]["seed"] = {**fields["seed"], "description": "default: derived from the schedule id; the "

@@ -8,9 +8,9 @@ answered 405, a created resource that cannot be read.
 
 Two checks run in the form tests/integration/schemathesis_hooks.py gives them, each less exactly the cases
 documented there (and in services/gateway/README.md) as rules JSON Schema cannot state or as the API's design:
-`positive_data_acceptance` lets through the 422 of the rules a schema cannot carry (backoff_max_seconds >=
-backoff_base_seconds when both are given, the registry's frame count duration x fps, a cron that never fires,
-a DAG's references among its nodes, a lease poll without a profile from a worker that never registered), and `use_after_free` the reads after DELETE /v1/schedules/{id} (status deleted) and the
+`positive_data_acceptance` lets through the 422 of the rules a schema cannot carry (the registry's frame
+count duration x fps, a cron that never fires, a DAG's references among its nodes), and `use_after_free` the
+reads after DELETE /v1/schedules/{id} (status deleted) and the
 deprecated DELETE /v1/videos/{id} (cancel: the video stays readable, status cancelled). Everything else is as
 shipped: the callback_url address rule and page tokens are in the document (a pattern each; a token of the
 form that does not verify is 409, like an unknown parent) and have no exception any more. (Checked: with the hooks' exceptions emptied, the same run fails on them.)

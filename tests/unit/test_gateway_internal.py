@@ -103,3 +103,16 @@ async def test_whole_numbers_are_integers_and_command_id_is_a_string_or_absent(c
         assert r.status == 503, absent
     r = await c.post(f"/internal/leases/{JOB}/heartbeat", headers=W, data="[" * 5000)  # deeper than the parser recurses: was a 500
     assert r.status == 400
+
+
+async def test_a_poll_without_a_profile_from_a_worker_that_never_registered_is_a_409(client):
+    """The body is well formed (gpu_type and models may be left out once registered): what is missing is the
+    worker's registration, a conflict with its state, answered before any dispatch."""
+    c, _ = client
+    for body, missing in (({}, ["gpu_type", "models"]), ({"models": ["tiny-t2v"]}, ["gpu_type"]),
+                          ({"gpu_type": "cpu", "wait_seconds": 0}, ["models"])):
+        r = await c.post("/internal/workers/w-never/lease", json=body, headers=W)
+        err = (await r.json())["error"]
+        assert (r.status, err["code"], err["missing"]) == (409, "worker_not_registered", missing), err
+    r = await c.post("/internal/workers/w-never/lease", json={"models": "tiny-t2v"}, headers=W)
+    assert r.status == 422 and (await r.json())["error"]["field"] == "models"  # malformed stays 422

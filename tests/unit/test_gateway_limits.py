@@ -54,8 +54,6 @@ async def test_without_the_fields_the_defaults_apply_and_the_hash_is_unchanged(a
     ({"max_attempts": True}, "max_attempts", "integer"),
     ({"backoff_base_seconds": -1}, "backoff_base_seconds", "between 0 and 86400"),
     ({"backoff_max_seconds": 86401}, "backoff_max_seconds", "between 0 and 86400"),
-    ({"backoff_base_seconds": 400}, "backoff_max_seconds", "at least backoff_base_seconds (400)"),
-    ({"backoff_base_seconds": 30, "backoff_max_seconds": 20}, "backoff_max_seconds", "at least"),
 ])
 async def test_limits_are_422_naming_the_field_and_the_limit(api, change, field, limit):  # noqa: F811
     client, deps = await api()
@@ -64,6 +62,23 @@ async def test_limits_are_422_naming_the_field_and_the_limit(api, change, field,
     err = (await r.json())["error"]
     assert err["field"] == field and limit in err["message"], err
     assert deps.commands.sent == []
+
+
+@pytest.mark.parametrize(("given", "base_ms", "max_ms"), [
+    ({"backoff_base_seconds": 30, "backoff_max_seconds": 20}, 20_000, 20_000),  # the max caps: every delay 20 s
+    ({"backoff_max_seconds": 1}, 1_000, 1_000),  # below the default base
+    ({"backoff_base_seconds": 400}, 400_000, 400_000),  # a base alone above the default max raises the max
+    ({"backoff_base_seconds": 0, "backoff_max_seconds": 0}, 0, 0),
+    ({"backoff_base_seconds": 5}, 5_000, 300_000),
+])
+async def test_the_backoff_max_caps_the_base_and_a_max_left_out_never_cuts_a_given_base(
+        api, given, base_ms, max_ms):  # noqa: F811
+    client, deps = await api()
+    r = await post(client, {**BODY, **given})
+    assert r.status == 202, await r.text()
+    [sent] = deps.commands.sent
+    assert (sent.backoff_base_ms, sent.backoff_max_ms) == (base_ms, max_ms)
+    assert submission_problem(sent) is None  # the domain's base <= max holds
 
 
 async def test_the_job_view_shows_the_policy(api):  # noqa: F811

@@ -136,14 +136,19 @@ def _str(body: dict[str, Any], name: str, pattern: re.Pattern[str] | None = None
 def _policy(body: dict[str, Any]) -> dict[str, Any]:
     """The retry and time policy as given, each field within its limit (422 naming it). Only values other than
     the default are kept, so a body that spells out a default hashes like one that leaves it out (and like
-    bodies sent before these fields existed)."""
+    bodies sent before these fields existed).
+
+    The two backoff fields never conflict: a given `backoff_max_seconds` caps every delay, so a base above it
+    is lowered to it (every delay is the max: what min(max, base x 2^n) gives anyway); a max left out is the
+    default or the base, whichever is larger (a large base alone is not cut by a default the client never
+    chose)."""
     got = {name: _int(body, name, *POLICY_LIMITS[name]) for name in POLICY_DEFAULTS}
-    base = got["backoff_base_seconds"] if got["backoff_base_seconds"] is not None \
-        else POLICY_DEFAULTS["backoff_base_seconds"]
-    most = got["backoff_max_seconds"] if got["backoff_max_seconds"] is not None else POLICY_DEFAULTS["backoff_max_seconds"]
-    if most < base:
-        raise invalid("backoff_max_seconds", f"backoff_max_seconds (default {POLICY_DEFAULTS['backoff_max_seconds']}) "
-                                             f"must be at least backoff_base_seconds ({base})")
+    base, most = got["backoff_base_seconds"], got["backoff_max_seconds"]
+    if base is None:
+        base = POLICY_DEFAULTS["backoff_base_seconds"]
+    if most is None:
+        most = max(POLICY_DEFAULTS["backoff_max_seconds"], base)
+    got["backoff_base_seconds"], got["backoff_max_seconds"] = min(base, most), most
     return {k: v for k, v in got.items() if v is not None and v != POLICY_DEFAULTS[k]}
 
 
