@@ -2,7 +2,7 @@
 
 Policies: no checkpoint, a fixed 30 s interval, and the adaptive interval sqrt(2·C·MTBF) (the worker's
 `optimal_interval_s` when it exists). Each is shown with the exact expectation (Daly's formula, see
-spotreel.services.capacity.sim_waste) beside a seeded Monte-Carlo over exponential preemptions, and the
+spotreel.fleetsim.waste) beside a seeded Monte-Carlo over exponential preemptions, and the
 best interval the formula allows (exhaustive over whole steps) is the reference.
 
     .venv/bin/python bench/economics.py                      # table as Markdown
@@ -16,7 +16,7 @@ import json
 import sys
 import time
 
-from spotreel.services.capacity.sim_waste import (JobModel, adaptive_interval_s, expected_waste_s, interval_steps,
+from spotreel.fleetsim.waste import (JobModel, adaptive_interval_s, expected_waste_s, interval_steps,
                                                   monte_carlo,
                                                   optimal_interval_by_formula)
 

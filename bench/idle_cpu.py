@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def main() -> None:
     from spotreel.devstack.stack import components
-    from spotreel.services.capacity.sim_stack import cpu_seconds, machine_busy_seconds
+    from spotreel.services.simulator.stack import cpu_seconds, machine_busy_seconds
     from spotreel.settings import Settings
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -129,7 +129,7 @@ def _broker_pid() -> int:
 def measure(rate: float, seconds: float, workers: int) -> dict:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from spotreel.services.capacity.sim_stack import cpu_seconds
+    from spotreel.services.simulator.stack import cpu_seconds
     from spotreel.settings import Settings
 
     tag = uuid.uuid4().hex[:8]

@@ -65,7 +65,7 @@ def main() -> int:
     args = ap.parse_args()
     settings = replace(Settings.from_env(), topic_prefix=args.prefix, partitions=args.partitions,
                        cassandra_keyspace=args.prefix.replace(".", "_"))
-    from spotreel.services.capacity.sim_stack import read_events
+    from spotreel.services.simulator.stack import read_events
 
     print(json.dumps(lease_fate(read_events(settings)), indent=2))
     if args.drop:

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spotreel.devstack.ports import free_port
-from spotreel.services.capacity.sim_config import SimConfig
-from spotreel.services.capacity.sim_figures import percentile
-from spotreel.services.capacity.sim_run import simulate
+from spotreel.fleetsim.config import SimConfig
+from spotreel.fleetsim.figures import percentile
+from spotreel.services.simulator.run import simulate
 from spotreel.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,8 +18,8 @@ def _registrars() -> list[Registrar]:
     from spotreel.codec.cli import register as schemas
     from spotreel.demo.cli import register as demo
     from spotreel.devstack.cli import register as infra
-    from spotreel.services.capacity.sim_cli import register as simulate
-    from spotreel.services.capacity.slo_cli import register as slo
+    from spotreel.services.simulator.cli import register as simulate
+    from spotreel.services.simulator.slo_cli import register as slo
     from spotreel.services.gateway.cli import register as gateway
     from spotreel.client.cli import register as client
     from spotreel.services.projector.cli import register as projector

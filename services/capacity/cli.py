@@ -88,7 +88,7 @@ def _fail(message: str) -> int:
 
 
 def _sim_config(args: argparse.Namespace) -> Any:
-    from spotreel.services.capacity.sim_config import SimConfig, parse_policy
+    from spotreel.fleetsim.config import SimConfig, parse_policy
 
     checks = [(args.sim_cold_start >= 0, "--sim-cold-start must not be negative"),
               (args.sim_step_seconds > 0, "--sim-step-seconds must be positive"),

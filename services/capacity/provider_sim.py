@@ -1,4 +1,4 @@
-"""The `simulated` provider: the fleet simulator's workers (sim_fleet.SimWorker), added and drained by the
+"""The `simulated` provider: the fleet simulator's workers (spotreel.fleetsim.fleet.SimWorker), added and drained by the
 capacity manager instead of kept at a fixed size.
 
 The workers run on an asyncio loop in a thread of the capacity process and speak the real worker protocol
@@ -27,9 +27,9 @@ from typing import Any, Coroutine
 import aiohttp
 
 from spotreel.services.capacity.providers import Worker
-from spotreel.services.capacity.sim_config import SimConfig
-from spotreel.services.capacity.sim_figures import Attempt
-from spotreel.services.capacity.sim_fleet import Shared, SimWorker
+from spotreel.fleetsim.config import SimConfig
+from spotreel.fleetsim.figures import Attempt
+from spotreel.fleetsim.fleet import Shared, SimWorker
 
 log = logging.getLogger("spotreel.capacity")
 

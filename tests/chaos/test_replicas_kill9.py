@@ -90,7 +90,7 @@ def plane(stack, settings, tmp_path):
     from spotreel.adapters.kafka import delete_topics, ensure_scheduler_topics
     from spotreel.platform.cql import cql_session
     from spotreel.platform.migrate import migrate
-    from spotreel.services.capacity.sim_stack import _free_block
+    from spotreel.services.simulator.stack import _free_block
     from spotreel.tenancy import create_tenant, create_worker_key
     from spotreel.devstack.settings import launcher_settings
 

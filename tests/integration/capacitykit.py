@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterator
 
 from spotreel.domain import events as ev
-from spotreel.services.capacity.sim_stack import PrivateStack
+from spotreel.services.simulator.stack import PrivateStack
 from spotreel.settings import Settings
 
 

@@ -18,7 +18,7 @@ from spotreel.platform.cql import cql_session
 from spotreel.services.capacity.manager import Manager
 from spotreel.services.capacity.policy import CapacityConfig
 from spotreel.services.capacity.provider_sim import SimulatedProvider
-from spotreel.services.capacity.sim_config import SimConfig
+from spotreel.fleetsim.config import SimConfig
 from spotreel.services.capacity.stats import PoolStatsReader
 from spotreel.services.capacity.workers import status_lookup
 from tests.integration.capacitykit import held_at, leases, private_plane

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from spotreel.services.capacity.sim_config import SimConfig
-from spotreel.services.capacity.sim_run import simulate
+from spotreel.fleetsim.config import SimConfig
+from spotreel.services.simulator.run import simulate
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 

@@ -21,7 +21,7 @@ import pytest
 from spotreel.adapters.kafka import produce_command
 from spotreel.domain import events as ev
 from spotreel.domain.plans import settings_for
-from spotreel.services.capacity.sim_kafka import KafkaLink
+from spotreel.services.simulator.kafka_link import KafkaLink
 from spotreel.services.gateway.admission import Admission
 from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.deps import Tenant

@@ -23,7 +23,7 @@ from spotreel.adapters.kafka import produce_command
 from spotreel.adapters.partitioning import partition_for
 from spotreel.domain import events as ev
 from spotreel.domain.plans import settings_for
-from spotreel.services.capacity.sim_kafka import KafkaLink
+from spotreel.services.simulator.kafka_link import KafkaLink
 from spotreel.devstack.ports import free_port
 from spotreel.tenancy import publish_settings, settings_record
 from spotreel.services.gateway.usage import KafkaTenantUsage

@@ -110,7 +110,7 @@ def test_submit_ack_from_the_running_gateway_scraped_by_a_real_prometheus(stack,
     (increase() extrapolates each bucket on its own), when no one else submitted meanwhile."""
     from spotreel.client.http import Client, ClientError
     from spotreel.devstack.services import gateway_metrics_port
-    from spotreel.services.capacity.slo_cli import ack_from_prometheus
+    from spotreel.services.simulator.slo_cli import ack_from_prometheus
 
     metrics_url = f"http://{settings.host}:{gateway_metrics_port(settings)}"
     client = Client(settings.gateway_url, settings.dev_api_key)

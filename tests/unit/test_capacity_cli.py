@@ -12,7 +12,7 @@ from spotreel.domain.ids import pool_key
 from spotreel.services.capacity.cli import SIM_POOL
 from spotreel.services.capacity.provider_sim import SimulatedProvider
 from spotreel.services.capacity.providers import LocalProvider, default_worker_argv
-from spotreel.services.capacity.sim_config import SimConfig
+from spotreel.fleetsim.config import SimConfig
 from spotreel.api.config import GatewayConfig
 from spotreel.worker.cli import DEFAULT_POOL, _pools
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from spotreel.services.capacity.sim_waste import (JobModel, WasteTally, adaptive_interval_s, expected_waste_s,
+from spotreel.fleetsim.waste import (JobModel, WasteTally, adaptive_interval_s, expected_waste_s,
                                                   expected_wall_s, interval_steps, monte_carlo,
                                                   optimal_interval_by_formula, segments, young_daly_interval_s)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from spotreel.domain import events as ev
-from spotreel.services.capacity.sim_config import SimConfig, parse_policy, parse_ramp, parse_shares
-from spotreel.services.capacity.sim_figures import (Accepted, Attempt, WorkerLife, goodput_by_stage, goodput_hold,
+from spotreel.fleetsim.config import SimConfig, parse_policy, parse_ramp, parse_shares
+from spotreel.fleetsim.figures import (Accepted, Attempt, WorkerLife, goodput_by_stage, goodput_hold,
                                                     gpu_accounting, judge_events, kept_step_times, percentile,
                                                     saturated)
 
@@ -159,8 +159,8 @@ def test_option_parsing_and_clear_errors():
 def test_a_rate_per_stage_grows_the_demand_with_the_fleet() -> None:
     """`--rate 5,10,20` with `--workers 100,200,400`: each stage's arrivals come at its own rate (a ramp past
     saturation needs demand that grows; more workers at one rate only add idle pollers)."""
-    from spotreel.services.capacity.sim_config import parse_rate
-    from spotreel.services.capacity.sim_fleet import arrival_offsets
+    from spotreel.fleetsim.config import parse_rate
+    from spotreel.fleetsim.fleet import arrival_offsets
 
     assert parse_rate("20") == (20.0, ())
     assert parse_rate("5, 10,20") == (5.0, (5.0, 10.0, 20.0))
@@ -185,7 +185,7 @@ def test_one_rate_keeps_the_arrival_stream_other_benches_replay() -> None:
     is the plain Poisson sequence of Random(seed).expovariate(rate)."""
     import random
 
-    from spotreel.services.capacity.sim_fleet import arrival_offsets
+    from spotreel.fleetsim.fleet import arrival_offsets
 
     cfg = SimConfig(workers=(10,), stage_s=30.0, submit_rate=3.0, seed=7)
     rng, t, expected = random.Random(7), 0.0, []

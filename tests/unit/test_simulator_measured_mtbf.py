@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from spotreel.services.capacity.sim_config import SimConfig, parse_mtbf
-from spotreel.services.capacity.sim_figures import Attempt, interval_by_stage
-from spotreel.services.capacity.sim_fleet import Shared
+from spotreel.fleetsim.config import SimConfig, parse_mtbf
+from spotreel.fleetsim.figures import Attempt, interval_by_stage
+from spotreel.fleetsim.fleet import Shared
 
 pytestmark = pytest.mark.unit
 

@@ -1,9 +1,9 @@
-"""The SLO report (services/capacity/slo.py) on event histories made by the real decide/evolve."""
+"""The SLO report (services/simulator/slo.py) on event histories made by the real decide/evolve."""
 
 from __future__ import annotations
 
-from spotreel.services.capacity.slo import ack_verdict, measure, render_text, report
-from spotreel.services.capacity.slo_cli import ack_from_prometheus, ack_window
+from spotreel.services.simulator.slo import ack_verdict, measure, render_text, report
+from spotreel.services.simulator.slo_cli import ack_from_prometheus, ack_window
 from tests.unit.jobkit import Driver
 
 
@@ -118,7 +118,7 @@ def test_a_simulation_announces_its_private_services_to_the_local_prometheus_onl
     from dataclasses import replace
 
     from spotreel.devstack.monitoring import Prometheus
-    from spotreel.services.capacity.sim_stack import announce
+    from spotreel.services.simulator.stack import announce
     from spotreel.settings import Settings
 
     base = Settings(home=tmp_path / "base")

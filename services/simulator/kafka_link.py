@@ -7,7 +7,7 @@ assignments topic; fenced RenewLease / ReportProgress / RecordCheckpoint / Compl
 commands keyed by job id, each judged by the scheduler's verdict on the events topic; a grant that arrives
 when the worker no longer waits for it is released (`unclaimed`). The fleet shares one listener thread and
 one producer (a real worker has its own); the records on the wire are the same, so the control plane does
-the same work. Answers are shaped as the gateway's HTTP answers (status and body), so sim_fleet.py drives
+the same work. Answers are shaped as the gateway's HTTP answers (status and body), so spotreel.fleetsim.fleet drives
 both transports with one worker model.
 """
 

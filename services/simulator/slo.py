@@ -21,7 +21,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from spotreel.services.capacity.sim_figures import event_name, percentile
+from spotreel.fleetsim.figures import event_name, percentile
 
 
 @dataclass(frozen=True)

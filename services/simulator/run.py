@@ -2,7 +2,7 @@
 
 Per stage it records the CPU of every process, the round trips of worker and client requests and the
 failures; at the end it reads the run's events back from Kafka and computes the figures
-(sim_figures.py). The report is printed and written as JSON.
+(spotreel.fleetsim.figures). The report is printed and written as JSON.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from typing import Any, Callable
 
 import aiohttp
 
-from spotreel.services.capacity.sim_config import SimConfig
-from spotreel.services.capacity.sim_figures import (gpu_accounting, goodput_by_stage, goodput_hold,
+from spotreel.fleetsim.config import SimConfig
+from spotreel.fleetsim.figures import (gpu_accounting, goodput_by_stage, goodput_hold,
                                                     interval_by_stage, judge_events, saturated, summary_ms)
-from spotreel.services.capacity.sim_fleet import Fleet, Meter, Shared, submit_loop
-from spotreel.services.capacity.sim_kafka import KafkaLink
-from spotreel.services.capacity.sim_stack import CpuWindow, PrivateStack, read_events
+from spotreel.fleetsim.fleet import Fleet, Meter, Shared, submit_loop
+from spotreel.services.simulator.kafka_link import KafkaLink
+from spotreel.services.simulator.stack import CpuWindow, PrivateStack, read_events
 from spotreel.settings import Settings
 
 

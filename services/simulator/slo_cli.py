@@ -101,8 +101,8 @@ class _PromError(Exception):
 
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
-    from spotreel.services.capacity.sim_stack import read_events
-    from spotreel.services.capacity.slo import render_text, report
+    from spotreel.services.simulator.stack import read_events
+    from spotreel.services.simulator.slo import render_text, report
 
     window = None
     if args.submitted:

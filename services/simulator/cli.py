@@ -54,9 +54,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _simulate(args: argparse.Namespace, settings: Settings) -> int:
-    from spotreel.services.capacity.sim_config import (SimConfig, parse_mtbf, parse_policy, parse_ramp, parse_rate,
+    from spotreel.fleetsim.config import (SimConfig, parse_mtbf, parse_policy, parse_ramp, parse_rate,
                                                        parse_shares, parse_stall)
-    from spotreel.services.capacity.sim_run import simulate
+    from spotreel.services.simulator.run import simulate
 
     try:
         policy, fixed = parse_policy(args.checkpoint_policy)

@@ -1,5 +1,5 @@
 """Simulated GPU workers and clients that speak the real protocols: HTTP to a gateway, or, for the workers
-with `--transport kafka`, Kafka straight to the scheduler (sim_kafka.py).
+with `--transport kafka`, Kafka straight to the scheduler (services/simulator/kafka_link.py).
 
 One aiohttp session, one asyncio task per worker. A worker: cold start → register → long-poll a lease →
 compute steps (sleeps of `step_s`), heartbeat and progress on their own cadence, checkpoints by policy →
@@ -25,9 +25,9 @@ from typing import Any, Callable, Iterator
 import aiohttp
 
 from spotreel.dispatch.listener import DispatchUnavailable
-from spotreel.services.capacity.sim_config import SimConfig
-from spotreel.services.capacity.sim_figures import Accepted, Attempt, WorkerLife
-from spotreel.services.capacity.sim_waste import adaptive_interval_s
+from spotreel.fleetsim.config import SimConfig
+from spotreel.fleetsim.figures import Accepted, Attempt, WorkerLife
+from spotreel.fleetsim.waste import adaptive_interval_s
 from spotreel.checkpoint_interval import estimated_mtbf_s
 from spotreel.domain.leases import quiet_s
 
@@ -64,7 +64,7 @@ class Shared:
     lives: list[WorkerLife] = field(default_factory=list)
     vanished_at: list[float] = field(default_factory=list)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
-    # `--transport kafka`: the workers' requests go over Kafka (sim_kafka.KafkaLink), clients' still over HTTP.
+    # `--transport kafka`: the workers' requests go over Kafka (services/simulator/kafka_link.py, KafkaLink), clients' still over HTTP.
     link: Any = None
     # The machines' true MTBF now (the ramp changes it per stage with --mtbf A,B,...; 0: no preemptions).
     mtbf_now_s: float = -1.0
