@@ -24,6 +24,7 @@ from spotreel.domain import commands as cmd
 from spotreel.domain import ids
 from spotreel.domain.cron import CronError, MissedPolicy, validate, validate_zone
 from spotreel.domain.schedules import OverlapPolicy
+from spotreel.domain.spec import RenderSpec
 from spotreel.services.gateway import pagetokens
 from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import Gateway, gateway
@@ -135,15 +136,15 @@ def build_create(tenant: str, schedule_id: str, body: dict[str, Any], command_id
     job = body["job"]
     # No seed given: one derived from the schedule, the same for every occurrence (a template is fixed).
     seed = job["seed"] if job["seed"] is not None else int(schedule_id[1:16], 16)
+    spec = RenderSpec(model=job["model"], prompt=job["prompt"], duration_s=job["duration"],
+                      resolution=job["resolution"], fps=job["fps"], seed=seed, num_steps=job["num_steps"],
+                      guidance_scale=job.get("guidance_scale"), negative_prompt=job.get("negative_prompt"),
+                      sampler=job.get("sampler"))
     return cmd.CreateSchedule(
         command_id=command_id, schedule_id=schedule_id, tenant=tenant, cron=body["cron"], timezone=body["timezone"],
-        missed_policy=body["catch_up"], model=job["model"], gpu_type=job["gpu_type"], prompt=job["prompt"],
-        duration_s=job["duration"], resolution=job["resolution"], fps=job["fps"], seed=seed,
-        num_steps=job["num_steps"], priority=job["priority"], callback_url=job["callback_url"],
-        start_ms=body["start_at"], grace_ms=body["catch_up_grace_seconds"] * 1000,
+        missed_policy=body["catch_up"], spec=spec, gpu_type=job["gpu_type"], priority=job["priority"],
+        callback_url=job["callback_url"], start_ms=body["start_at"], grace_ms=body["catch_up_grace_seconds"] * 1000,
         max_catchup=body["catch_up_max_runs"], overlap_policy=body["overlap"], **policy_fields(job),
-        guidance_scale=job.get("guidance_scale"), negative_prompt=job.get("negative_prompt"),
-        sampler=job.get("sampler"),
     )
 
 

@@ -61,7 +61,14 @@ def loads_schedule(raw: bytes | None) -> ScheduleState | None:
     if not raw:
         return None
     d: dict[str, Any] = json.loads(raw)
-    d["created"] = ev.ScheduleCreated(**d["created"])
+    created = d["created"]
+    if "spec" in created:
+        created["spec"] = RenderSpec(**created["spec"])
+    else:  # stored before the template nested its video in a RenderSpec: the same state, nested
+        created["spec"] = RenderSpec.from_flat(created)
+        for name in SPEC_FIELDS:
+            created.pop(name, None)
+    d["created"] = ev.ScheduleCreated(**created)
     d["running"] = tuple(d.get("running", ()))
     return ScheduleState(**d)
 

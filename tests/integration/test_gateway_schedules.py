@@ -57,8 +57,8 @@ async def test_schedule_lifecycle_over_http(gw, gw_settings, cql):
         "schedule_id": sid, "status": "accepted", "idempotency_key": "dawn", "replayed": False}
     [create] = schedule_commands(gw_settings, sid)
     assert isinstance(create, cmd.CreateSchedule)
-    assert (create.tenant, create.cron, create.timezone, create.missed_policy, create.overlap_policy, create.prompt,
-            create.seed, create.fps) == ("alpha", "30 2 * * *", "America/New_York", "run_all", "skip",
+    assert (create.tenant, create.cron, create.timezone, create.missed_policy, create.overlap_policy, create.spec.prompt,
+            create.spec.seed, create.spec.fps) == ("alpha", "30 2 * * *", "America/New_York", "run_all", "skip",
                                          "dawn over the bay", 5, 8)
 
     # Before the projector: the claim answers, never 404.

@@ -94,7 +94,7 @@ async def test_an_occurrence_job_carries_the_schedules_render_options(gw, cql):
     sid = (await r.json())["schedule_id"]
     # (The scheduler's own FireOccurrence commands share the schedule's key.)
     [create] = [c for c in schedule_commands(s, sid) if isinstance(c, cmd.CreateSchedule)]
-    assert ({k: getattr(create, k) for k in OPTIONS}, create.timeout_ms) == (OPTIONS, 600_000)
+    assert ({k: getattr(create.spec, k) for k in OPTIONS}, create.timeout_ms) == (OPTIONS, 600_000)
 
     fired = bus.wait_for(lambda: [e for e in bus.events if isinstance(e, ev.OccurrenceFired) and e.schedule_id == sid],
                          40, "the occurrence fired by the scheduler")

@@ -12,6 +12,7 @@ import pytest
 from spotreel.adapters.partitioning import partition_for
 from spotreel.domain import commands as c
 from spotreel.domain import events as ev
+from spotreel.domain.spec import RenderSpec
 from spotreel.domain import ids
 from spotreel.domain.state import Status
 from tests.integration.schedkit import (GPU, Bus, SchedulerProc, drop_topics, make_topics, scheduler_settings,
@@ -140,8 +141,8 @@ def test_cron_run_all_submits_each_missed_occurrence_exactly_once(env):
     start = upcoming - 11 * hour + 1
     cron = f"{(upcoming // minute) % 60} * * * *"
     model = "m-" + uuid.uuid4().hex[:6]
-    bus.send(c.CreateSchedule("cs-" + sid, sid, "acme", cron, "UTC", "run_all", model, GPU, "tick", 1.0,
-                              "64x64", 8, 1, 4, start_ms=start, max_catchup=4))
+    bus.send(c.CreateSchedule("cs-" + sid, sid, "acme", cron, "UTC", "run_all",
+                              RenderSpec(model, "tick", 1.0, "64x64", 8, 1, 4), GPU, start_ms=start, max_catchup=4))
     fired = bus.wait_for(lambda: [e for e in bus.events if isinstance(e, ev.OccurrenceFired)
                                   and e.schedule_id == sid] if len(
         [e for e in bus.events if isinstance(e, ev.OccurrenceFired) and e.schedule_id == sid]) >= 4 else None,
@@ -188,8 +189,9 @@ def test_cron_cancel_previous_and_each_occurrence_job_reports_its_end(env):
     upcoming = (int(time.time() * 1000) // minute + 30) * minute
     cron = f"{(upcoming // minute) % 60} * * * *"
     model = "m-" + uuid.uuid4().hex[:6]
-    bus.send(c.CreateSchedule("cs-" + sid, sid, "acme", cron, "Europe/Paris", "run_all", model, GPU, "tick", 1.0,
-                              "64x64", 8, 1, 4, start_ms=upcoming - 3 * hour + 1, overlap_policy="cancel_previous"))
+    bus.send(c.CreateSchedule("cs-" + sid, sid, "acme", cron, "Europe/Paris", "run_all",
+                              RenderSpec(model, "tick", 1.0, "64x64", 8, 1, 4), GPU, start_ms=upcoming - 3 * hour + 1,
+                              overlap_policy="cancel_previous"))
 
     def of(cls):
         return [e for e in bus.events if isinstance(e, cls) and e.schedule_id == sid]

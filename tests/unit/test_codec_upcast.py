@@ -30,7 +30,8 @@ REPO = Path(__file__).resolve().parents[2]
 CODEC = Codec.default()
 REGISTRY = CODEC.registry
 CARRIERS = {"spotreel.v1.SubmitJob": c.SubmitJob, "spotreel.v1.JobSubmitted": ev.JobSubmitted,
-            "spotreel.v1.WorkAssigned": ev.WorkAssigned}
+            "spotreel.v1.WorkAssigned": ev.WorkAssigned, "spotreel.v1.CreateSchedule": c.CreateSchedule,
+            "spotreel.v1.ScheduleCreated": ev.ScheduleCreated}
 FLAT = [(name, entry) for name in CARRIERS for entry in REGISTRY.released[name]
         if not any(f["name"] == "spec" for f in entry.schema["fields"])]
 
@@ -42,7 +43,9 @@ def test_the_lift_knows_the_spec_the_domain_defines() -> None:
 
 def test_the_flat_versions_are_the_ones_the_docs_name() -> None:
     assert sorted((n.rsplit(".", 1)[1], e.version) for n, e in FLAT) == [
+        ("CreateSchedule", 1), ("CreateSchedule", 2), ("CreateSchedule", 3),
         ("JobSubmitted", 1), ("JobSubmitted", 2), ("JobSubmitted", 3),
+        ("ScheduleCreated", 1), ("ScheduleCreated", 2), ("ScheduleCreated", 3),
         ("SubmitJob", 1), ("SubmitJob", 2), ("SubmitJob", 3),
         ("WorkAssigned", 1), ("WorkAssigned", 2)]
 
@@ -130,6 +133,8 @@ def test_the_repo_check_passes_and_reports_the_lifted_versions() -> None:
     assert all(r.ok for r in reports.values())
     assert reports["spotreel.v1.WorkAssigned"].lifted == ((1, 2), (2, 2))
     assert reports["spotreel.v1.SubmitJob"].lifted == ((1, 3), (2, 3), (3, 3))
+    assert reports["spotreel.v1.CreateSchedule"].lifted == ((1, 3), (2, 3), (3, 3))
+    assert reports["spotreel.v1.ScheduleCreated"].lifted == ((1, 3), (2, 3), (3, 3))
 
 
 def test_a_body_the_lift_cannot_take_is_one_codec_error() -> None:

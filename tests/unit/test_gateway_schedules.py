@@ -30,7 +30,7 @@ async def test_defaults_and_the_command_produced(api):  # noqa: F811
     assert isinstance(sent, cmd.CreateSchedule)
     assert (sent.cron, sent.timezone, sent.missed_policy, sent.overlap_policy, sent.grace_ms, sent.max_catchup,
             sent.start_ms) == ("@daily", "UTC", "skip", "allow", 60_000, 100, None)
-    assert sent.seed == int(sid[1:16], 16) and sent.prompt == "a sunrise"
+    assert sent.spec.seed == int(sid[1:16], 16) and sent.spec.prompt == "a sunrise"
     # The claim answers GET until the projector has written the schedule.
     got = await (await client.get(f"/v1/schedules/{sid}", headers=A)).json()
     assert got["status"] == "accepted" and got["job"]["prompt"] == "a sunrise"

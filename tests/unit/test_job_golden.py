@@ -41,9 +41,13 @@ BY_NAME = {cls.__name__: cls for cls in ev.ALL_EVENTS}
 
 
 def _flat_spec(d: dict[str, Any]) -> dict[str, Any]:
-    """The record with its `spec` (if any) flattened into it, as the files hold it."""
+    """The record with its `spec` (if any) flattened into it, as the files hold it; likewise the
+    ScheduleCreated a schedule's state holds (`created`)."""
     spec = d.pop("spec", None)
-    return {**d, **spec} if isinstance(spec, dict) else d
+    out = {**d, **spec} if isinstance(spec, dict) else d
+    if isinstance(out.get("created"), dict):
+        out["created"] = _flat_spec(out["created"])
+    return out
 
 
 def encode_event(event: Any) -> dict[str, Any]:
@@ -180,8 +184,8 @@ def cron_schedule() -> list[Any]:
     hour = 3_600_000
     t = T0 // hour * hour
     create = c.CreateSchedule(
-        "create", "hourly", "acme", "0 * * * *", "UTC", "run_all", "tiny-t2v", "h100", "clouds", 2.0,
-        "512x512", 8, 3, 10, max_catchup=2,
+        "create", "hourly", "acme", "0 * * * *", "UTC", "run_all",
+        RenderSpec("tiny-t2v", "clouds", 2.0, "512x512", 8, 3, 10), "h100", max_catchup=2,
     )
     state, history = None, []
     for command, now in (
@@ -203,8 +207,8 @@ def cron_schedule_paused_and_overlapping() -> list[Any]:
     hour = 3_600_000
     t = 1_772_841_600_000  # 2026-03-07 00:00 UTC
     create = c.CreateSchedule(
-        "create", "ny", "acme", "30 2 * * *", "America/New_York", "run_all", "tiny-t2v", "h100", "dawn", 2.0,
-        "512x512", 8, 3, 10, overlap_policy="skip",
+        "create", "ny", "acme", "30 2 * * *", "America/New_York", "run_all",
+        RenderSpec("tiny-t2v", "dawn", 2.0, "512x512", 8, 3, 10), "h100", overlap_policy="skip",
     )
     state, history = None, []
     for command, now in (
@@ -227,9 +231,9 @@ def cron_schedule_render_options() -> list[Any]:
     hour = 3_600_000
     t = T0 // hour * hour
     create = c.CreateSchedule(
-        "create", "hourly-options", "acme", "0 * * * *", "UTC", "skip", "tiny-t2v", "h100", "clouds", 2.0,
-        "512x512", 8, 3, 10, timeout_ms=600_000, guidance_scale=4.5, negative_prompt="blurry, text",
-        sampler="dpmpp",
+        "create", "hourly-options", "acme", "0 * * * *", "UTC", "skip",
+        RenderSpec("tiny-t2v", "clouds", 2.0, "512x512", 8, 3, 10, guidance_scale=4.5,
+                   negative_prompt="blurry, text", sampler="dpmpp"), "h100", timeout_ms=600_000,
     )
     state, history = None, []
     for command, now in ((create, t + 60_000), (c.FireOccurrence("f1", "hourly-options"), t + hour + 5)):

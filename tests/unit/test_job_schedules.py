@@ -14,7 +14,7 @@ from spotreel.domain import events as ev
 from spotreel.domain import ids
 from spotreel.domain.decide import decide
 from spotreel.domain.evolve import fold
-from spotreel.domain.spec import SPEC_FIELDS
+from spotreel.domain.spec import SPEC_FIELDS, RenderSpec
 from spotreel.domain.schedules import ScheduleState, decide_schedule, evolve_schedule, fold_schedule, submit_for
 
 pytestmark = pytest.mark.unit
@@ -32,16 +32,12 @@ def create(**overrides: Any) -> c.CreateSchedule:
         cron="0 * * * *",
         timezone="UTC",
         missed_policy="skip",
-        model="tiny-t2v",
+        spec=RenderSpec(model="tiny-t2v", prompt="timelapse", duration_s=2.0, resolution="512x512", fps=8, seed=1,
+                        num_steps=10),
         gpu_type="h100",
-        prompt="timelapse",
-        duration_s=2.0,
-        resolution="512x512",
-        fps=8,
-        seed=1,
-        num_steps=10,
     )
-    return replace(base, **overrides)
+    video = {k: overrides.pop(k) for k in list(overrides) if k in SPEC_FIELDS}  # the template's video fields
+    return replace(base, spec=replace(base.spec, **video), **overrides)
 
 
 class Sched:
@@ -238,7 +234,7 @@ def test_an_occurrences_job_carries_the_templates_time_limit_and_render_options(
     s = Sched(**OPTIONS)
     created = s.out[0]
     assert isinstance(created, ev.ScheduleCreated)
-    assert {k: getattr(created, k) for k in OPTIONS} == OPTIONS
+    assert {k: getattr(created.spec if k in SPEC_FIELDS else created, k) for k in OPTIONS} == OPTIONS
     fired = s.fire(T + HOUR)[0]
     assert s.state is not None
     submit = submit_for(s.state, fired)
@@ -255,7 +251,7 @@ def test_a_template_without_options_hashes_its_occurrences_as_before_they_existe
     s = Sched()
     fired = s.fire(T + HOUR)[0]
     assert s.state is not None
-    old_body = {name: getattr(s.state.created, name) for name in (
+    old_body = {name: getattr(s.state.created.spec if name in SPEC_FIELDS else s.state.created, name) for name in (
         "model", "gpu_type", "prompt", "duration_s", "resolution", "fps", "seed", "num_steps", "priority",
         "callback_url", "max_attempts", "max_preemptions", "keep_checkpoints", "backoff_base_ms", "backoff_max_ms",
         "poison_threshold", "poison_window_ms")}
@@ -280,8 +276,9 @@ def test_a_create_schedule_over_kafka_with_options_beyond_the_limits_is_refused(
 
 @pytest.mark.parametrize("name", ["CreateSchedule", "ScheduleCreated"])
 def test_records_written_with_every_released_version_decode_with_the_options_null(name: str) -> None:
-    """A CreateSchedule or ScheduleCreated already on the topics (released v1 and v2, before the options)
-    decodes to the dataclass with timeout_ms and the render options at None."""
+    """A CreateSchedule or ScheduleCreated already on the topics (released v1 and v2, before the options;
+    the template flat up to v3) decodes to the dataclass with timeout_ms and the render options at None, its
+    video in `spec` (lifted, codec/upcast.py); one written with v3 decodes to the same message too."""
     from spotreel.codec import Codec
     from spotreel.codec.registry import SchemaRegistry
 
@@ -290,10 +287,31 @@ def test_records_written_with_every_released_version_decode_with_the_options_nul
     assert [v.version for v in released][:2] == [1, 2]
     created = Sched().out[0]
     message = create() if name == "CreateSchedule" else created
-    for version in released[:2]:
+    assert [v.version for v in released] == [1, 2, 3]
+    flat = asdict(message)
+    flat.update(flat.pop("spec"))  # the flat shape those versions wrote
+    for version in released:
         old = Codec(SchemaRegistry.from_schemas([version.raw]))
         fields = {f["name"] for f in version.raw["fields"]}
-        record = {k: v for k, v in asdict(message).items() if k in fields}
+        record = {k: v for k, v in flat.items() if k in fields}
         decoded = codec.decode_message(old.encode(name, record))
         assert decoded == message, version.version
-        assert (decoded.timeout_ms, decoded.guidance_scale, decoded.negative_prompt, decoded.sampler) == (None,) * 4
+        spec = decoded.spec
+        assert (decoded.timeout_ms, spec.guidance_scale, spec.negative_prompt, spec.sampler) == (None,) * 4
+
+
+def test_the_schedulers_table_reads_a_schedule_state_stored_flat_as_the_same_state_nested() -> None:
+    """The Faust table's JSON of a schedule's state: written now with the template's video in `spec`, and a
+    state written before (the ScheduleCreated inside it flat) reads back as the same state."""
+    import json
+
+    from spotreel.services.scheduler import statecodec
+
+    s = Sched(**OPTIONS)
+    s.fire(T + HOUR)
+    assert s.state is not None
+    raw = statecodec.dumps_schedule(s.state)
+    assert statecodec.loads_schedule(raw) == s.state
+    stored = json.loads(raw)
+    stored["created"].update(stored["created"].pop("spec"))  # the shape written before the nesting
+    assert statecodec.loads_schedule(json.dumps(stored).encode()) == s.state

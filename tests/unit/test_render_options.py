@@ -134,7 +134,7 @@ async def test_a_schedules_job_carries_the_options_into_its_create_schedule_and_
     r = await client.post("/v1/schedules", json=body, headers={**A, "Idempotency-Key": "s-options"})
     assert r.status == 202, await r.text()
     [sent] = deps.commands.sent
-    assert (sent.guidance_scale, sent.negative_prompt, sent.sampler, sent.timeout_ms) == \
+    assert (sent.spec.guidance_scale, sent.spec.negative_prompt, sent.spec.sampler, sent.timeout_ms) == \
         (4.5, "blurry, text", "dpmpp", 600_000)
     got = await (await client.get(f"/v1/schedules/{sent.schedule_id}", headers=A)).json()  # from the claim
     assert {k: got["job"][k] for k in OPTIONS} == OPTIONS and got["job"]["timeout_seconds"] == 600
@@ -146,7 +146,7 @@ async def test_a_schedule_without_options_sends_none_and_shows_nulls(api):  # no
                           headers={**A, "Idempotency-Key": "s-plain"})
     assert r.status == 202, await r.text()
     [sent] = deps.commands.sent
-    assert (sent.guidance_scale, sent.negative_prompt, sent.sampler, sent.timeout_ms) == (None,) * 4
+    assert (sent.spec.guidance_scale, sent.spec.negative_prompt, sent.spec.sampler, sent.timeout_ms) == (None,) * 4
     got = await (await client.get(f"/v1/schedules/{sent.schedule_id}", headers=A)).json()
     assert {k: got["job"][k] for k in (*OPTIONS, "timeout_seconds")} == dict.fromkeys((*OPTIONS, "timeout_seconds"))
 

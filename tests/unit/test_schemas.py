@@ -72,7 +72,7 @@ def test_every_carrier_holds_the_same_render_spec() -> None:
     every copy is the same definition, docs included, so it is one type under one name."""
     carriers = {cls.__name__: cls for cls in (*MESSAGES, *events.SCHEDULER_RECORDS)
                 if any(typing.get_type_hints(cls)[f.name] is RenderSpec for f in dataclasses.fields(cls))}
-    assert set(carriers) == {"SubmitJob", "JobSubmitted", "WorkAssigned"}
+    assert set(carriers) == {"SubmitJob", "JobSubmitted", "WorkAssigned", "CreateSchedule", "ScheduleCreated"}
     copies = [next(f["type"] for f in _load(cls)["fields"] if f["name"] == "spec") for cls in carriers.values()]
     assert all(copy == copies[0] for copy in copies)
 

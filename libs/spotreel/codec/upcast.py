@@ -13,7 +13,8 @@ So a record written under any released version still decodes to the same message
 Kafka consumer that follows schemas/README.md does the same (decode_example.py).
 
 The one lift so far nests the video's fields in RenderSpec (domain/spec.py): SubmitJob and JobSubmitted up
-to v3 and WorkAssigned up to v2 carried them flat. Which versions are old is read from the schemas
+to v3, WorkAssigned up to v2, and the schedule records CreateSchedule and ScheduleCreated (their job
+template) up to v3 carried them flat. Which versions are old is read from the schemas
 themselves (a released version without the field the lift creates), not from a version number.
 """
 
@@ -57,6 +58,8 @@ LIFTS: dict[str, Lift] = {
         Lift("spotreel.v1.SubmitJob", "spec", nest_render_spec),
         Lift("spotreel.v1.JobSubmitted", "spec", nest_render_spec),
         Lift("spotreel.v1.WorkAssigned", "spec", nest_render_spec),
+        Lift("spotreel.v1.CreateSchedule", "spec", nest_render_spec),
+        Lift("spotreel.v1.ScheduleCreated", "spec", nest_render_spec),
     )
 }
 

@@ -265,13 +265,14 @@ class ReleaseLease:
 
 @dataclass(frozen=True)
 class CreateSchedule:
-    """A cron schedule that submits one job per occurrence. The fields from `model` on are the job template
-    (same meaning as in SubmitJob). `missed_policy`: skip | run_once | run_all (see schedules.py).
+    """A cron schedule that submits one job per occurrence. The fields from `spec` on are the job template
+    (same meaning as in SubmitJob): `spec` the video, the rest how each occurrence's job runs.
+    `missed_policy`: skip | run_once | run_all (see schedules.py).
     `timezone`: the IANA zone the expression is read in (cron.py defines DST gaps and overlaps).
     `overlap_policy`: allow | skip | cancel_previous, what an occurrence does while an earlier one's job
     has not ended (schedules.py). Occurrences at or after `start_ms` count (default: from creation on).
-    `timeout_ms`, `guidance_scale`, `negative_prompt`, `sampler` (added later, null by default) are the
-    template's time limit and render options, copied into each occurrence's SubmitJob."""
+    `timeout_ms` (added later, null by default) is the template's time limit, copied into each occurrence's
+    SubmitJob. Up to v3 the video's fields were flat here (codec/upcast.py lifts them into `spec`)."""
 
     command_id: str
     schedule_id: str
@@ -279,14 +280,8 @@ class CreateSchedule:
     cron: str
     timezone: str
     missed_policy: str
-    model: str
+    spec: RenderSpec
     gpu_type: str
-    prompt: str
-    duration_s: float
-    resolution: str
-    fps: int
-    seed: int
-    num_steps: int
     priority: int = 0
     callback_url: str | None = None
     start_ms: int | None = None
@@ -301,9 +296,6 @@ class CreateSchedule:
     poison_window_ms: int = 60_000
     overlap_policy: str = "allow"
     timeout_ms: int | None = None
-    guidance_scale: float | None = None
-    negative_prompt: str | None = None
-    sampler: str | None = None
 
 
 @dataclass(frozen=True)

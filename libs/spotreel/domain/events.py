@@ -419,14 +419,8 @@ class ScheduleCreated:
     grace_ms: int
     max_catchup: int
     next_occurrence_ms: int
-    model: str
+    spec: RenderSpec
     gpu_type: str
-    prompt: str
-    duration_s: float
-    resolution: str
-    fps: int
-    seed: int
-    num_steps: int
     priority: int
     callback_url: str | None
     max_attempts: int
@@ -438,9 +432,6 @@ class ScheduleCreated:
     poison_window_ms: int
     overlap_policy: str = "allow"
     timeout_ms: int | None = None
-    guidance_scale: float | None = None
-    negative_prompt: str | None = None
-    sampler: str | None = None
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,9 @@ from spotreel.domain.cron import validate as validate_cron
 from spotreel.domain.decide import submission_problem
 from spotreel.domain.spec import SPEC_FIELDS, RenderSpec
 
-# The job template: fields shared, with the same meaning, by CreateSchedule, ScheduleCreated and SubmitJob.
+# The job template: fields shared, with the same meaning, by CreateSchedule, ScheduleCreated and SubmitJob,
+# named flat as an occurrence's request hash and the projected template name them. The video's fields
+# (SPEC_FIELDS) travel as one RenderSpec, `spec`, in all three records; the others are the records' own.
 TEMPLATE_FIELDS = (
     "model",
     "gpu_type",
@@ -120,16 +122,21 @@ class ScheduleReason:
     NOT_RUNNING = "not_running"
 
 
+# The template's fields a schedule record carries beside its `spec`.
+JOB_FIELDS = tuple(name for name in TEMPLATE_FIELDS if name not in SPEC_FIELDS)
+
+
 def _template(source: Any) -> dict[str, Any]:
-    return {name: getattr(source, name) for name in TEMPLATE_FIELDS}
+    """The template flat, every field by name (the spec's fields among them)."""
+    flat = source.spec.flat()
+    return {name: flat[name] if name in SPEC_FIELDS else getattr(source, name) for name in TEMPLATE_FIELDS}
 
 
 def _submit_template(source: Any) -> dict[str, Any]:
-    """The template as SubmitJob's arguments: the schedule records keep it flat, a SubmitJob nests the
-    video's fields in its RenderSpec."""
-    template = _template(source)
-    rest = {name: value for name, value in template.items() if name not in SPEC_FIELDS}
-    return {**rest, "spec": RenderSpec.from_flat(template)}
+    """The template as the arguments of the record it goes into (SubmitJob, ScheduleCreated): the spec
+    whole, the other fields by name."""
+    spec: RenderSpec = source.spec
+    return {"spec": spec, **{name: getattr(source, name) for name in JOB_FIELDS}}
 
 
 def template_body(source: Any) -> dict[str, Any]:
@@ -301,7 +308,7 @@ def _create(state: ScheduleState | None, c: cmd.CreateSchedule, now_ms: int) -> 
         grace_ms=c.grace_ms,
         max_catchup=c.max_catchup,
         next_occurrence_ms=first,
-        **_template(c),
+        **_submit_template(c),
         overlap_policy=c.overlap_policy,
     )
     advanced = ev.ScheduleAdvanced(
