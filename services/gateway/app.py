@@ -14,15 +14,17 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from spotreel import tracing
-from spotreel.services.gateway import guards, internal, openapi, schedules, usage, videos
-from spotreel.services.gateway.admission import Admission
+from spotreel.services.gateway import openapi
+from spotreel.services.gateway.public import guards, schedules, usage, videos
+from spotreel.services.gateway.worker_api import routes as worker_api
+from spotreel.services.gateway.public.admission import Admission
 from spotreel.services.gateway.auth import KeyCache, make_middleware
 from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.context import GATEWAY, Gateway
 from spotreel.services.gateway.deps import Deps, SinkUnavailable, StoreUnavailable
 from spotreel.api.errors import ApiError
 from spotreel.services.gateway.metrics import Metrics
-from spotreel.services.gateway.pagetokens import PageTokens
+from spotreel.services.gateway.public.pagetokens import PageTokens
 from spotreel.settings import Settings
 
 log = logging.getLogger("spotreel.gateway")
@@ -179,5 +181,5 @@ def create_app(settings: Settings, deps: Deps, cfg: GatewayConfig | None = None)
     videos.add_routes(app.router)
     schedules.add_routes(app.router)
     usage.add_routes(app.router)
-    internal.mount(app, settings, deps, cfg, metrics)
+    worker_api.mount(app, settings, deps, cfg, metrics)
     return app

@@ -14,7 +14,7 @@ from cassandra.cluster import NoHostAvailable, Session
 from cassandra.protocol import ProtocolException
 
 from spotreel.services.gateway.deps import Claim, PoolLoad, StoreUnavailable, Tenant
-from spotreel.services.gateway.views import ACCEPTED, TERMINAL
+from spotreel.services.gateway.public.views import ACCEPTED, TERMINAL
 from spotreel.readmodel.jobs import AttemptView, HistoryEntry, JobPage, JobView, ReadModels
 from spotreel.readmodel.schedules import OccurrencePage, SchedulePage, ScheduleReads, ScheduleView
 from spotreel.readmodel.webhooks import JOB_STATE_CQL, JobWebhookState, job_state_from_row

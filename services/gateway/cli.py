@@ -167,7 +167,7 @@ def _usage(args: argparse.Namespace, settings: Settings) -> int:
     import json
     import time
 
-    from spotreel.services.gateway.usage import read_reports, usage_table
+    from spotreel.services.gateway.public.usage import read_reports, usage_table
 
     if args.mine or args.url or args.key:
         if args.tenant is not None or not args.mine:

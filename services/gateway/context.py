@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from spotreel.services.gateway.admission import Admission
 from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.deps import Deps
 from spotreel.services.gateway.metrics import Metrics
-from spotreel.services.gateway.pagetokens import PageTokens
 from spotreel.settings import Settings
+
+if TYPE_CHECKING:  # the public API's parts, made by app.py: the worker API never imports them
+    from spotreel.services.gateway.public.admission import Admission
+    from spotreel.services.gateway.public.pagetokens import PageTokens
 
 
 @dataclass
@@ -22,7 +26,7 @@ class Gateway:
     deps: Deps
     metrics: Metrics
     admission: Admission
-    page_tokens: PageTokens = field(default_factory=PageTokens)
+    page_tokens: PageTokens
 
     def new_id(self) -> str:
         return self.deps.new_id() if self.deps.new_id else uuid.uuid4().hex
@@ -32,7 +36,7 @@ GATEWAY = web.AppKey("gateway", Gateway)
 
 
 def gateway(request: web.Request) -> Gateway:
-    # The worker API's sub-app holds it too (internal.mount); config_dict (a chain of the apps, built on
+    # The worker API's sub-app holds it too (worker_api/routes.py, mount); config_dict (a chain of the apps, built on
     # every call) only for a sub-app that does not.
     gw = request.app.get(GATEWAY)
     return gw if gw is not None else request.config_dict[GATEWAY]

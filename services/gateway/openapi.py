@@ -9,14 +9,14 @@ from typing import Any
 
 from spotreel.domain import limits
 from spotreel.domain.cron import expression_pattern, zone_names
-from spotreel.services.gateway import guards, pagetokens
+from spotreel.services.gateway.public import guards, pagetokens
 from spotreel.api.config import GatewayConfig
-from spotreel.services.gateway.dags import MAX_NODES, NODE_KEY
+from spotreel.services.gateway.public.dags import MAX_NODES, NODE_KEY
 from spotreel.api.submission import JOB_ID as VIDEO_ID
 from spotreel.api.submission import (ALL_SAMPLERS, DAG_POLICIES, KEY, MAX_RUN_AT_MS, MAX_SEED, NAME,
                                                   POLICY_DEFAULTS, POLICY_LIMITS, PRIORITY_RANGE, RESERVED_KEY_PREFIX, resolution_rule)
-from spotreel.services.gateway.videos import STATUSES
-from spotreel.services.gateway import schedules as sched
+from spotreel.services.gateway.public.videos import STATUSES
+from spotreel.services.gateway.public import schedules as sched
 from spotreel import webhook_targets
 from spotreel.webhook_filters import FILTERS as WEBHOOK_FILTERS
 from spotreel.readmodel.webhooks import FINAL, PENDING

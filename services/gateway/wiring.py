@@ -10,8 +10,8 @@ from spotreel.dispatch.aio import AsyncDispatch
 from spotreel.dispatch.sender import AsyncCommandSender
 from spotreel.services.gateway.cassandra_store import CassandraAuth, CassandraReads
 from spotreel.services.gateway.deps import Deps
-from spotreel.services.gateway.poolview import KafkaPoolStats
-from spotreel.services.gateway.usage import KafkaTenantUsage
+from spotreel.services.gateway.public.poolview import KafkaPoolStats
+from spotreel.services.gateway.public.usage import KafkaTenantUsage
 from spotreel.settings import Settings
 
 

@@ -1,7 +1,7 @@
 """The queue position and ETA the gateway tells follow the order the live scheduler then really dispatches in.
 
 A real scheduler process (one partition, so the one worker's requests need no routing) and the gateway's
-real pool-stats reader and admission (services/gateway/queueplace.py, admission.py), on the real Kafka.
+real pool-stats reader and admission (services/gateway/public/queueplace.py, admission.py), on the real Kafka.
 Tenant b runs one warm-up job first, so the pool has a measured generation time and b a usage. Then seven
 jobs are queued with no worker asking: c's priority-5 job, a's four and b's two of priority 1 (a weight 2.5,
 b weight 1). The gateway is asked each job's position and wait (the positions read off the records the
@@ -22,10 +22,10 @@ from spotreel.adapters.kafka import produce_command
 from spotreel.domain import events as ev
 from spotreel.domain.plans import settings_for
 from spotreel.services.simulator.kafka_link import KafkaLink
-from spotreel.services.gateway.admission import Admission
+from spotreel.services.gateway.public.admission import Admission
 from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.deps import Tenant
-from spotreel.services.gateway.poolview import KafkaPoolStats
+from spotreel.services.gateway.public.poolview import KafkaPoolStats
 from spotreel.tenancy import publish_settings, settings_record
 from tests.integration.schedkit import GPU, MODEL, POOL, Bus, SchedulerProc, drop_topics, make_topics, \
     scheduler_settings, submit

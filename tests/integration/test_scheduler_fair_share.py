@@ -26,7 +26,7 @@ from spotreel.domain.plans import settings_for
 from spotreel.services.simulator.kafka_link import KafkaLink
 from spotreel.devstack.ports import free_port
 from spotreel.tenancy import publish_settings, settings_record
-from spotreel.services.gateway.usage import KafkaTenantUsage
+from spotreel.services.gateway.public.usage import KafkaTenantUsage
 from tests.integration.schedkit import (GPU, MODEL, Bus, SchedulerProc, make_topics, scheduler_settings, submit,
                                         teardown)
 

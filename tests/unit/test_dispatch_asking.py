@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from spotreel.adapters.partitioning import partition_for
 from spotreel.dispatch.asking import Asking
 from spotreel.dispatch.order import PoolQueues, WorkView
-from spotreel.services.gateway.idlepolls import IdlePolls
+from spotreel.services.gateway.worker_api.idlepolls import IdlePolls
 
 M = ("m",)
 N = 6

@@ -1,4 +1,4 @@
-"""The lease desk (services/gateway/leasedesk.py) and the lease long-poll around it, without servers: a fake
+"""The lease desk (services/gateway/worker_api/leasedesk.py) and the lease long-poll around it, without servers: a fake
 bus plays the scheduler's answers. What must hold: every grant to one of this gateway's requests ends up
 with the worker (the poll that waits, or its next poll) or is released as unclaimed under its epoch; never
 dropped, never handed to a draining worker, never released once delivered."""
@@ -21,7 +21,7 @@ from spotreel.domain.leases import UNCLAIMED
 from spotreel.domain.spec import RenderSpec
 from spotreel.services.gateway.app import create_app
 from spotreel.api.config import GatewayConfig
-from spotreel.services.gateway.leasedesk import SUPERSEDED, LeaseDesk
+from spotreel.services.gateway.worker_api.leasedesk import SUPERSEDED, LeaseDesk
 from spotreel.settings import Settings
 from tests.unit.gateway_fakes import WORKER_KEY, fake_deps
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from spotreel.services.gateway.pagetokens import TOKEN, BadToken, MalformedToken, PageTokens, refusal
+from spotreel.services.gateway.public.pagetokens import TOKEN, BadToken, MalformedToken, PageTokens, refusal
 
 
 def test_round_trip_and_binding_to_tenant_and_filter():

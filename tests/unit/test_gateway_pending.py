@@ -1,5 +1,5 @@
 """`pending_reason`: why a job does not run yet, from its read-model row, the pool's pool-stats and the
-tenant's leases (services/gateway/pending.py), in GET /v1/videos/{id} and the SSE stream."""
+tenant's leases (services/gateway/public/pending.py), in GET /v1/videos/{id} and the SSE stream."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from spotreel import sse
 from spotreel.services.gateway.app import create_app
 from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.deps import Tenant
-from spotreel.services.gateway.pending import PoolQueue, pending_reason, pool_queue
+from spotreel.services.gateway.public.pending import PoolQueue, pending_reason, pool_queue
 from spotreel.settings import Settings
 from tests.unit.gateway_fakes import fake_deps, job_view
 

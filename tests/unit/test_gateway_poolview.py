@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from spotreel.domain import events as ev
-from spotreel.services.gateway.poolview import aggregate
+from spotreel.services.gateway.public.poolview import aggregate
 
 NOW = 1_700_000_000_000
 

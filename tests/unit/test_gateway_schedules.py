@@ -9,7 +9,7 @@ from spotreel.domain import commands as cmd
 from spotreel.domain import ids
 from spotreel.domain.cron import MissedPolicy
 from spotreel.domain.schedules import OverlapPolicy
-from spotreel.services.gateway import schedules as sched
+from spotreel.services.gateway.public import schedules as sched
 from spotreel.services.gateway.openapi import document
 from tests.unit.test_gateway_api import A, api  # noqa: F401 - the fixture
 

@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from spotreel.dispatch.order import WorkView
 from spotreel.domain import events as ev
-from spotreel.services.gateway import internal
+from spotreel.services.gateway.worker_api import routes as internal
 from spotreel.services.gateway.app import create_app
 from spotreel.services.gateway.deps import StoreUnavailable
 from spotreel.settings import Settings

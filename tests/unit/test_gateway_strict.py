@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from spotreel.domain import commands as cmd
 from spotreel.services.gateway.app import create_app
 from spotreel.api.config import GatewayConfig
-from spotreel.services.gateway.guards import MAX_HEADER_BYTES, MAX_TARGET_BYTES
+from spotreel.services.gateway.public.guards import MAX_HEADER_BYTES, MAX_TARGET_BYTES
 from spotreel.services.gateway.openapi import document
 from spotreel.settings import Settings
 from tests.unit.gateway_fakes import fake_deps, with_status

@@ -7,7 +7,7 @@ import pytest
 
 from spotreel.domain import events as ev
 from spotreel.services.gateway.openapi import document
-from spotreel.services.gateway.usage import summarize
+from spotreel.services.gateway.public.usage import summarize
 from tests.unit.gateway_fakes import fake_deps
 from tests.unit.test_gateway_api import A, B, api  # noqa: F401  (api: the fixture)
 

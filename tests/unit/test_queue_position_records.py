@@ -8,7 +8,7 @@ import pytest
 from spotreel.domain.dispatch import DispatchConfig, QueuedJob
 from spotreel.domain.fairness import TenantPolicy, TenantUsage
 from spotreel.domain.queue_order import dispatch_order
-from spotreel.services.gateway import queueplace
+from spotreel.services.gateway.public import queueplace
 from spotreel.services.scheduler.partition import PartitionState
 from spotreel.services.scheduler.poolstats import pool_stats, standing
 

@@ -181,7 +181,7 @@ def test_the_schedule_projection_keeps_the_options_a_template_set_and_omits_unse
     import json
 
     from spotreel.domain.schedules import decide_schedule
-    from spotreel.services.gateway.schedules import schedule_json
+    from spotreel.services.gateway.public.schedules import schedule_json
     from spotreel.readmodel.schedules import ScheduleView
     from spotreel.services.projector.schedule_rows import template_json
     from tests.unit.test_job_schedules import create

@@ -25,14 +25,14 @@ from spotreel.domain import ids
 from spotreel.domain.cron import CronError, MissedPolicy, validate, validate_zone
 from spotreel.domain.schedules import OverlapPolicy
 from spotreel.domain.spec import RenderSpec
-from spotreel.services.gateway import pagetokens
+from spotreel.services.gateway.public import pagetokens
 from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import Gateway, gateway
 from spotreel.services.gateway.deps import Claim
 from spotreel.api.errors import ApiError, invalid
 from spotreel.services.gateway.jsonbody import read_object
 from spotreel.api.submission import MAX_RUN_AT_MS, check_idempotency_key, normalize, policy_fields
-from spotreel.services.gateway.views import ACCEPTED, iso
+from spotreel.services.gateway.public.views import ACCEPTED, iso
 from spotreel.readmodel.schedules import OccurrenceView, ScheduleView
 
 SCHEDULE_ID = re.compile(r"s[0-9a-f]{32}")

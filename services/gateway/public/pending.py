@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from spotreel.services.gateway import queueplace
+from spotreel.services.gateway.public import queueplace
 from spotreel.services.gateway.deps import Deps, Tenant
 from spotreel.readmodel.jobs import JobView
 

@@ -24,7 +24,7 @@ from spotreel.services.gateway.context import gateway
 from spotreel.api.errors import ApiError, invalid
 from spotreel.services.gateway.jsonbody import read_object
 from spotreel.api.submission import DAG_POLICIES, JOB_ID, check_idempotency_key, normalize
-from spotreel.services.gateway.submit import accept
+from spotreel.services.gateway.public.submit import accept
 
 NODE_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 MAX_NODES = 100

@@ -30,9 +30,9 @@ from spotreel.services.gateway.context import Gateway, gateway
 from spotreel.services.gateway.deps import Claim, Tenant
 from spotreel.api.errors import ApiError
 from spotreel.services.gateway.jsonbody import read_object
-from spotreel.services.gateway.lookup import find, status_of
+from spotreel.services.gateway.public.lookup import find, status_of
 from spotreel.api.submission import build_submit, check_idempotency_key, normalize
-from spotreel.services.gateway.views import ACCEPTED
+from spotreel.services.gateway.public.views import ACCEPTED
 
 
 async def submit_video(request: web.Request) -> web.Response:

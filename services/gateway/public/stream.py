@@ -21,10 +21,10 @@ from spotreel import sse
 from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import gateway
 from spotreel.api.errors import ApiError
-from spotreel.services.gateway.lookup import conflict, find, job_id_of, status_of
-from spotreel.services.gateway.pending import explain, tenant_leases
-from spotreel.services.gateway.queueplace import newer_of_tier
-from spotreel.services.gateway.views import TERMINAL, claim_json, job_json
+from spotreel.services.gateway.public.lookup import conflict, find, job_id_of, status_of
+from spotreel.services.gateway.public.pending import explain, tenant_leases
+from spotreel.services.gateway.public.queueplace import newer_of_tier
+from spotreel.services.gateway.public.views import TERMINAL, claim_json, job_json
 from spotreel.readmodel.jobs import JobView
 
 HEARTBEAT_SECONDS = 15.0

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from spotreel.domain import eta, plans, quotas
 from spotreel.api.config import GatewayConfig
-from spotreel.services.gateway import queueplace
+from spotreel.services.gateway.public import queueplace
 from spotreel.services.gateway.deps import PoolLoad, ReadStore, Tenant
 from spotreel.api.errors import ApiError
 

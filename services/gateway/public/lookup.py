@@ -11,7 +11,7 @@ from aiohttp import web
 from spotreel.services.gateway.deps import Claim, Deps
 from spotreel.api.errors import ApiError, not_found
 from spotreel.api.submission import JOB_ID
-from spotreel.services.gateway.views import ACCEPTED
+from spotreel.services.gateway.public.views import ACCEPTED
 from spotreel.readmodel.jobs import JobView
 
 

@@ -37,10 +37,10 @@ from spotreel.platform.seed import api_key_hash
 from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.context import GATEWAY, Gateway, gateway
 from spotreel.services.gateway.deps import Deps, StoreUnavailable
-from spotreel.services.gateway.idlepolls import IdlePolls
+from spotreel.services.gateway.worker_api.idlepolls import IdlePolls
 from spotreel.services.gateway.jsonbody import whole_number
 from spotreel.api.errors import ApiError, invalid, not_found
-from spotreel.services.gateway.leasedesk import SUPERSEDED, LeaseDesk, Poll
+from spotreel.services.gateway.worker_api.leasedesk import SUPERSEDED, LeaseDesk, Poll
 from spotreel.services.gateway.metrics import Metrics
 from spotreel.api.submission import _JOB_ID
 from spotreel.settings import Settings

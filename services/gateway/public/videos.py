@@ -8,16 +8,16 @@ import re
 from aiohttp import web
 
 from spotreel.domain import commands as cmd
-from spotreel.services.gateway import dags, pagetokens, stream
+from spotreel.services.gateway.public import dags, pagetokens, stream
 from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import gateway
 from spotreel.api.errors import invalid
 from spotreel.services.gateway.jsonbody import read_object
-from spotreel.services.gateway.lookup import conflict, find, job_id_of, status_of
-from spotreel.services.gateway.pending import explain
+from spotreel.services.gateway.public.lookup import conflict, find, job_id_of, status_of
+from spotreel.services.gateway.public.pending import explain
 from spotreel.api.submission import PRIORITY_RANGE
-from spotreel.services.gateway.submit import submit_video
-from spotreel.services.gateway.views import (ACCEPTED, TERMINAL, attempt_json, claim_json, event_json, job_json,
+from spotreel.services.gateway.public.submit import submit_video
+from spotreel.services.gateway.public.views import (ACCEPTED, TERMINAL, attempt_json, claim_json, event_json, job_json,
                                              list_item_json, webhook_json)
 from spotreel.readmodel.jobs import JobView
 
