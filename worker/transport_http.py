@@ -1,4 +1,4 @@
-"""The default transport: the gateway's worker API under /internal (services/gateway/internal.py).
+"""The default transport: the gateway's worker API under /internal (services/gateway/worker_api/routes.py).
 
 Plain `urllib` (no extra dependency), one short-lived connection per call: calls are seconds apart and
 come from two threads (the run and the heartbeat), so there is no connection state to share or guard.
