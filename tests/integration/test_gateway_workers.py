@@ -125,7 +125,9 @@ async def test_workers_lease_heartbeat_progress_release_complete_and_stale_epoch
 async def test_worker_api_validation(gw):
     client, keys = gw
     w = bearer(keys["worker"])
-    assert (await client.post("/internal/workers/w-a/lease", json={}, headers=w)).status == 422
+    unregistered = await client.post("/internal/workers/w-a/lease", json={}, headers=w)
+    assert unregistered.status == 409 and (await unregistered.json())["error"]["code"] == "worker_not_registered"
+    assert (await client.post("/internal/workers/w-a/lease", json={"models": "m"}, headers=w)).status == 422
     assert (await client.post("/internal/workers/w-a/lease", headers={})).status == 401
     bad = await client.post(f"/internal/leases/j{'0' * 32}/heartbeat", json={"epoch": "one", "worker_id": "w"},
                             headers=w)

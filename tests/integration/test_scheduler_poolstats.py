@@ -73,7 +73,9 @@ def test_pool_stats_carry_queue_workers_durations_and_lease_losses(stack, tmp_pa
             assert time.monotonic() < deadline, f"no pool-stats record with the 3 queued jobs; last: {rec}"
         assert isinstance(rec, ev.PoolStats) and (rec.pool, rec.partition) == (POOL, 0)
         assert rec.leased == 1 and rec.active_workers == 1
-        assert rec.idle_workers == 2 and rec.draining_workers == 1 and rec.warm_idle_workers == 1
+        # Idle: w-idle and w-warm, which asked, and w-done, whose job completed (free at once, without asking
+        # again); not w-lost, whose lease expired. Warm: w-warm alone.
+        assert rec.idle_workers == 3 and rec.draining_workers == 1 and rec.warm_idle_workers == 1
         assert sorted(rec.queued_by_tier) == ["0=2", "5=1"]
         assert sorted(rec.queued_by_tenant) == ["acme=2", "beta=1"]
         assert rec.oldest_wait_ms >= 0
