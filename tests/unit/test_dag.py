@@ -209,3 +209,11 @@ def test_resolve_never_runs_a_node_before_its_parents_finish(nodes, data):
         blamed = reason.split("'")[1]
         assert blamed in dag.parents[node]
         assert outcomes.get(blamed, Outcome.CANCELLED) is not Outcome.SUCCEEDED
+
+
+def test_an_id_repeated_many_times_is_one_problem_with_its_count():
+    found = problems([n("a"), n("a"), n("a"), n("b"), n("b")])
+    assert found == [("duplicate_id", ("a",)), ("duplicate_id", ("b",))]
+    with pytest.raises(DagError) as info:
+        validate([n("a"), n("a"), n("a")])
+    assert str(info.value) == "node id 'a' is used 3 times"

@@ -106,17 +106,19 @@ def _limit_problems(nodes: Sequence[DagNode], limits: DagLimits) -> list[DagProb
 
 def _shape_problems(nodes: Sequence[DagNode]) -> list[DagProblem]:
     problems: list[DagProblem] = []
-    seen: set[str] = set()
+    uses: dict[str, int] = {}
     for n in nodes:
-        if n.node_id in seen:
-            problems.append(DagProblem("duplicate_id", (n.node_id,), f"node id {n.node_id!r} is used twice"))
-        seen.add(n.node_id)
+        uses[n.node_id] = uses.get(n.node_id, 0) + 1
+    for node_id, count in uses.items():  # one problem per id, however often it repeats
+        if count > 1:
+            times = "twice" if count == 2 else f"{count} times"
+            problems.append(DagProblem("duplicate_id", (node_id,), f"node id {node_id!r} is used {times}"))
     for n in nodes:
         listed: set[str] = set()
         for p in n.parents:
             if p == n.node_id:
                 problems.append(DagProblem("self_loop", (p,), f"node {p!r} lists itself as a parent"))
-            elif p not in seen:
+            elif p not in uses:
                 problems.append(
                     DagProblem("unknown_parent", (n.node_id, p), f"node {n.node_id!r} has unknown parent {p!r}")
                 )
