@@ -158,6 +158,29 @@ async def test_a_lease_written_to_a_worker_that_polls_again_without_acting_on_it
     assert (release.job_id, release.epoch, release.reason) == (lease.job_id, 6, UNCLAIMED)
 
 
+async def test_any_event_of_the_job_after_the_write_confirms_it_whichever_gateway_took_the_command() -> None:
+    """Behind a balancer the holder's renewals may go through another gateway: this one sees them as events of
+    the job (the dispatch listener's observer), and then does not write the lease again. The watch ends when
+    the entry does: confirmed, written again, or after the hold."""
+    watched: dict[str, Any] = {}
+
+    def watch(job_id: str, on_event: Any) -> None:
+        if on_event is None:
+            watched.pop(job_id, None)
+        else:
+            watched[job_id] = on_event
+
+    desk = LeaseDesk(Sink().send, hold_s=0.2, watch=watch)
+    lease = assigned("rw-1", epoch=4)
+    desk.delivered(lease)
+    assert set(watched) == {lease.job_id}
+    watched[lease.job_id](object())  # e.g. a LeaseRenewed on the replies topic
+    assert watched == {} and desk.claim(desk.open("w1", ("m",), False, lambda: True)) is None
+    desk.delivered(lease)
+    await asyncio.sleep(0.3)  # the hold passed: forgotten, no longer watched
+    assert watched == {} and desk.claim(desk.open("w1", ("m",), False, lambda: True)) is None
+
+
 async def test_a_draining_worker_or_one_that_serves_other_models_gets_no_parked_lease() -> None:
     sink = Sink()
     desk, _ = desk_with(sink, hold_s=5)
@@ -272,6 +295,9 @@ class FakeBus:
         return verdict
 
     def forget_verdict(self, command_id: str, job_id: str) -> None:
+        pass
+
+    def observe_job(self, job_id: str, callback: Any) -> None:
         pass
 
     def forget_answer(self, rid: str) -> None:

@@ -96,6 +96,15 @@ class AsyncDispatch:
     def forget_answer(self, request_id: str) -> None:
         self.listener.drop_answer(request_id)
 
+    def observe_job(self, job_id: str, callback: Callable[[Any], None] | None) -> None:
+        """Call `callback(event)` on the caller's loop for every event of this job read from now on, on the
+        events or replies topic (None: stop). One observer per job."""
+        if callback is None:
+            self.listener.observe(job_id, None)
+            return
+        handoff = self._to_loop()
+        self.listener.observe(job_id, lambda event: handoff.put(callback, event))
+
     def expect_verdict(self, command_id: str, job_id: str) -> asyncio.Future[Any]:
         handoff = self._to_loop()
         fut: asyncio.Future[Any] = handoff.loop.create_future()

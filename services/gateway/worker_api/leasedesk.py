@@ -17,8 +17,9 @@ leases ended that way. The desk makes every answer to one of this gateway's requ
   instead of asking again. One older than `stale_s` (a partition whose owner is gone) no longer blocks a
   new request to another partition; if both are granted, the second lease is released as above. So a slow
   scheduler gets one request per waiting worker, not one per poll and partition, and no answer is lost.
-- A lease written to a poll is remembered for `hold_s` until its worker sends a command for it (the
-  fenced renewals, progress, completion, release all pass `confirm`). A write can succeed into a socket
+- A lease written to a poll is remembered for `hold_s` until its worker acts on it: a fenced command of it
+  through this gateway (`confirm`), or any event of the job on the events or replies topics, whichever
+  gateway the command went through (`watch`, wired to the dispatch listener). A write can succeed into a socket
   whose client has just gone (the timeout fired on the worker's side first), so if the same worker polls
   again within `hold_s` without having acted on the lease, it did not get it: that poll is given the same
   lease again, same epoch, without a new RequestWork. A worker runs one video at a time and polls only
@@ -84,7 +85,8 @@ class LeaseDesk:
                  forget_s: float = 600.0, max_remembered: int = 200_000,
                  forget_answer: Callable[[str], None] = lambda rid: None,
                  clock: Callable[[], float] = time.monotonic,
-                 on_outcome: Callable[[str], None] = lambda outcome: None) -> None:
+                 on_outcome: Callable[[str], None] = lambda outcome: None,
+                 watch: Callable[[str, Callable[[Any], None] | None], None] = lambda job_id, on_event: None) -> None:
         self._send = send
         self.hold_s = hold_s
         self.stale_s = stale_s
@@ -101,6 +103,8 @@ class LeaseDesk:
         self._tasks: set[asyncio.Task] = set()
         # worker -> (the lease last written to its poll, when), until the worker acts on it or `hold_s` passes
         self._written: dict[str, tuple[ev.WorkAssigned, float]] = {}
+        # `watch(job_id, on_event)`: call on_event for each event of the job from now on (None: stop watching)
+        self._watch = watch
 
     # -- requests ----------------------------------------------------------------------------------------
 
@@ -203,6 +207,7 @@ class LeaseDesk:
         if written is None:
             return None
         answer, at = written
+        self._watch(answer.job_id, None)
         if self._clock() - at >= self.hold_s:
             return None  # too old to tell: the lease's TTL decides
         if poll.draining or answer.spec.model not in poll.models:
@@ -214,10 +219,18 @@ class LeaseDesk:
         return answer
 
     def confirm(self, worker_id: str, job_id: str) -> None:
-        """The worker sent a command for this job: the lease written to it arrived."""
+        """The worker sent a command for this job (or the job moved on): the lease written to it arrived, or
+        writing it again would be of no use."""
         written = self._written.get(worker_id)
         if written is not None and written[0].job_id == job_id:
             del self._written[worker_id]
+            self._watch(job_id, None)
+
+    def _forget_written(self, answer: ev.WorkAssigned) -> None:
+        written = self._written.get(answer.worker_id)
+        if written is not None and written[0] is answer:
+            del self._written[answer.worker_id]
+            self._watch(answer.job_id, None)
 
     def close(self, poll: Poll) -> None:
         """The poll ended; a lease that reached its queue but not its client is parked."""
@@ -233,11 +246,13 @@ class LeaseDesk:
 
     def delivered(self, answer: ev.WorkAssigned, claimed: bool = False) -> None:
         """Written to the worker: by the poll that was waiting, or `claimed` from the parked leases."""
-        now = self._clock()
-        if len(self._written) >= self.max_remembered:  # bounded: the oldest entries go first
-            for worker in [w for w, (_, at) in self._written.items() if now - at >= self.hold_s]:
-                del self._written[worker]
-        self._written[answer.worker_id] = (answer, now)
+        earlier = self._written.pop(answer.worker_id, None)
+        if earlier is not None and earlier[0].job_id != answer.job_id:
+            self._watch(earlier[0].job_id, None)
+        self._written[answer.worker_id] = (answer, self._clock())
+        # Any event of the job from now on (a renewal through another gateway, its end) confirms it.
+        self._watch(answer.job_id, lambda event, w=answer.worker_id, j=answer.job_id: self.confirm(w, j))
+        asyncio.get_running_loop().call_later(self.hold_s, self._forget_written, answer)
         self._on_outcome("claimed" if claimed else "delivered")
 
     # -- parked leases -----------------------------------------------------------------------------------

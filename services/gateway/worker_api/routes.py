@@ -452,7 +452,8 @@ def build(settings: Settings, deps: Deps, cfg: GatewayConfig | None = None,
     outcomes = metrics.lease_answers if metrics is not None else None
     desk = LeaseDesk(deps.commands.send, hold_s=cfg.unclaimed_lease_hold_seconds, stale_s=cfg.lease_request_stale_seconds,
                      forget_answer=deps.work.forget_answer if deps.work is not None else (lambda rid: None),
-                     on_outcome=(lambda o: outcomes.labels(o).inc()) if outcomes is not None else (lambda o: None))
+                     on_outcome=(lambda o: outcomes.labels(o).inc()) if outcomes is not None else (lambda o: None),
+                     watch=getattr(deps.work, "observe_job", None) or (lambda job_id, on_event: None))
     sub[DESK] = desk
     sub[IDLE] = []
 
