@@ -29,7 +29,7 @@ async def test_schedule_commands(server, cli_settings, cql):
     sid = answer["schedule_id"]
     assert sid == ids.schedule_id_for("alpha", "recap") and answer["status"] == "accepted"
     [create] = schedule_commands(cli_settings, sid)
-    assert (create.cron, create.timezone, create.overlap_policy, create.missed_policy, create.fps) == (
+    assert (create.cron, create.timezone, create.overlap_policy, create.missed_policy, create.spec.fps) == (
         "0 9 * * MON-FRI", "Europe/Paris", "cancel_previous", "run_once", 8)
 
     p = Projected(cql)
@@ -73,7 +73,7 @@ async def test_schedule_create_with_render_options(server, cli_settings, cql):
     assert code == 0, err
     sid = json.loads(out)["schedule_id"]
     [create] = schedule_commands(cli_settings, sid)
-    assert (create.guidance_scale, create.negative_prompt, create.sampler) == (4.5, "blurry, text", "dpmpp")
+    assert (create.spec.guidance_scale, create.spec.negative_prompt, create.spec.sampler) == (4.5, "blurry, text", "dpmpp")
     Projected(cql).apply(create, T)
     code, out, err = await spotreel(url, key, "schedule", "get", sid)
     assert code == 0, err
