@@ -3,8 +3,6 @@ route is here and that nothing here is missing from the router."""
 
 from __future__ import annotations
 
-import re
-from functools import lru_cache
 from typing import Any
 
 from spotreel.domain import limits
@@ -20,105 +18,7 @@ from spotreel.services.gateway.public import schedules as sched
 from spotreel import webhook_targets
 from spotreel.webhook_filters import FILTERS as WEBHOOK_FILTERS
 from spotreel.readmodel.webhooks import FINAL, PENDING
-
-
-def _anchored(pattern: str) -> str:
-    # The gateway fullmatches; in a JSON Schema (ECMA-262) pattern `$` ends the string, as intended.
-    return f"^{pattern}$"
-
-
-def _alternation(words: list[str]) -> str:
-    """A regex matching exactly `words` (distinct decimal strings), as a prefix tree: "16|24|1080" is
-    "(?:1(?:080|6)|24)". Only (?:…), […], ? and literals: the same in Python's re and ECMA-262."""
-    tree: dict[str, Any] = {}
-    for word in words:
-        node = tree
-        for ch in word:
-            node = node.setdefault(ch, {})
-        node[""] = {}
-
-    def emit(node: dict[str, Any]) -> str:
-        branches = [ch + emit(node[ch]) for ch in sorted(c for c in node if c)]
-        if not branches:
-            return ""
-        singles = [b for b in branches if len(b) == 1]
-        longer = [b for b in branches if len(b) > 1]
-        parts = longer + ([f"[{''.join(singles)}]" if len(singles) > 1 else singles[0]] if singles else [])
-        body = parts[0] if len(parts) == 1 and not longer else f"(?:{'|'.join(parts)})"
-        return body + ("?" if "" in node else "")
-
-    return emit(tree)
-
-
-def _gateway_sides(cfg: GatewayConfig) -> tuple[int, ...]:
-    """The sides submission._resolution takes: multiples of resolution_multiple in [min_side, max_side] that
-    RESOLUTION can spell (2-4 digits, no leading zero)."""
-    return tuple(n for n in range(max(cfg.min_side, 10), min(cfg.max_side, 9999) + 1)
-                 if n % cfg.resolution_multiple == 0)
-
-
-@lru_cache(maxsize=16)
-def _pairs_pattern(sides: tuple[int, ...], max_pixels: int) -> str:
-    """Exactly the WIDTHxHEIGHT strings with both sides in `sides` (ascending) and a product of at most
-    max_pixels. Pairs where one side is at most `low` (low x the largest side fits) need no product test;
-    the rest, both sides above `low`, are grouped by the tallest height each width allows."""
-    if not sides:
-        return "^(?!)$"
-    fits = [n for n in sides if n * sides[-1] <= max_pixels]
-    low = fits[-1] if fits else 0
-    any_side, low_side = _alternation([str(n) for n in sides]), _alternation([str(n) for n in sides if n <= low])
-    parts = [f"(?:{any_side})x(?:{low_side})", f"(?:{low_side})x(?:{any_side})"] if low else []
-    widths_by_tallest: dict[int, list[int]] = {}
-    for w in sides:
-        heights = [h for h in sides if h > low and w > low and w * h <= max_pixels]
-        if heights:
-            widths_by_tallest.setdefault(heights[-1], []).append(w)
-    for tallest, widths in widths_by_tallest.items():
-        heights = [str(h) for h in sides if low < h <= tallest]
-        parts.append(f"(?:{_alternation([str(w) for w in widths])})x(?:{_alternation(heights)})")
-    return f"^(?:{'|'.join(parts)})$" if parts else "^(?!)$"
-
-
-def resolution_pattern(cfg: GatewayConfig) -> str:
-    """Exactly the resolutions submission._resolution accepts (sides, multiple, pixel cap)."""
-    return _pairs_pattern(_gateway_sides(cfg), cfg.max_pixels)
-
-
-def _model_resolution_pattern(cfg: GatewayConfig, entry: Any) -> str:
-    """The gateway's rule and the registry entry's (a list of sizes, or a side rule) together."""
-    sides = _gateway_sides(cfg)
-    if entry.side_multiple:
-        return _pairs_pattern(tuple(n for n in sides if entry.side_min <= n <= entry.side_max
-                                    and n % entry.side_multiple == 0), cfg.max_pixels)
-    gateway = re.compile(resolution_pattern(cfg))
-    sizes = [size for size in entry.sizes if gateway.search(size)]
-    return f"^(?:{_alternation(sizes)})$" if sizes else "^(?!)$"
-
-
-def _registry_rules(cfg: GatewayConfig) -> list[dict[str, Any]]:
-    """With a model registry (cfg.models), what each model takes, as one anyOf branch per model: its name,
-    resolutions, num_steps and samplers (submission.normalize -> ModelRegistry.problem). A field left out or
-    null takes the gateway's default, so a model the default does not suit requires that field. Not stated
-    here: the frame count round(duration x fps), a product of two fields (422 on duration)."""
-    if cfg.models is None:
-        return []
-    branches = []
-    for name in cfg.models.names():
-        entry = cfg.models.models[name]
-        res_pattern = _model_resolution_pattern(cfg, entry)
-        lo, hi = max(1, entry.steps_min), min(cfg.max_num_steps, entry.steps_max)
-        required = [] if name == cfg.default_model else ["model"]
-        props: dict[str, Any] = {
-            "model": {"enum": [name, None]} if name == cfg.default_model else {"const": name},
-            "resolution": {"type": ["string", "null"], "pattern": res_pattern},
-            "num_steps": {"type": ["integer", "null"], "minimum": lo, "maximum": hi},
-            "sampler": {"enum": [*entry.samplers(), None]}}
-        if not re.search(res_pattern, cfg.default_resolution):
-            props["resolution"]["type"], required = "string", [*required, "resolution"]
-        if not lo <= cfg.default_num_steps <= hi:
-            props["num_steps"]["type"], required = "integer", [*required, "num_steps"]
-        branches.append({"required": required, "properties": props} if required else {"properties": props})
-    return [{"anyOf": branches}] if branches else [{"not": {}}]
+from spotreel.services.gateway.openapi_rules import anchored, registry_rules, resolution_pattern
 
 
 ERROR = {"$ref": "#/components/schemas/Error"}
@@ -126,7 +26,7 @@ ERROR = {"$ref": "#/components/schemas/Error"}
 
 def _page_token(listing: str) -> dict[str, Any]:
     return {"name": "page_token", "in": "query",
-            "schema": {"type": "string", "pattern": _anchored(pagetokens.TOKEN.pattern)},
+            "schema": {"type": "string", "pattern": anchored(pagetokens.TOKEN.pattern)},
             "description": f"next_page_token of the previous page of the same listing{listing}. A token that "
                            "does not verify (from before a gateway restart or from another replica without the "
                            "shared SPOTREEL_GATEWAY_TOKEN_KEY, from another listing, or not from this API): 409 "
@@ -137,7 +37,7 @@ def _page_token(listing: str) -> dict[str, Any]:
 STALE_PAGE = {"409": {"description": "stale_page_token: the page_token does not verify (see page_token)",
                       "content": {"application/json": {"schema": ERROR}}}}
 ID = {"name": "id", "in": "path", "required": True,
-      "schema": {"type": "string", "pattern": _anchored(VIDEO_ID.pattern)}}
+      "schema": {"type": "string", "pattern": anchored(VIDEO_ID.pattern)}}
 RULES = f"""Rules every operation follows:
 - Every error is JSON: {{"error": {{"code", "message", "field"?}}}} (plus details some codes add).
 - A method a path does not serve is 405 `method_not_allowed`, with an `Allow` header listing the methods it does.
@@ -228,15 +128,15 @@ def _video_fields(cfg: GatewayConfig, private: bool) -> dict[str, Any]:
     return {
         "prompt": {"type": "string", "minLength": 1, "maxLength": cfg.max_prompt_chars, "pattern": PROMPT,
                    "description": "at least one non-whitespace character; no NUL"},
-        "model": {"type": "string", "pattern": _anchored(NAME.pattern), "default": cfg.default_model,
+        "model": {"type": "string", "pattern": anchored(NAME.pattern), "default": cfg.default_model,
                   "description": "with a model registry (SPOTREEL_MODEL_REGISTRY; the local stack has one), one of "
                                  "its models, and resolution, duration x fps, num_steps and sampler within its "
                                  "entry (422 naming the field and the allowed values; an unknown model: 422 "
                                  "listing the known ones)"},
-        "gpu_type": {"type": "string", "pattern": _anchored(NAME.pattern), "default": cfg.default_gpu_type},
+        "gpu_type": {"type": "string", "pattern": anchored(NAME.pattern), "default": cfg.default_gpu_type},
         "duration": {"type": "number", "exclusiveMinimum": 0, "maximum": cfg.max_duration_s,
                      "default": cfg.default_duration_s, "description": "seconds"},
-        # With a registry the pattern is in each model's anyOf branch (_registry_rules), already within this
+        # With a registry the pattern is in each model's anyOf branch (registry_rules), already within this
         # rule: two patterns on one value would make generators draw from one and filter by the other.
         "resolution": {"type": "string", "default": cfg.default_resolution,
                        **({"pattern": resolution_pattern(cfg)} if cfg.models is None else {}),
@@ -317,7 +217,7 @@ EVENTS_NEED_CALLBACK = {"anyOf": [{"properties": {"webhook_events": {"type": "nu
 
 
 def _video_rules(cfg: GatewayConfig) -> dict[str, Any]:
-    return {"allOf": [ONE_START, EVENTS_NEED_CALLBACK, *_registry_rules(cfg)]}
+    return {"allOf": [ONE_START, EVENTS_NEED_CALLBACK, *registry_rules(cfg)]}
 
 
 def _submit(cfg: GatewayConfig, private: bool) -> dict[str, Any]:
@@ -325,7 +225,7 @@ def _submit(cfg: GatewayConfig, private: bool) -> dict[str, Any]:
             "properties": _optional({
                 **_video_fields(cfg, private),
                 "parents": {"type": "array", "maxItems": cfg.max_parents, "uniqueItems": True,
-                            "items": {"type": "string", "pattern": _anchored(VIDEO_ID.pattern)},
+                            "items": {"type": "string", "pattern": anchored(VIDEO_ID.pattern)},
                             "description": "DAG parents: ids of the tenant's videos (409 unknown_parent otherwise: "
                                            "the request is well formed, the tenant has no such video)"},
                 "dag_policy": {"type": "string", "enum": list(DAG_POLICIES), "default": DAG_POLICIES[0]},
@@ -335,10 +235,10 @@ def _submit(cfg: GatewayConfig, private: bool) -> dict[str, Any]:
 def _dag(cfg: GatewayConfig, private: bool) -> dict[str, Any]:
     node = {"type": "object", "required": ["key", "prompt"], "additionalProperties": False, **_video_rules(cfg),
             "properties": _optional({
-                "key": {"type": "string", "pattern": _anchored(NODE_KEY.pattern)},
+                "key": {"type": "string", "pattern": anchored(NODE_KEY.pattern)},
                 **_video_fields(cfg, private),
                 "parents": {"type": "array", "maxItems": cfg.max_parents, "uniqueItems": True,
-                            "items": {"type": "string", "pattern": _anchored(NODE_KEY.pattern)},
+                            "items": {"type": "string", "pattern": anchored(NODE_KEY.pattern)},
                             "description": "keys of other nodes, or ids of the tenant's videos"}}, "key", "prompt")}
     return {"type": "object", "required": ["nodes"], "additionalProperties": False, "properties": {
         "nodes": {"type": "array", "minItems": 1, "maxItems": MAX_NODES, "items": node},
@@ -522,7 +422,7 @@ def _worker_paths(cfg: GatewayConfig) -> dict[str, Any]:
 
 
 SCHEDULE_ID = {"name": "id", "in": "path", "required": True,
-               "schema": {"type": "string", "pattern": _anchored(sched.SCHEDULE_ID.pattern)}}
+               "schema": {"type": "string", "pattern": anchored(sched.SCHEDULE_ID.pattern)}}
 SCHEDULE_COMMAND = {"type": "object", "properties": {
     "schedule_id": {"type": "string"}, "command_id": {"type": "string"}, "requested": {"type": "string"},
     "status": {"type": "string"}}}
@@ -532,7 +432,7 @@ SCHEDULE_STATUSES = ["accepted", "active", "paused", "deleted"]
 def _schedule_body(cfg: GatewayConfig, private: bool) -> dict[str, Any]:
     fields = _optional(_video_fields(cfg, private), "prompt")
     job = {"type": "object", "required": ["prompt"], "additionalProperties": False,
-           "allOf": [*_registry_rules(cfg)],
+           "allOf": [*registry_rules(cfg)],
            "properties": {k: v for k, v in fields.items()
                           if k not in sched.NOT_IN_TEMPLATE + sched.UNSUPPORTED_IN_TEMPLATE}}
     job["properties"]["seed"] = {**fields["seed"], "description": "default: derived from the schedule id; the "

@@ -162,7 +162,7 @@ class Alertmanager(Server):
         return [
             str(shutil.which("prometheus-alertmanager")), f"--config.file={self.conf_dir / 'alertmanager.yml'}",
             f"--storage.path={self.data_dir}", f"--web.listen-address={self.settings.host}:{self.port}",
-            "--cluster.listen-address=",  # one instance: no gossip port on 0.0.0.0:9094
+            "--cluster.listen-address=",  # empty turns clustering off: no gossip listener at all (one instance)
         ]
 
     def probe(self, timeout: float) -> str:
