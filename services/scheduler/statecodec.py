@@ -27,6 +27,17 @@ def _plain(state: JobState) -> dict[str, Any]:
     return d
 
 
+def _nest_spec(d: dict[str, Any]) -> None:
+    """`d["spec"]` as a RenderSpec; a dict stored before RenderSpec (the video's fields flat, a job's state or a
+    schedule's ScheduleCreated) gets them moved into it: the same state, nested."""
+    if "spec" in d:
+        d["spec"] = RenderSpec(**d["spec"])
+        return
+    d["spec"] = RenderSpec.from_flat(d)
+    for name in SPEC_FIELDS:
+        d.pop(name, None)
+
+
 def dumps(state: JobState) -> bytes:
     if state.evicted:
         raise ValueError(f"{state.job_id} is a summary: store it with dumps_summary under summary_key")
@@ -37,12 +48,7 @@ def loads(raw: bytes | None) -> JobState | None:
     if not raw:
         return None
     d: dict[str, Any] = json.loads(raw)
-    if "spec" in d:
-        d["spec"] = RenderSpec(**d["spec"])
-    else:  # stored before RenderSpec (the video's fields flat): the same state, nested
-        d["spec"] = RenderSpec.from_flat(d)
-        for name in SPEC_FIELDS:
-            d.pop(name, None)
+    _nest_spec(d)
     for name in _TUPLE_FIELDS:
         d[name] = tuple(d.get(name, ()))
     d["parent_outcomes"] = tuple(tuple(p) for p in d["parent_outcomes"])
@@ -62,12 +68,7 @@ def loads_schedule(raw: bytes | None) -> ScheduleState | None:
         return None
     d: dict[str, Any] = json.loads(raw)
     created = d["created"]
-    if "spec" in created:
-        created["spec"] = RenderSpec(**created["spec"])
-    else:  # stored before the template nested its video in a RenderSpec: the same state, nested
-        created["spec"] = RenderSpec.from_flat(created)
-        for name in SPEC_FIELDS:
-            created.pop(name, None)
+    _nest_spec(created)
     d["created"] = ev.ScheduleCreated(**created)
     d["running"] = tuple(d.get("running", ()))
     return ScheduleState(**d)
