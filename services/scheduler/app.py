@@ -31,6 +31,7 @@ from spotreel.services.scheduler import taskdump
 from spotreel.services.scheduler.fairshare import FairShareView, half_life_ms
 from spotreel.services.scheduler.handler import Handler
 from spotreel.services.scheduler.metrics import Metrics
+from spotreel.services.scheduler.ordering import InOrder
 from spotreel.services.scheduler.partition import PartitionState
 from spotreel.services.scheduler.pipeline import Pipeline
 from spotreel.services.scheduler.preempting import PoolStatsView, budget_of
@@ -54,7 +55,7 @@ class IdempotentProducer(AIOKafkaProducer):
         return {**super()._settings_extra(), "acks": "all", "enable_idempotence": True}
 
 
-class Scheduler(TableAccess, Rebuild, Pipeline, Timers, Stats):
+class Scheduler(TableAccess, Rebuild, Pipeline, InOrder, Timers, Stats):
     """One scheduler process: the Faust app (`self.app`), its job table and the state every part shares."""
 
     def __init__(self, settings: Settings, *, data_dir: Path | None = None, metrics_port: int = 0,

@@ -34,6 +34,12 @@ class Metrics:
         self.commands = Counter("spotreel_scheduler_commands", "commands processed", registry=r)
         self.renewals_absorbed = Counter("spotreel_scheduler_renewals_absorbed",
                                          "renewals answered on the replies topic without an event", registry=r)
+        self.out_of_order = Counter("spotreel_scheduler_out_of_order_refused",
+                                    "commands that arrived past the next expected offset, refused and read again "
+                                    "in order (ordering.py)", registry=r)
+        self.holes_accepted = Counter("spotreel_scheduler_offset_holes_accepted",
+                                      "holes in a commands partition taken as real after every rewind came back "
+                                      "past them (ordering.py)", registry=r)
         self.skipped = Counter("spotreel_scheduler_redelivered_skipped", "already-applied commands", registry=r)
         self.evicted = Counter("spotreel_scheduler_evicted", "terminal jobs evicted from the table after their "
                                "retention (kind=job), and their summaries forgotten (kind=summary)", ["kind"],

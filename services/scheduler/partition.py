@@ -50,6 +50,9 @@ class PartitionState:
     log_ms: int = -1
     # The highest commands offset read (applied or skipped), or known read by an earlier owner.
     read_upto: int = -1
+    # Rewinds to `read_upto + 1` since a command arrived past it (ordering.py), and when the last one was.
+    rewinds: int = 0
+    rewound_at_ms: int = -1
     _seq: itertools.count = field(default_factory=itertools.count, repr=False)
     armed: set[Timer] = field(default_factory=set)
     fired: dict[str, set[str]] = field(default_factory=dict)  # job_id -> timer command ids sent

@@ -2,6 +2,8 @@
 transactions (README.md, "Exactly-once without Kafka transactions").
 
 The agent hands `Pipeline.on_batch` what Faust has buffered; for each command, in this order:
+  0. refuse it if its offset is past the next expected one, and read its partition again from there
+     (ordering.py: a record fetched before a rebalance's seek must not open a hole);
   1. skip it if its offset is at or below `applied_upto` (its events are already on the events topic;
      a RequestWork is answered again);
   2. decode (poison -> dead-letter topic), decide against the job table (handler.py, no I/O);
@@ -57,12 +59,15 @@ class Pipeline:
         answers: list[tuple[Any, Any]] = []
         replies: list[Any] = []  # send futures of renewal answers that are not events
         marked: set[int] = set()
+        rewound: set[int] = set()
         for event in batch:
             msg = event.message
             p = msg.partition
             part = self.parts.get(p)
             if part is None:  # cannot happen after on_assigned; refuse to write without the catch-up
                 raise RuntimeError(f"command on partition {p} before its state was rebuilt")
+            if not await self.next_in_order(part, msg, rewound):
+                continue  # past a hole: read again in order after the rewind (ordering.py)
             appended = clock.appended_ms(msg)
             part.read_log(msg.offset, appended)
             if msg.offset <= part.applied_upto:

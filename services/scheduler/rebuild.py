@@ -86,6 +86,8 @@ class Rebuild:
             if tp.topic == self.commands and tp.partition in starts:
                 committed, low = starts[tp.partition]
                 if committed <= 0:
+                    part = self.parts[tp.partition]
+                    part.read_upto = max(part.read_upto, low - 1)  # a log start past 0 is no hole (ordering.py)
                     await self.app.consumer.seek(tp, low)
                     log.info("partition %d: no committed offset, reading from the log start %d", tp.partition, low)
 

@@ -23,6 +23,7 @@ class Timers:
         tick = time.monotonic()
         paused = tick - self._last_tick > 1.0
         self._last_tick = tick
+        await self.rewind_stalled(now)
         for p, part in list(self.parts.items()):
             horizon = part.log_ms if paused else self._lease_horizon(p, part)
             for timer in part.due(now, self.get, self.get_schedule, horizon):
