@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 import urllib.error
 import urllib.request
 import uuid
 from typing import Any
 
 from spotreel import tracing
+from spotreel.dispatch.intake import SENT_AT_HTTP_HEADER
 from spotreel.worker.transport import WorkerLease, TransportError, Verdict, WorkerProfile, judge
 
 
@@ -34,7 +36,10 @@ class HttpTransport:
     # -- plumbing ----------------------------------------------------------------------------------------
 
     def _post(self, path: str, body: dict[str, Any], timeout_s: float | None = None) -> tuple[int, dict[str, Any]]:
-        headers = {"Authorization": f"Bearer {self.key}", "Content-Type": "application/json"}
+        headers = {"Authorization": f"Bearer {self.key}", "Content-Type": "application/json",
+                   # When this was sent: a lease command is judged at it, not at when a gateway behind got
+                   # it into the log (spotreel.dispatch.intake).
+                   SENT_AT_HTTP_HEADER: str(int(time.time() * 1000))}
         traced = tracing.current_traceparent()  # inside a traced lease's span (job.py) only
         if traced is not None:
             headers[tracing.TRACEPARENT] = traced

@@ -130,6 +130,10 @@ class Settings:
     # many seconds (and per half the job's stuck floor); the reports in between are answered on the replies
     # topic and kept in memory until the job's next event (domain/renewals.py). 0: every step is an event.
     scheduler_progress_persist_s: int = 30
+    # A lease whose holder came through a gateway that has not vouched past its deadline (GatewayPulse) is
+    # expired at most this many seconds late, and a renewal through a gateway is judged at the worker's send
+    # time, at most this much before its append time (services/scheduler/intake.py). 0: append times only.
+    scheduler_gateway_hold_s: int = 30
     # Half-life (seconds) of the GPU-seconds a tenant used, in the scheduler's fair share across partitions
     # (domain/fairness.py); 0: no decay, the plain cumulative total.
     fair_share_half_life_s: int = 3600

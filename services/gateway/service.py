@@ -12,6 +12,7 @@ from spotreel import gctune, tracing
 from spotreel.services.gateway.app import create_app, serve_metrics
 from spotreel.api.config import GatewayConfig, from_env as gateway_config
 from spotreel.services.gateway.wiring import real_deps
+from spotreel.services.gateway.worker_api import routes as worker_api
 from spotreel.settings import Settings
 
 
@@ -31,7 +32,9 @@ def serve(settings: Settings, port: int | None = None, metrics_port: int = 0,
     logging.basicConfig(level=logging.INFO, format="%(asctime)s gateway %(levelname)s %(message)s")
     tracing.setup("gateway")
     with real_deps(settings) as deps:
-        app = create_app(settings, deps, config or gateway_config())
+        cfg = config or gateway_config()
+        app = create_app(settings, deps, cfg)
+        worker_api.start_pulses(app, settings, deps, cfg.pulse_seconds)
         if metrics_port:
             serve_metrics(app, settings.host, metrics_port)
         gctune.install(settings.gc_threshold)

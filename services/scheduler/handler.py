@@ -42,6 +42,7 @@ class HandlerResult:
     # (its `version` is the stored state's: "as of this version"), and the stored state it was judged with.
     reply: Any = None
     reply_to: JobState | None = None
+    pulse: Any = None  # a GatewayPulse (intake.py): nothing to decide, the partition notes it
 
 
 class Handler:
@@ -83,6 +84,8 @@ class Handler:
             return dead(exc.reason, str(exc))
         if isinstance(command, cmd.RequestWork):
             out = self._request_work(part, command, now_ms)
+        elif isinstance(command, cmd.GatewayPulse):
+            out = HandlerResult(pulse=command)
         elif isinstance(command, cmd.JOB_COMMANDS):
             if partition_for(command.job_id, self.partitions) != part.partition:
                 # A producer that did not use the pinned partitioner: applying it here would make two writers.

@@ -20,6 +20,7 @@ from spotreel.domain.timers import Timer, TimerKind, schedule_timers, timers_for
 
 from spotreel.services.scheduler.eviction import Evictions
 from spotreel.services.scheduler.fairshare import DEFAULT_EST_MS, TenantLedger
+from spotreel.services.scheduler.intake import GatewayIntake
 
 
 @dataclass
@@ -50,6 +51,10 @@ class PartitionState:
     log_ms: int = -1
     # The highest commands offset read (applied or skipped), or known read by an earlier owner.
     read_upto: int = -1
+    # Gateways' pulses and the gateway each worker last came through (intake.py), and the lease-expiry timers
+    # due by the clock and the log but waiting for a gateway to vouch past them (same entries as `heap`).
+    intake: GatewayIntake = field(default_factory=GatewayIntake)
+    gateway_held: list[tuple[int, str, str, int, int, Timer]] = field(default_factory=list)
     # Rewinds to `read_upto + 1` since a command arrived past it (ordering.py), and when the last one was.
     rewinds: int = 0
     rewound_at_ms: int = -1
@@ -253,6 +258,8 @@ class PartitionState:
                 ready.append(entry)
         while self.held and self.held[0][0] <= horizon:
             ready.append(heapq.heappop(self.held))
+        if self.gateway_held or self.intake.gateways:
+            ready = self._gateway_holds(ready, current, now_ms)
         ready.sort()
         out: list[Timer] = []
         for entry in ready:
@@ -266,6 +273,20 @@ class PartitionState:
             if timer in wanted:
                 self.fired.setdefault(fired_key, set()).add(timer.command().command_id)
                 out.append(timer)
+        return out
+
+    def _gateway_holds(self, ready: list, current: callable, now_ms: int) -> list:
+        """`ready` less the lease expiries a gateway holds (intake.py), plus those it holds no more."""
+        def held(entry: tuple) -> bool:
+            if entry[1] != TimerKind.EXPIRE_LEASE:
+                return False
+            state = self.view(current(entry[2]))
+            lease = state.lease if state is not None else None
+            return lease is not None and self.intake.holds(lease.worker_id, entry[0], now_ms)
+        out, still = [], []
+        for entry in [*self.gateway_held, *ready]:
+            (still if held(entry) else out).append(entry)
+        self.gateway_held = still
         return out
 
     def usage(self, now_ms: int) -> dict[str, TenantUsage]:

@@ -22,6 +22,7 @@ from typing import Any
 
 from spotreel.adapters.kafka import CMD_OFFSET_HEADER
 from spotreel.adapters.partitioning import partition_for
+from spotreel.dispatch import intake
 from spotreel.domain import events as ev
 from spotreel.domain.commands import CompleteJob, FailJob, RequestWork
 from spotreel.domain.leases import PREEMPTED_FOR
@@ -79,7 +80,12 @@ class Pipeline:
                 continue
             given = msg.headers
             started = time.time_ns() if given else None  # a span's start, only if the record may be traced
-            out = self.handler.handle(part, msg.topic, msg.offset, msg.key, msg.value, clock.now_ms(), appended)
+            # Through a gateway: judged at the worker's send time, within the gateway hold (intake.py).
+            via, sent = intake.read(given) if given else (None, None)
+            judged = part.intake.judged_ms(appended, sent) if via is not None else appended
+            out = self.handler.handle(part, msg.topic, msg.offset, msg.key, msg.value, clock.now_ms(), judged)
+            if out.pulse is not None:
+                part.intake.pulse(out.pulse, clock.now_ms())
             self.metrics.commands.inc()
             traced = None
             if given or self.traces.by_job:  # the only per-command cost of tracing when nothing is traced
@@ -117,6 +123,8 @@ class Pipeline:
                 marked.add(p)
             part.applied_upto = msg.offset
             worker = getattr(out.command, "worker_id", None)
+            if worker is not None:
+                part.intake.came(worker, via)
             if worker is not None and not isinstance(out.command, RequestWork):
                 part.seen_worker(worker, clock.now_ms(), free=isinstance(out.command, (CompleteJob, FailJob))
                                  and not any(isinstance(e, ev.CommandRejected) for e in out.events))

@@ -94,6 +94,7 @@ class Rebuild:
     async def _rebuild(self, p: int) -> PartitionState:
         part = PartitionState(p)
         part.ledger.half_life_ms = self.half_life_ms
+        part.intake.hold_ms = self.settings.scheduler_gateway_hold_s * 1000
         part.evictions.policy = self.retention
         raw_meta = self.table.data.get(meta_key(p))
         marker = json.loads(raw_meta)["events_offset"] if raw_meta else -1

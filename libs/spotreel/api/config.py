@@ -109,6 +109,9 @@ class GatewayConfig:
     slow_verdict_seconds: float = 1.0
     # A pass over every partition found nothing: wait this long (less when pool stats show work) before the next.
     idle_pass_seconds: float = 1.0
+    # Worker API: how often the gateway vouches to every commands partition for the worker requests it took in
+    # (GatewayPulse; the scheduler holds lease expiry for a gateway that falls behind). 0: never.
+    pulse_seconds: float = 1.0
 
 
 def from_env(env: Mapping[str, str] | None = None) -> GatewayConfig:

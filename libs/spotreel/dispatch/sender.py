@@ -4,7 +4,8 @@ producer).
 confluent-kafka reports deliveries from `poll()`; one daemon thread polls and hands each report to the
 event loop. A command goes to the partition the shared partitioner (spotreel.adapters.partitioning) gives
 its key, the one whose scheduler owns the job, unless the caller names one (a RequestWork). A command sent
-inside a sampled span (a traced HTTP request) carries its `traceparent` header (spotreel/tracing.py).
+inside a sampled span (a traced HTTP request) carries its `traceparent` header (spotreel/tracing.py), and one
+sent for a worker's request the gateway's worker API handles carries its intake headers (intake.py).
 """
 
 from __future__ import annotations
@@ -16,14 +17,17 @@ from typing import Any
 from spotreel import tracing
 from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
+from spotreel.dispatch import intake
 from spotreel.dispatch.listener import DispatchUnavailable
 from spotreel.platform.topics import commands_topic
 from spotreel.settings import Settings
 
 
 def command_key(command: Any) -> str:
-    """A job command is keyed by its job, a schedule command by its schedule, a RequestWork by its worker."""
-    key: str = getattr(command, "job_id", None) or getattr(command, "schedule_id", None) or command.worker_id
+    """A job command is keyed by its job, a schedule command by its schedule, a RequestWork by its worker, a
+    GatewayPulse by its gateway."""
+    key: str = (getattr(command, "job_id", None) or getattr(command, "schedule_id", None)
+                or getattr(command, "worker_id", None) or command.gateway_id)
     return key
 
 
@@ -68,10 +72,12 @@ class AsyncCommandSender:
             partition = partition_for(key, self.settings.partitions)
         try:
             self.producer.produce(self.topic, value=self.codec.encode_message(command), key=key.encode(),
-                                  partition=partition, on_delivery=report, headers=tracing.kafka_headers())
+                                  partition=partition, on_delivery=report,
+                                  headers=intake.kafka_headers(tracing.kafka_headers()))
         except BufferError as exc:
             raise DispatchUnavailable(f"producer queue full: {exc}") from exc
         await done
+        intake.produced()
 
     def close(self, timeout: float = 10.0) -> None:
         self.producer.flush(timeout)

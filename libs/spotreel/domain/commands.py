@@ -401,3 +401,27 @@ class RequestWork:
 
 
 DISPATCH_COMMANDS = (RequestWork,)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Intake (not a job command: a gateway vouches for the worker requests it has taken in)
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GatewayPulse:
+    """A gateway's worker API, about every second, to every partition of the commands topic: every worker
+    request it had started to read before `vouched_ms` is on the commands topic before this record. Until a
+    gateway vouches past a lease's deadline, the owner holds the expiry of the leases whose holder last came
+    through it (services/scheduler/intake.py), at most the scheduler's gateway hold: a control plane behind
+    at its edge does not cost a live worker its lease. `leaving`: its last pulse (it stops), hold nothing
+    for it any more."""
+
+    command_id: str
+    gateway_id: str
+    vouched_ms: int
+    leaving: bool = False
+
+
+INTAKE_COMMANDS = (GatewayPulse,)
+

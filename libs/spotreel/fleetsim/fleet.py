@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterator
 
 import aiohttp
 
+from spotreel.dispatch.intake import SENT_AT_HTTP_HEADER
 from spotreel.dispatch.listener import DispatchUnavailable
 from spotreel.fleetsim.config import SimConfig
 from spotreel.fleetsim.figures import Accepted, Attempt, WorkerLife
@@ -107,7 +108,8 @@ class Shared:
         try:
             async with self.session.post(
                     self.base_url + path, json=body, timeout=aiohttp.ClientTimeout(total=timeout),
-                    headers={"Authorization": f"Bearer {key or self.worker_key}", **(headers or {})}) as r:
+                    headers={"Authorization": f"Bearer {key or self.worker_key}",
+                             SENT_AT_HTTP_HEADER: str(int(time.time() * 1000)), **(headers or {})}) as r:
                 data = await r.json(content_type=None) if r.status != 204 else None
                 status = r.status
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):

@@ -1,0 +1,74 @@
+"""The gateway's part in judging leases by when workers sent their renewals (spotreel.dispatch.intake).
+
+Every worker request the worker API reads is stamped, for the commands it produces, with this gateway's id
+and the time the worker sent it. Every `pulse_seconds` the gateway sends a GatewayPulse to every partition
+of the commands topic: `vouched_ms`, the time before which every lease command it started to read is
+already on the topic (the oldest one still being produced, and no later than now less how late this very
+pulse runs: the event loop's lag stands for the requests not even read yet). A gateway that falls behind,
+is frozen or is starved of CPU vouches for less, so the scheduler holds the expiry of the leases whose
+holders came through it (services/scheduler/intake.py); its last pulse, on a clean stop, says `leaving`.
+Lease polls are stamped but not counted: a poll waits for work, not for the log."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from contextlib import contextmanager
+from typing import Any, Awaitable, Callable, Iterator
+
+from spotreel.dispatch import intake
+from spotreel.domain.commands import GatewayPulse
+
+log = logging.getLogger("spotreel.gateway")
+
+
+class Intake:
+    def __init__(self, clock_ms: Callable[[], int], gateway_id: str | None = None) -> None:
+        self.gateway_id = gateway_id or f"gw-{uuid.uuid4().hex[:12]}"
+        self.clock_ms = clock_ms
+        self._reading: dict[int, int] = {}  # request serial -> reading time (ms), until its command is produced
+        self._serial = 0
+        self.lag_ms = 0
+        self.sent = 0  # pulses sent
+
+    @contextmanager
+    def reading(self, told: str | None, counted: bool = True) -> Iterator[None]:
+        """The block handles one worker request: its commands carry this gateway and the worker's send time
+        (`told`: the X-Spotreel-Sent-At header); `counted`, it holds the vouched time back until its command is
+        produced (or the block ends without one)."""
+        now = self.clock_ms()
+        serial = self._serial = self._serial + 1
+        if counted:
+            self._reading[serial] = now
+        try:
+            with intake.origin(self.gateway_id, intake.sent_ms(told, now),
+                               (lambda: self._reading.pop(serial, None)) if counted else None):
+                yield
+        finally:
+            self._reading.pop(serial, None)
+
+    def vouched_ms(self) -> int:
+        now = self.clock_ms() - self.lag_ms
+        return min(now, min(self._reading.values(), default=now))
+
+    def pulse(self, leaving: bool = False) -> GatewayPulse:
+        return GatewayPulse(f"gp-{uuid.uuid4().hex}", self.gateway_id, self.vouched_ms(), leaving)
+
+    async def run(self, send: Callable[[Any, int], Awaitable[None]], partitions: int, every_s: float) -> None:
+        """Pulses until cancelled. The lag is how much later than asked the loop woke this task."""
+        loop = asyncio.get_running_loop()
+        while True:
+            asked = loop.time() + every_s
+            await asyncio.sleep(every_s)
+            self.lag_ms = max(0, int((loop.time() - asked) * 1000))
+            await self.send_all(send, partitions)
+
+    async def send_all(self, send: Callable[[Any, int], Awaitable[None]], partitions: int,
+                       leaving: bool = False) -> None:
+        pulse = self.pulse(leaving)
+        results = await asyncio.gather(*(send(pulse, p) for p in range(partitions)), return_exceptions=True)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        if failed:  # Kafka away: the scheduler holds, at most its gateway hold, and the next pulse tries again
+            log.warning("gateway pulse not sent to %d of %d partitions: %s", len(failed), partitions, failed[0])
+        self.sent += 1

@@ -1,0 +1,176 @@
+"""Leases judged by when their holders sent their renewals (spotreel.dispatch.intake, the gateway's
+worker_api/intake.py, the scheduler's intake.py): a gateway behind does not cost a live worker its lease,
+and a silent worker's lease still expires on time where its gateway keeps vouching."""
+
+from __future__ import annotations
+
+import asyncio
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from spotreel.dispatch import intake
+from spotreel.domain import commands as c
+from spotreel.domain.decide import decide
+from spotreel.domain.leases import judged_at
+from spotreel.domain.timers import TimerKind
+from spotreel.services.gateway.worker_api.intake import Intake
+from spotreel.services.scheduler.intake import GatewayIntake
+from spotreel.services.scheduler.partition import PartitionState
+from tests.unit.jobkit import T0, TTL, kinds, leased_job
+
+HOLD = 30_000
+
+
+# -- the headers ----------------------------------------------------------------------------------------
+
+
+def test_the_send_time_a_worker_tells_is_believed_only_when_plausible() -> None:
+    read = 1_000_000_000
+    assert intake.sent_ms(str(read - 4_000), read) == read - 4_000
+    assert intake.sent_ms(None, read) == read
+    assert intake.sent_ms("soon", read) == read
+    assert intake.sent_ms(str(read - intake.MAX_AGE_MS - 1), read) == read  # a clock far behind
+    assert intake.sent_ms(str(read + 2_000), read) == read  # ahead: never later than the reading
+    assert intake.sent_ms(str(read + intake.MAX_AHEAD_MS + 1), read) == read
+
+
+def test_commands_produced_for_a_worker_request_carry_its_gateway_and_send_time() -> None:
+    assert intake.kafka_headers(None) is None
+    produced = []
+    with intake.origin("gw-1", 1234, lambda: produced.append(True)):
+        headers = intake.kafka_headers([("traceparent", b"00-x")])
+        intake.produced()
+    assert headers == [("traceparent", b"00-x"), (intake.GATEWAY_HEADER, b"gw-1"), (intake.SENT_HEADER, b"1234")]
+    assert produced == [True]
+    assert intake.read(headers) == ("gw-1", 1234)
+    assert intake.read([("traceparent", b"00-x")]) == (None, None)
+    assert intake.read([(intake.SENT_HEADER, b"garbage")]) == (None, None)
+    assert intake.kafka_headers(None) is None  # the block's origin is gone
+
+
+# -- the gateway's vouched time -------------------------------------------------------------------------
+
+
+def test_the_gateway_vouches_for_no_later_than_its_oldest_unproduced_lease_command_and_its_lag() -> None:
+    now = [10_000]
+    gw = Intake(lambda: now[0], gateway_id="gw-a")
+    assert gw.vouched_ms() == 10_000
+    with gw.reading(None):  # a heartbeat read at 10,000 whose command is not produced yet
+        now[0] = 12_000
+        assert gw.vouched_ms() == 10_000
+        with gw.reading(None, counted=False):  # a lease poll waits for work: it holds nothing back
+            assert gw.vouched_ms() == 10_000
+        intake.produced()  # on Kafka now
+        assert gw.vouched_ms() == 12_000
+    gw.lag_ms = 1_500  # the loop runs late: requests not read yet may be that old
+    assert gw.vouched_ms() == 10_500
+    pulse = gw.pulse(leaving=True)
+    assert (pulse.gateway_id, pulse.vouched_ms, pulse.leaving) == ("gw-a", 10_500, True)
+
+
+def test_the_gateway_pulses_every_partition_and_survives_a_partition_it_cannot_reach() -> None:
+    sent: list[tuple[str, int]] = []
+
+    async def send(pulse, partition):
+        if partition == 1:
+            raise RuntimeError("broker away")
+        sent.append((pulse.gateway_id, partition))
+
+    gw = Intake(lambda: 5_000, gateway_id="gw-b")
+    asyncio.run(gw.send_all(send, 3))
+    assert sent == [("gw-b", 0), ("gw-b", 2)] and gw.sent == 1
+
+
+# -- the scheduler: judging and holding -----------------------------------------------------------------
+
+
+@given(appended=st.integers(0, 10**12), behind=st.integers(-10**6, 10**7))
+def test_a_renewal_through_a_gateway_is_judged_between_its_append_time_less_the_hold_and_its_append_time(
+        appended: int, behind: int) -> None:
+    judged = GatewayIntake(hold_ms=HOLD).judged_ms(appended, appended - behind)
+    assert appended - HOLD <= judged <= appended
+    assert GatewayIntake(hold_ms=0).judged_ms(appended, appended - behind) == appended
+    assert GatewayIntake(hold_ms=HOLD).judged_ms(None, appended) is None
+
+
+def test_a_renewal_sent_in_time_but_appended_late_renews_the_lease() -> None:
+    d = leased_job()
+    state = d.s
+    epoch, worker = d.lease()
+    deadline = state.lease.expires_at_ms
+    renew = c.RenewLease("r", state.job_id, epoch, worker)
+    appended = deadline + 10_000  # ten seconds in a gateway's queue
+    # Judged at the append time, as a Kafka worker's is: too late.
+    late = decide(state, renew, judged_at(renew, appended, appended))
+    assert kinds(late) == ["CommandRejected"] and late[0].reason == "lease_expired"
+    # Judged at the send time the gateway stamped: in time, and the new deadline counts from it.
+    sent = deadline - 2_000
+    judged = GatewayIntake(hold_ms=HOLD).judged_ms(appended, sent)
+    renewed = decide(state, renew, judged_at(renew, appended, judged))
+    assert kinds(renewed) == ["LeaseRenewed"]
+    assert renewed[0].lease_expires_at_ms == sent + TTL
+
+
+def _partition_with_lease(via: str | None) -> tuple[PartitionState, dict, int, str]:
+    d = leased_job()
+    s = d.s
+    part = PartitionState(0)
+    part.intake.hold_ms = HOLD
+    part.observe(None, s)
+    if via is not None:
+        part.intake.came(s.lease.worker_id, via)
+    return part, {s.job_id: s}, s.lease.expires_at_ms, s.job_id
+
+
+def test_an_expiry_waits_for_the_holders_gateway_to_vouch_past_the_deadline() -> None:
+    part, states, deadline, job = _partition_with_lease("gw-a")
+    part.intake.pulse(c.GatewayPulse("p1", "gw-a", deadline - 8_000), deadline - 7_000)  # then it froze
+    assert part.due(deadline + 5_000, states.get) == []
+    assert part.gateway_held
+    # It vouches again, past the deadline: every renewal it took in before is in the log already.
+    part.intake.pulse(c.GatewayPulse("p2", "gw-a", deadline + 1), deadline + 6_000)
+    fired = part.due(deadline + 6_000, states.get)
+    assert [(t.kind, t.key) for t in fired] == [(TimerKind.EXPIRE_LEASE, job)]
+    assert not part.gateway_held
+
+
+def test_a_gateway_that_never_vouches_again_holds_an_expiry_no_longer_than_the_hold() -> None:
+    part, states, deadline, job = _partition_with_lease("gw-a")
+    part.intake.pulse(c.GatewayPulse("p1", "gw-a", deadline - 8_000), deadline - 7_000)
+    assert part.due(deadline + HOLD - 1, states.get) == []
+    fired = part.due(deadline + HOLD, states.get)
+    assert [(t.kind, t.key) for t in fired] == [(TimerKind.EXPIRE_LEASE, job)]
+
+
+def test_a_silent_worker_behind_a_gateway_that_keeps_vouching_expires_on_time() -> None:
+    part, states, deadline, job = _partition_with_lease("gw-a")
+    part.intake.pulse(c.GatewayPulse("p1", "gw-a", deadline + 500), deadline + 1_000)
+    fired = part.due(deadline, states.get)
+    assert [(t.kind, t.key) for t in fired] == [(TimerKind.EXPIRE_LEASE, job)]
+
+
+def test_no_hold_for_a_kafka_worker_a_gateway_that_never_pulsed_or_one_that_left() -> None:
+    for via, pulses in ((None, [c.GatewayPulse("p", "gw-a", 0)]), ("gw-quiet", []),
+                        ("gw-a", [c.GatewayPulse("p", "gw-a", 0), c.GatewayPulse("q", "gw-a", 0, leaving=True)])):
+        part, states, deadline, job = _partition_with_lease(via)
+        for pulse in pulses:
+            part.intake.pulse(pulse, deadline - 1_000)
+        fired = part.due(deadline, states.get)
+        assert [(t.kind, t.key) for t in fired] == [(TimerKind.EXPIRE_LEASE, job)], via
+
+
+def test_a_worker_that_moves_to_the_kafka_transport_or_another_gateway_is_held_by_that_one_only() -> None:
+    part, states, deadline, job = _partition_with_lease("gw-a")
+    part.intake.pulse(c.GatewayPulse("p1", "gw-a", 0), deadline - 1_000)  # gw-a is far behind
+    part.intake.pulse(c.GatewayPulse("p2", "gw-b", deadline + 10), deadline - 1_000)
+    worker = states[job].lease.worker_id
+    part.intake.came(worker, "gw-b")
+    assert [t.key for t in part.due(deadline, states.get)] == [job]
+
+
+def test_a_vouched_time_never_goes_back() -> None:
+    g = GatewayIntake(hold_ms=HOLD)
+    g.pulse(c.GatewayPulse("p1", "gw", 5_000), 6_000)
+    g.pulse(c.GatewayPulse("p2", "gw", 4_000), 7_000)  # an older pulse read later (a retry)
+    assert g.gateways["gw"].vouched_ms == 5_000
