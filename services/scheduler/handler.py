@@ -70,9 +70,11 @@ class Handler:
         self.policies = policies
 
     def handle(self, part: PartitionState, topic: str, offset: int, key: bytes | None, value: bytes | None,
-               now_ms: int, appended_ms: int | None = None) -> HandlerResult:
+               now_ms: int, appended_ms: int | None = None, sent_ms: int | None = None) -> HandlerResult:
         """`appended_ms`: the broker's append time of the record (LogAppendTime), None if the topic stamps
-        records with the producer's clock; lease commands are judged at it (`leases.judged_at`)."""
+        records with the producer's clock; lease commands are judged at it (`leases.judged_at`). `sent_ms`:
+        when its holder sent it, for a lease command that came through a gateway (intake.py): its expiry is
+        judged at that time instead."""
         def dead(reason: str, detail: str) -> HandlerResult:
             return HandlerResult(deadletter={
                 "reason": reason, "detail": detail, "source_topic": topic, "source_partition": part.partition,
@@ -91,7 +93,7 @@ class Handler:
                 # A producer that did not use the pinned partitioner: applying it here would make two writers.
                 return dead("wrong_partition", f"{command.job_id} belongs to partition "
                             f"{partition_for(command.job_id, self.partitions)}, not {part.partition}")
-            out = self._apply(command, judged_at(command, now_ms, appended_ms), part=part)
+            out = self._apply(command, judged_at(command, now_ms, appended_ms), part=part, sent_ms=sent_ms)
         elif isinstance(command, cmd.SCHEDULE_COMMANDS):
             if partition_for(command.schedule_id, self.partitions) != part.partition:
                 return dead("wrong_partition", f"schedule {command.schedule_id} belongs to partition "
@@ -103,11 +105,11 @@ class Handler:
         return out
 
     def _apply(self, command: Any, now_ms: int, out: HandlerResult | None = None,
-               part: PartitionState | None = None) -> HandlerResult:
+               part: PartitionState | None = None, sent_ms: int | None = None) -> HandlerResult:
         out = out or HandlerResult()
         before = self.get(command.job_id)
         judged = part.view(before) if part is not None else before
-        events = decide(judged, command, now_ms)
+        events = decide(judged, command, now_ms, sent_ms)
         renewal = absorbed(judged, events, self.progress_persist_ms) \
             if part is not None and self.absorb_renewals else None
         if renewal is not None:

@@ -5,8 +5,10 @@ delays renewals that the worker sent in time; judged at their append time they c
 holder lost its lease: the metastable failure of bench/README.md's starved run. Two headers on the
 commands the gateway produces (spotreel.dispatch.intake) and its pulses close that gap, per partition:
 
-- A lease command that came through a gateway is judged at the worker's send time, never earlier than its
-  append time less `hold_ms` (a clock far behind gains nothing more), never later than its append time.
+- Whether a lease command that came through a gateway was in time is judged at the worker's send time,
+  never earlier than its append time less `hold_ms` (a clock far behind gains nothing more), never later
+  than its append time; a renewal still counts from its append time (`decide`'s `sent_ms`), so a holder
+  whose renewal waited in a gateway gets a full TTL from when it got through.
 - The expiry of a lease whose holder's last command came through a gateway waits until that gateway has
   vouched (GatewayPulse.vouched_ms) past the deadline: every renewal it took in before then is in the log
   ahead of the pulse, and is read first. A gateway that is frozen, starved or dead stops vouching; the
@@ -61,7 +63,7 @@ class GatewayIntake:
             self.via[worker_id] = gateway_id
 
     def judged_ms(self, appended_ms: int | None, sent_ms: int | None) -> int | None:
-        """The time a lease command that came through a gateway is judged at (see the module's text)."""
+        """The time the expiry of a lease command that came through a gateway is judged at (the module's text)."""
         if appended_ms is None or sent_ms is None:
             return appended_ms
         return min(appended_ms, max(sent_ms, appended_ms - self.hold_ms))

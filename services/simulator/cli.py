@@ -45,6 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     a("--stall-scheduler", default="", metavar="AT:SECONDS",
       help="freeze the private scheduler (SIGSTOP) for SECONDS, AT seconds after the start: the control plane "
            "falls behind while the fleet keeps renewing")
+    a("--stall-gateway", default="", metavar="AT:SECONDS",
+      help="freeze the private gateway (SIGSTOP) instead: the HTTP workers' renewals wait in its sockets")
     a("--transport", default="http", choices=("http", "kafka"),
       help="how the simulated workers reach the scheduler: the gateway's worker API (http) or Kafka directly "
            "(kafka, as internal pools do); submissions always use the public HTTP API")
@@ -70,7 +72,10 @@ def _simulate(args: argparse.Namespace, settings: Settings) -> int:
             mtbf_by_stage_s=mtbf_by_stage, mtbf_prior_s=args.mtbf_prior, mtbf_prior_losses=args.mtbf_prior_losses,
             notice_share=args.notice_share, cold_start_s=args.cold_start, heartbeat_s=args.heartbeat_seconds,
             progress_s=args.progress_seconds, lease_ttl_s=args.lease_ttl, price_per_gpu_hour=args.price, seed=args.seed,
-            transport=args.transport, **parse_stall(args.stall_scheduler))
+            transport=args.transport, **parse_stall(args.stall_scheduler),
+            **parse_stall(args.stall_gateway, "gateway"))
+        if args.stall_scheduler and args.stall_gateway:
+            raise ValueError("--stall-scheduler and --stall-gateway: one stall at a time")
         if args.partitions < 1:
             raise ValueError("--partitions must be at least 1")
     except ValueError as exc:

@@ -96,16 +96,18 @@ async def _ramp(cfg: SimConfig, stack: PrivateStack, sh: Shared, say: Callable[[
 
 
 async def _stall(stack: PrivateStack, cfg: SimConfig, t_start: float, say: Callable[[str], None]) -> None:
-    """Freeze the private scheduler for a while: the fleet keeps renewing, the commands pile up unread."""
+    """Freeze the private scheduler (the fleet keeps renewing, the commands pile up unread) or gateway (the HTTP
+    workers' requests pile up in its sockets) for a while."""
     await asyncio.sleep(max(0.0, t_start + cfg.stall_at_s - time.monotonic()))
-    pid = stack.pids()["scheduler"]
+    target = cfg.stall_target
+    pid = stack.pids()[target]
     os.kill(pid, signal.SIGSTOP)
-    say(f"scheduler (pid {pid}) frozen for {cfg.stall_s:.0f} s")
+    say(f"{target} (pid {pid}) frozen for {cfg.stall_s:.0f} s")
     try:
         await asyncio.sleep(cfg.stall_s)
     finally:
         os.kill(pid, signal.SIGCONT)
-    say("scheduler running again")
+    say(f"{target} running again")
 
 
 def expired_under_live_workers(attempts: list, events: list[Any]) -> list[Any]:

@@ -1,7 +1,8 @@
 """The worker lease plane when the control plane falls behind, CI-sized: 150 simulated workers on 12 s leases
-renewing for 35 s, through the real gateway (HTTP) or straight over Kafka (as internal pools do), against private real services, while the scheduler is frozen for longer than
-a lease TTL. No machine vanishes in this run, so not a single lease may expire: overload is latency, never a
-lost lease (DESIGN invariant 8), and every accepted job completes exactly once.
+renewing for 35 s, through the real gateway (HTTP) or straight over Kafka (as internal pools do), against
+private real services, while the scheduler, or the gateway the HTTP workers renew through, is frozen for
+longer than a lease TTL. No machine vanishes in this run, so not a single lease may expire: overload is
+latency, never a lost lease (DESIGN invariant 8), and every accepted job completes exactly once.
 
 The peak itself (4,000 workers) is a benchmark: bench/README.md."""
 
@@ -39,3 +40,25 @@ def test_a_frozen_scheduler_costs_no_live_worker_its_lease(stack, settings, tmp_
     # While it was frozen, the verdicts (the gateway's answers, or the Kafka transport's own wait) told the
     # holders to space their renewals out.
     assert report["stages"][0]["statuses"].get("paced", 0) > 0, report["stages"][0]["statuses"]
+
+
+def test_a_frozen_gateway_costs_no_live_worker_its_lease(stack, settings, tmp_path):
+    """The HTTP workers' renewals wait in the frozen gateway's sockets for longer than a TTL. The scheduler,
+    caught up and with its clock past their deadlines, holds the expiries until the gateway vouches again
+    (GatewayPulse), and judges each renewal that waited at the time its worker sent it
+    (services/scheduler/intake.py)."""
+    cfg = SimConfig(transport="http", workers=(150,), stage_s=35.0, drain_s=60.0, submit_rate=6.0, steps=10,
+                    step_s=1.0, checkpoint_cost_s=0.1, policy="fixed", fixed_interval_s=4.0, mtbf_s=0.0,
+                    cold_start_s=1.0, heartbeat_s=4.0, progress_s=2.0, lease_ttl_s=LEASE_TTL_S, lease_wait_s=5.0,
+                    stall_at_s=8.0, stall_s=STALL_S, stall_target="gateway", seed=12)
+    lines: list[str] = []
+    report = simulate(cfg, settings, tmp_path / "sim.json", partitions=3, say=lines.append)
+    print("\n".join(lines))
+    assert any("gateway" in line and "frozen" in line for line in lines), lines
+    assert report["accepted"] >= 100
+    assert report["lost"] == 0 and report["duplicated"] == 0, report
+    assert report["completed"] == report["accepted"], report
+    assert report["vanished"] == 0
+    assert report["lease_expired"] == 0, report["lease_expired"]
+    assert report["lease_expired_under_live_workers"] == 0
+

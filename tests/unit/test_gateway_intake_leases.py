@@ -17,7 +17,7 @@ from spotreel.domain.timers import TimerKind
 from spotreel.services.gateway.worker_api.intake import Intake
 from spotreel.services.scheduler.intake import GatewayIntake
 from spotreel.services.scheduler.partition import PartitionState
-from tests.unit.jobkit import T0, TTL, kinds, leased_job
+from tests.unit.jobkit import TTL, kinds, leased_job
 
 HOLD = 30_000
 
@@ -104,12 +104,18 @@ def test_a_renewal_sent_in_time_but_appended_late_renews_the_lease() -> None:
     # Judged at the append time, as a Kafka worker's is: too late.
     late = decide(state, renew, judged_at(renew, appended, appended))
     assert kinds(late) == ["CommandRejected"] and late[0].reason == "lease_expired"
-    # Judged at the send time the gateway stamped: in time, and the new deadline counts from it.
+    # Its expiry judged at the send time the gateway stamped: in time; the renewal counts from when it got
+    # through, so the holder, which waited for this answer, has a whole TTL for its next one.
     sent = deadline - 2_000
-    judged = GatewayIntake(hold_ms=HOLD).judged_ms(appended, sent)
-    renewed = decide(state, renew, judged_at(renew, appended, judged))
+    fenced_at = GatewayIntake(hold_ms=HOLD).judged_ms(appended, sent)
+    renewed = decide(state, renew, judged_at(renew, appended, appended), fenced_at)
     assert kinds(renewed) == ["LeaseRenewed"]
-    assert renewed[0].lease_expires_at_ms == sent + TTL
+    assert renewed[0].lease_expires_at_ms == appended + TTL
+    # Sent after the deadline: late, whatever the gateway did.
+    too_late = decide(state, renew, appended, GatewayIntake(hold_ms=HOLD).judged_ms(appended, deadline))
+    assert kinds(too_late) == ["CommandRejected"] and too_late[0].reason == "lease_expired"
+    # A send time after `now` is no later than `now`.
+    assert kinds(decide(state, renew, deadline - 1, deadline + 50_000)) == ["LeaseRenewed"]
 
 
 def _partition_with_lease(via: str | None) -> tuple[PartitionState, dict, int, str]:

@@ -28,7 +28,10 @@ from spotreel.domain.state import JobState, Status
 Events = tuple[Any, ...]
 
 
-def decide(state: JobState | None, command: object, now_ms: int) -> Events:
+def decide(state: JobState | None, command: object, now_ms: int, sent_ms: int | None = None) -> Events:
+    """The events `command` causes on `state` at `now_ms`. `sent_ms`: when the holder sent a lease command,
+    where a trusted path tells it (a gateway's intake headers, within the scheduler's gateway hold): the
+    lease's expiry is judged at it (never later than `now_ms`); a renewal still counts from `now_ms`."""
     if not isinstance(command, cmd.JOB_COMMANDS):
         return rejected(state, command, now_ms, Reason.UNKNOWN_COMMAND)
     h = Head(command.job_id, now_ms, command.command_id)
@@ -46,10 +49,11 @@ def decide(state: JobState | None, command: object, now_ms: int) -> Events:
         return number(state, (h.event(ev.ParentWatched, child_id=command.child_id, status=state.status),))
     if state.is_terminal and not (isinstance(command, cmd.RequeueJob) and state.status in Status.REQUEUEABLE):
         return rejected(state, command, now_ms, Reason.TERMINAL, f"job is {state.status}")
-    return number(state, _route(state, command, h, now_ms))
+    return number(state, _route(state, command, h, now_ms, sent_ms))
 
 
-def _route(state: JobState, c: Any, h: Head, now_ms: int) -> Events:  # noqa: C901 - a flat dispatch
+def _route(state: JobState, c: Any, h: Head, now_ms: int,  # noqa: C901 - a flat dispatch
+           sent_ms: int | None = None) -> Events:
     match c:
         case cmd.GrantLease():
             return leases.grant(state, c, h, now_ms)
@@ -58,9 +62,9 @@ def _route(state: JobState, c: Any, h: Head, now_ms: int) -> Events:  # noqa: C9
         case cmd.PreemptLease():
             return leases.preempt(state, c, h, now_ms)
         case cmd.RenewLease() | cmd.ReportProgress() | cmd.RecordCheckpoint() | cmd.CompleteJob():
-            return leases.worker_command(state, c, h, now_ms)
+            return leases.worker_command(state, c, h, now_ms, sent_ms)
         case cmd.FailJob() | cmd.ReleaseLease():
-            return leases.worker_command(state, c, h, now_ms)
+            return leases.worker_command(state, c, h, now_ms, sent_ms)
         case cmd.CancelJob():
             return _cancel(state, c, h, now_ms)
         case cmd.PauseJob():

@@ -134,8 +134,9 @@ def _asks(state: JobState) -> dict[str, bool]:
             "drain_requested": state.pause_requested or state.preempt_requested}
 
 
-def worker_command(state: JobState, c: Any, h: Head, now_ms: int) -> Events:
-    reason = _worker_fence(state, c, now_ms)
+def worker_command(state: JobState, c: Any, h: Head, now_ms: int, sent_ms: int | None = None) -> Events:
+    # Expired or not is judged at the send time where one is told (decide.py); the renewal counts from now.
+    reason = _worker_fence(state, c, now_ms if sent_ms is None else min(now_ms, sent_ms))
     if reason is not None:
         return rejected(state, c, now_ms, reason)
     assert state.lease is not None

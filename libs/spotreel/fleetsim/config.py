@@ -6,6 +6,7 @@ Parsed from the `spotreel simulate` command line; every refusal says which optio
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 def parse_shares(text: str, what: str, key=str) -> tuple[tuple, ...]:
@@ -80,15 +81,15 @@ def parse_rate(text: str) -> tuple[float, tuple[float, ...]]:
     return values[0], (values if len(values) > 1 else ())
 
 
-def parse_stall(text: str) -> dict[str, float]:
-    """'' -> no stall; 'AT:SECONDS' -> the stall_at_s / stall_s fields of SimConfig."""
+def parse_stall(text: str, target: str = "scheduler") -> dict[str, Any]:
+    """'' -> no stall; 'AT:SECONDS' -> the stall_at_s / stall_s / stall_target fields of SimConfig."""
     if not text:
         return {}
     at, _, secs = text.partition(":")
     try:
-        return {"stall_at_s": float(at), "stall_s": float(secs)}
+        return {"stall_at_s": float(at), "stall_s": float(secs), "stall_target": target}
     except ValueError:
-        raise ValueError(f"--stall-scheduler: use AT:SECONDS (e.g. 20:35), got {text!r}") from None
+        raise ValueError(f"--stall-{target}: use AT:SECONDS (e.g. 20:35), got {text!r}") from None
 
 
 @dataclass(frozen=True)
@@ -121,10 +122,11 @@ class SimConfig:
     lease_ttl_s: float = 30.0               # the TTL each simulated worker asks for on its lease request
     price_per_gpu_hour: float = 2.50
     seed: int = 1
-    # The control plane falling behind on purpose: the scheduler is frozen (SIGSTOP) `stall_s` seconds from
-    # `stall_at_s` after the start, while the fleet keeps renewing. 0: no stall.
+    # The control plane falling behind on purpose: the scheduler (or the gateway: `stall_target`) is frozen
+    # (SIGSTOP) `stall_s` seconds from `stall_at_s` after the start, while the fleet keeps renewing. 0: no stall.
     stall_at_s: float = 0.0
     stall_s: float = 0.0
+    stall_target: str = "scheduler"
     # How the workers reach the scheduler: "http" (the gateway's worker API) or "kafka" (the topics directly,
     # as internal pools do). Submissions always go through the public HTTP API.
     transport: str = "http"
@@ -150,7 +152,8 @@ class SimConfig:
             (self.lease_ttl_s >= 3 * min(self.heartbeat_s, self.progress_s),
              "--lease-ttl must be at least three renewal periods (the shorter of heartbeat and progress)"),
             (self.price_per_gpu_hour >= 0, "--price must not be negative"),
-            (self.stall_s >= 0 and self.stall_at_s >= 0, "--stall-scheduler: AT:SECONDS, both >= 0"),
+            (self.stall_s >= 0 and self.stall_at_s >= 0, f"--stall-{self.stall_target}: AT:SECONDS, both >= 0"),
+            (self.stall_target in ("scheduler", "gateway"), "the stall target is the scheduler or the gateway"),
             (self.transport in ("http", "kafka"), "--transport must be http or kafka"),
             (all(0 <= t <= 9 for t, _ in self.tiers), "--tiers: priorities are 0..9"),
         ]
