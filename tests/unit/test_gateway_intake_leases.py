@@ -180,3 +180,38 @@ def test_a_vouched_time_never_goes_back() -> None:
     g.pulse(c.GatewayPulse("p1", "gw", 5_000), 6_000)
     g.pulse(c.GatewayPulse("p2", "gw", 4_000), 7_000)  # an older pulse read later (a retry)
     assert g.gateways["gw"].vouched_ms == 5_000
+
+
+# -- the worker API's middleware ------------------------------------------------------------------------
+
+
+async def test_the_worker_api_stamps_each_request_and_counts_lease_commands_until_produced() -> None:
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from spotreel.services.gateway.worker_api.routes import _intake_middleware
+
+    now = [50_000]
+    gw = Intake(lambda: now[0], gateway_id="gw-t")
+    seen: list = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append((intake.kafka_headers(None), gw.vouched_ms()))
+        now[0] += 1_000
+        intake.produced()
+        seen.append(gw.vouched_ms())
+        return web.Response()
+
+    app = web.Application(middlewares=[_intake_middleware(gw)])
+    app.router.add_post("/leases/{job}/heartbeat", handler)
+    app.router.add_post("/workers/{id}/lease", handler)
+    async with TestClient(TestServer(app)) as c:
+        r = await c.post("/leases/j1/heartbeat", headers={intake.SENT_AT_HTTP_HEADER: "49000"})
+        assert r.status == 200
+        r = await c.post("/workers/w1/lease")
+        assert r.status == 200
+    (headers, during), after, (poll_headers, poll_during), poll_after = seen
+    assert headers == [(intake.GATEWAY_HEADER, b"gw-t"), (intake.SENT_HEADER, b"49000")]
+    assert during == 50_000 and after == 51_000  # the heartbeat held the vouched time until produced
+    assert poll_headers == [(intake.GATEWAY_HEADER, b"gw-t"), (intake.SENT_HEADER, b"51000")]  # read time
+    assert poll_during == 51_000 and poll_after == 52_000  # a poll holds nothing back
