@@ -12,8 +12,10 @@ commands the gateway produces (spotreel.dispatch.intake) and its pulses close th
 - The expiry of a lease whose holder's last command came through a gateway waits until that gateway has
   vouched (GatewayPulse.vouched_ms) past the deadline: every renewal it took in before then is in the log
   ahead of the pulse, and is read first. A gateway that is frozen, starved or dead stops vouching; the
-  hold ends `hold_ms` after the deadline whatever it says (a vanished worker behind a dead gateway is
-  expired at most that much late), and at once when it says it leaves.
+  hold ends `hold_ms` after the deadline whatever it says (a vanished worker behind a dead gateway, or a
+  grant a dead gateway never delivered, is expired at most that much late), and at once when it says it
+  leaves. The gateway a worker asked for work through counts too: a grant made just before its gateway
+  froze is delivered when it thaws, not expired in between.
 
 Workers on the Kafka transport have no gateway in between: their leases are judged as before (at the
 append time, with the log horizon of timers.py). A gateway that never pulsed holds nothing. What the

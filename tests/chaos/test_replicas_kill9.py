@@ -44,7 +44,8 @@ pytestmark = [pytest.mark.chaos, pytest.mark.timeout(300)]
 PARTITIONS = 4
 WORKERS = 6
 STEPS, STEP_S = 5, 0.4  # 2 s of "rendering" a job
-TTL_MS = 5000  # the workers' lease TTL: what a lease granted through a gateway that died costs
+TTL_MS = 5000  # the workers' lease TTL: what a lease granted through a gateway that died costs, plus HOLD_S
+HOLD_S = 5  # the schedulers' gateway hold (services/scheduler/intake.py): a dead gateway holds expiries this long
 BACKLOG = WORKERS + 3  # queued jobs kept ahead of the fleet while the faults go on
 SETTLE_S = 8.0  # jobs keep flowing this long after each fault before the next
 MODEL, GPU = "tiny-t2v", "rk-sim-gpu"  # the local registry's model; no worker here loads it
@@ -96,7 +97,8 @@ def plane(stack, settings, tmp_path):
 
     run = uuid.uuid4().hex[:8]
     s = replace(launcher_settings(settings), home=tmp_path / "home", topic_prefix=f"rk.{run}", cassandra_keyspace=f"rk_{run}",
-                gateway_port=_free_block(settings.host), partitions=PARTITIONS, stop_timeout=10)
+                gateway_port=_free_block(settings.host), partitions=PARTITIONS, stop_timeout=10,
+                scheduler_gateway_hold_s=HOLD_S)
     ensure_scheduler_topics(s)
     p = Plane(s)
     with cql_session(s) as session:
