@@ -89,10 +89,12 @@ async def _ramp(cfg: SimConfig, stack: PrivateStack, sh: Shared, say: Callable[[
         if all(a.job_id in done for a in sh.accepted):
             break
         await asyncio.sleep(1.0)
+    stopped_at_ms = int(time.time() * 1000)
     await fleet.stop()
     if staller is not None:
         await staller
-    return {"sh": sh, "stages": stages, "elapsed_s": time.monotonic() - t_start, "workers_made": fleet.made}
+    return {"sh": sh, "stages": stages, "elapsed_s": time.monotonic() - t_start, "workers_made": fleet.made,
+            "stopped_at_ms": stopped_at_ms}
 
 
 async def _stall(stack: PrivateStack, cfg: SimConfig, t_start: float, say: Callable[[str], None]) -> None:
@@ -110,10 +112,14 @@ async def _stall(stack: PrivateStack, cfg: SimConfig, t_start: float, say: Calla
     say(f"{target} running again")
 
 
-def expired_under_live_workers(attempts: list, events: list[Any]) -> list[Any]:
-    """LeaseExpired events whose holder did not vanish: live workers that lost their lease (should be none)."""
+def expired_under_live_workers(attempts: list, events: list[Any], stopped_at_ms: int | None = None) -> list[Any]:
+    """LeaseExpired events whose holder did not vanish: live workers that lost their lease (should be none).
+    A lease the run itself ended (`stopped`: work still running when the drain ran out, dropped without a
+    release) that expires after `stopped_at_ms` had no live holder any more: not counted."""
     vanished = {(a.job_id, a.epoch) for a in attempts if a.outcome == "vanished"}
-    return [e for e in events if type(e).__name__ == "LeaseExpired" and (e.job_id, e.epoch) not in vanished]
+    stopped = {(a.job_id, a.epoch) for a in attempts if a.outcome == "stopped"} if stopped_at_ms is not None else set()
+    return [e for e in events if type(e).__name__ == "LeaseExpired" and (e.job_id, e.epoch) not in vanished
+            and not ((e.job_id, e.epoch) in stopped and e.at_ms >= stopped_at_ms)]
 
 
 def simulate(cfg: SimConfig, base: Settings, out: Path | None, *, partitions: int = 6, keep: bool = False,
@@ -131,7 +137,7 @@ def simulate(cfg: SimConfig, base: Settings, out: Path | None, *, partitions: in
     sh = result["sh"]
     judged = judge_events(sh.accepted, events)
     expired = [e for e in events if type(e).__name__ == "LeaseExpired"]
-    under_live = expired_under_live_workers(sh.attempts, events)
+    under_live = expired_under_live_workers(sh.attempts, events, result["stopped_at_ms"])
     goodput = goodput_by_stage(sh.attempts, result["stages"], cfg.step_s)
     for i, (st, ivl) in enumerate(zip(result["stages"], interval_by_stage(sh.attempts, result["stages"]))):
         st["mtbf_s"] = cfg.stage_mtbf_s(i)

@@ -196,3 +196,23 @@ def test_one_rate_keeps_the_arrival_stream_other_benches_replay() -> None:
         expected.append(t)
     assert list(arrival_offsets(cfg, 30.0)) == expected
     assert list(arrival_offsets(SimConfig(submit_rate=0.0), 60.0)) == []
+
+
+def test_a_lease_the_run_itself_dropped_at_its_end_is_no_live_worker_losing_its_lease() -> None:
+    from types import SimpleNamespace
+
+    from spotreel.fleetsim.figures import Attempt
+    from spotreel.services.simulator.run import expired_under_live_workers
+
+    def attempt(job: str, outcome: str) -> Attempt:
+        return Attempt(job, 1, "w-" + job, 0, 3, 0, 0.0, 0.0, 0, outcome)
+
+    def expired(job: str, at_ms: int) -> SimpleNamespace:
+        return type("LeaseExpired", (), {"job_id": job, "epoch": 1, "at_ms": at_ms})()
+
+    attempts = [attempt("a", "vanished"), attempt("b", "stopped"), attempt("c", "stopped"), attempt("d", "fenced")]
+    events = [expired("a", 500), expired("b", 2_000), expired("c", 900), expired("d", 950)]
+    live = expired_under_live_workers(attempts, events, stopped_at_ms=1_000)
+    # a vanished; b expired after the run stopped its worker; c and d expired while their workers lived.
+    assert sorted(e.job_id for e in live) == ["c", "d"]
+    assert sorted(e.job_id for e in expired_under_live_workers(attempts, events)) == ["b", "c", "d"]
