@@ -59,14 +59,35 @@ def test_the_gateway_vouches_for_no_later_than_its_oldest_unproduced_lease_comma
     with gw.reading(None):  # a heartbeat read at 10,000 whose command is not produced yet
         now[0] = 12_000
         assert gw.vouched_ms() == 10_000
-        with gw.reading(None, counted=False):  # a lease poll waits for work: it holds nothing back
+        with gw.reading(None, counted=False):  # a lease poll waits for work: it holds nothing back...
             assert gw.vouched_ms() == 10_000
         intake.produced()  # on Kafka now
-        assert gw.vouched_ms() == 12_000
+    gw.pulse()
+    assert gw.vouched_ms() == 12_000  # nothing being produced, nothing read since the last pulse
     gw.lag_ms = 1_500  # the loop runs late: requests not read yet may be that old
     assert gw.vouched_ms() == 10_500
     pulse = gw.pulse(leaving=True)
     assert (pulse.gateway_id, pulse.vouched_ms, pulse.leaving) == ("gw-a", 10_500, True)
+
+
+def test_while_the_gateway_works_off_a_backlog_it_vouches_no_later_than_what_it_reads() -> None:
+    now = [100_000]
+    gw = Intake(lambda: now[0], gateway_id="gw-a")
+    # Thawed after a freeze: it reads requests sent 20 s ago, produced at once, the loop on time again.
+    for sent in (80_000, 80_500, 81_000):
+        with gw.reading(str(sent)):
+            intake.produced()
+    assert gw.vouched_ms() == 81_000  # what was sent after 81,000 may still wait in its sockets
+    assert gw.pulse().vouched_ms == 81_000
+    with gw.reading(str(now[0] - 30)):  # caught up: what it reads now was sent a moment ago
+        intake.produced()
+    assert gw.pulse().vouched_ms == now[0] - 30
+    # A renewal sent before a lease's deadline and read after it holds the vouched time back to when it was
+    # sent, not to when it was read, until Kafka has it.
+    with gw.reading(str(now[0] - 9_000)):
+        gw.pulse()  # the frontier of the window before
+        assert gw.vouched_ms() == now[0] - 9_000
+        intake.produced()
 
 
 def test_the_gateway_pulses_every_partition_and_survives_a_partition_it_cannot_reach() -> None:
@@ -212,6 +233,8 @@ async def test_the_worker_api_stamps_each_request_and_counts_lease_commands_unti
         assert r.status == 200
     (headers, during), after, (poll_headers, poll_during), poll_after = seen
     assert headers == [(intake.GATEWAY_HEADER, b"gw-t"), (intake.SENT_HEADER, b"49000")]
-    assert during == 50_000 and after == 51_000  # the heartbeat held the vouched time until produced
+    # The heartbeat, sent at 49,000, read at 50,000: nothing later is vouched for while it is produced, nor
+    # anything sent after it until the next pulse (it may be what a backlog reads).
+    assert during == 49_000 and after == 49_000
     assert poll_headers == [(intake.GATEWAY_HEADER, b"gw-t"), (intake.SENT_HEADER, b"51000")]  # read time
-    assert poll_during == 51_000 and poll_after == 52_000  # a poll holds nothing back
+    assert poll_during == 51_000 and poll_after == 51_000  # a poll holds nothing back but its send time

@@ -3,8 +3,10 @@
 Every worker request the worker API reads is stamped, for the commands it produces, with this gateway's id
 and the time the worker sent it. Every `pulse_seconds` the gateway sends a GatewayPulse to every partition
 of the commands topic: `vouched_ms`, the time before which every lease command it started to read is
-already on the topic (the oldest one still being produced, and no later than now less how late this very
-pulse runs: the event loop's lag stands for the requests not even read yet). A gateway that falls behind,
+already on the topic (no later than the send time of the oldest one still being produced), no later than now less how late this very
+pulse runs (the event loop's lag), and no later than the newest send time among the requests it read
+since the last pulse (while it works off a backlog, what it reads is as old as the backlog): the last two
+stand for the requests not even read yet. A gateway that falls behind,
 is frozen or is starved of CPU vouches for less, so the scheduler holds the expiry of the leases whose
 holders came through it (services/scheduler/intake.py); its last pulse, on a clean stop, says `leaving`.
 Lease polls are stamped but not counted: a poll waits for work, not for the log."""
@@ -27,8 +29,9 @@ class Intake:
     def __init__(self, clock_ms: Callable[[], int], gateway_id: str | None = None) -> None:
         self.gateway_id = gateway_id or f"gw-{uuid.uuid4().hex[:12]}"
         self.clock_ms = clock_ms
-        self._reading: dict[int, int] = {}  # request serial -> reading time (ms), until its command is produced
+        self._reading: dict[int, int] = {}  # request serial -> its send time (ms), until its command is produced
         self._serial = 0
+        self._frontier: int | None = None  # the newest send time among the requests read since the last pulse
         self.lag_ms = 0
         self.sent = 0  # pulses sent
 
@@ -39,21 +42,29 @@ class Intake:
         produced (or the block ends without one)."""
         now = self.clock_ms()
         serial = self._serial = self._serial + 1
-        if counted:
-            self._reading[serial] = now
+        sent = intake.sent_ms(told, now)
+        if counted:  # by its send time: what is vouched for is what was sent before, read or not
+            self._reading[serial] = sent
+        self._frontier = sent if self._frontier is None else max(self._frontier, sent)
         try:
-            with intake.origin(self.gateway_id, intake.sent_ms(told, now),
+            with intake.origin(self.gateway_id, sent,
                                (lambda: self._reading.pop(serial, None)) if counted else None):
                 yield
         finally:
             self._reading.pop(serial, None)
 
     def vouched_ms(self) -> int:
+        """No later than now less the loop's lag, than the oldest lease command not yet produced, and than the
+        newest send time among the requests read since the last pulse: while a backlog is worked off, what it
+        reads is as old as the backlog, and what was sent after it may not be read yet."""
         now = self.clock_ms() - self.lag_ms
-        return min(now, min(self._reading.values(), default=now))
+        return min(now, min(self._reading.values(), default=now),
+                   self._frontier if self._frontier is not None else now)
 
     def pulse(self, leaving: bool = False) -> GatewayPulse:
-        return GatewayPulse(f"gp-{uuid.uuid4().hex}", self.gateway_id, self.vouched_ms(), leaving)
+        pulse = GatewayPulse(f"gp-{uuid.uuid4().hex}", self.gateway_id, self.vouched_ms(), leaving)
+        self._frontier = None
+        return pulse
 
     async def run(self, send: Callable[[Any, int], Awaitable[None]], partitions: int, every_s: float) -> None:
         """Pulses until cancelled. The lag is how much later than asked the loop woke this task."""
