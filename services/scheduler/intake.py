@@ -5,10 +5,13 @@ delays renewals that the worker sent in time; judged at their append time they c
 holder lost its lease: the metastable failure of bench/README.md's starved run. Two headers on the
 commands the gateway produces (spotreel.dispatch.intake) and its pulses close that gap, per partition:
 
-- Whether a lease command that came through a gateway was in time is judged at the worker's send time,
-  never earlier than its append time less `hold_ms` (a clock far behind gains nothing more), never later
-  than its append time; a renewal still counts from its append time (`decide`'s `sent_ms`), so a holder
-  whose renewal waited in a gateway gets a full TTL from when it got through.
+- Whether a lease command that came through a gateway was in time is judged at the worker's send time, or
+  at what the gateway had vouched for when it produced the command if that is earlier (a holder whose
+  previous request was stuck in a frozen gateway could send nothing meanwhile: its lease lives while its
+  expiry is held, and a renewal it sends then is in time), never earlier than its append time less
+  `hold_ms` (a clock far behind gains nothing more), never later than its append time; a renewal still
+  counts from its append time (`decide`'s `sent_ms`), so a holder whose renewal waited in a gateway gets a
+  full TTL from when it got through.
 - The expiry of a lease whose holder's last command came through a gateway waits until that gateway has
   vouched (GatewayPulse.vouched_ms) past the deadline: every renewal it took in before then is in the log
   ahead of the pulse, and is read first. A gateway that is frozen, starved or dead stops vouching; the
@@ -64,11 +67,15 @@ class GatewayIntake:
         else:
             self.via[worker_id] = gateway_id
 
-    def judged_ms(self, appended_ms: int | None, sent_ms: int | None) -> int | None:
-        """The time the expiry of a lease command that came through a gateway is judged at (the module's text)."""
+    def judged_ms(self, appended_ms: int | None, sent_ms: int | None, gateway: str | None = None) -> int | None:
+        """The time the expiry of a lease command that came through `gateway` is judged at (the module's text):
+        its send time, or, if earlier, what that gateway had vouched for when it produced it (its pulses and
+        commands share a producer, so the last pulse read is the last it sent before this command)."""
         if appended_ms is None or sent_ms is None:
             return appended_ms
-        return min(appended_ms, max(sent_ms, appended_ms - self.hold_ms))
+        seen = self.gateways.get(gateway) if gateway is not None else None
+        told = sent_ms if seen is None else min(sent_ms, seen.vouched_ms)
+        return min(appended_ms, max(told, appended_ms - self.hold_ms))
 
     def holds(self, worker_id: str, deadline_ms: int, now_ms: int) -> bool:
         """Whether the expiry of `worker_id`'s lease, due at `deadline_ms`, waits for its gateway."""

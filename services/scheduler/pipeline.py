@@ -82,7 +82,7 @@ class Pipeline:
             started = time.time_ns() if given else None  # a span's start, only if the record may be traced
             # Through a gateway: its expiry judged at the worker's send time, within the gateway hold (intake.py).
             via, sent = intake.read(given) if given else (None, None)
-            fenced_at = part.intake.judged_ms(appended, sent) if via is not None else None
+            fenced_at = part.intake.judged_ms(appended, sent, via) if via is not None else None
             out = self.handler.handle(part, msg.topic, msg.offset, msg.key, msg.value, clock.now_ms(), appended,
                                       fenced_at)
             if out.pulse is not None:

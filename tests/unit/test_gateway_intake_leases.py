@@ -139,6 +139,27 @@ def test_a_renewal_sent_in_time_but_appended_late_renews_the_lease() -> None:
     assert kinds(decide(state, renew, deadline - 1, deadline + 50_000)) == ["LeaseRenewed"]
 
 
+def test_a_holder_whose_previous_request_was_stuck_in_a_frozen_gateway_is_in_time_while_its_expiry_is_held(
+) -> None:
+    d = leased_job()
+    state = d.s
+    epoch, worker = d.lease()
+    deadline = state.lease.expires_at_ms
+    g = GatewayIntake(hold_ms=HOLD)
+    g.pulse(c.GatewayPulse("p", "gw-a", deadline - 18_000), deadline - 17_000)  # then it froze 25 s
+    # The holder waited for the answer to its last renewal (sent before the freeze) and sent the next one
+    # after the thaw, past the deadline, before the gateway vouched for anything newer.
+    sent, appended = deadline + 6_000, deadline + 7_000
+    renew = c.RenewLease("r", state.job_id, epoch, worker)
+    assert kinds(decide(state, renew, appended, g.judged_ms(appended, sent))) == ["CommandRejected"]
+    assert kinds(decide(state, renew, appended, g.judged_ms(appended, sent, "gw-a"))) == ["LeaseRenewed"]
+    # Once the gateway has vouched past the deadline, a renewal sent after it is late.
+    g.pulse(c.GatewayPulse("q", "gw-a", deadline + 6_500), deadline + 7_000)
+    assert kinds(decide(state, renew, appended, g.judged_ms(appended, sent, "gw-a"))) == ["CommandRejected"]
+    # And never earlier than the append time less the hold.
+    assert g.judged_ms(deadline + HOLD + 50_000, deadline + HOLD + 49_000, "gw-unknown") == deadline + HOLD + 49_000
+
+
 def _partition_with_lease(via: str | None) -> tuple[PartitionState, dict, int, str]:
     d = leased_job()
     s = d.s
