@@ -259,3 +259,21 @@ async def test_the_worker_api_stamps_each_request_and_counts_lease_commands_unti
     assert during == 49_000 and after == 49_000
     assert poll_headers == [(intake.GATEWAY_HEADER, b"gw-t"), (intake.SENT_HEADER, b"51000")]  # read time
     assert poll_during == 51_000 and poll_after == 51_000  # a poll holds nothing back but its send time
+
+
+@given(offset=st.integers(-60_000, 60_000), sent_back=st.integers(-10_000, 120_000))
+def test_a_send_time_never_makes_an_in_time_renewal_late_nor_changes_how_long_it_renews(offset: int,
+                                                                                      sent_back: int) -> None:
+    d = leased_job()
+    state = d.s
+    epoch, worker = d.lease()
+    now = state.lease.expires_at_ms + offset
+    renew = c.RenewLease("r", state.job_id, epoch, worker)
+    plain = decide(state, renew, now)
+    told = decide(state, renew, now, now - sent_back)
+    if kinds(plain) == ["LeaseRenewed"]:
+        assert kinds(told) == ["LeaseRenewed"]
+    if kinds(told) == ["LeaseRenewed"] and kinds(plain) == ["LeaseRenewed"]:
+        assert told[0].lease_expires_at_ms == plain[0].lease_expires_at_ms
+    if kinds(told) == ["LeaseRenewed"]:
+        assert told[0].lease_expires_at_ms >= now  # counted from now, never from the send time
