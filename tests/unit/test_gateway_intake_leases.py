@@ -277,3 +277,38 @@ def test_a_send_time_never_makes_an_in_time_renewal_late_nor_changes_how_long_it
         assert told[0].lease_expires_at_ms == plain[0].lease_expires_at_ms
     if kinds(told) == ["LeaseRenewed"]:
         assert told[0].lease_expires_at_ms >= now  # counted from now, never from the send time
+
+
+async def test_the_gateway_service_pulses_while_it_runs_and_says_it_leaves_when_it_stops() -> None:
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from spotreel.services.gateway.app import create_app
+    from spotreel.services.gateway.worker_api import routes
+    from spotreel.settings import Settings
+    from tests.unit.gateway_fakes import fake_deps
+
+    sent: list[tuple[c.GatewayPulse, int]] = []
+
+    class Sink:
+        async def send(self, command, partition=None):
+            sent.append((command, partition))
+
+    deps = fake_deps()
+    deps.commands = Sink()
+    settings = Settings(partitions=3)
+    app = create_app(settings, deps)
+    routes.start_pulses(app, settings, deps, 0.05)
+    async with TestClient(TestServer(app)):
+        for _ in range(100):
+            if len(sent) >= 6:
+                break
+            await asyncio.sleep(0.02)
+    pulses = [p for p, _ in sent]
+    assert len(sent) >= 9 and all(isinstance(p, c.GatewayPulse) for p in pulses)
+    assert sorted(part for _, part in sent[:3]) == [0, 1, 2]  # each pulse to every partition
+    assert len({p.gateway_id for p in pulses}) == 1
+    assert [p.leaving for p in pulses[-3:]] == [True] * 3 and not any(p.leaving for p in pulses[:-3])
+    quiet = create_app(settings, deps)
+    hooks = len(quiet.on_startup), len(quiet.on_shutdown)
+    routes.start_pulses(quiet, settings, deps, 0)  # 0: no pulses
+    assert (len(quiet.on_startup), len(quiet.on_shutdown)) == hooks

@@ -53,7 +53,6 @@ PROFILES = web.AppKey("worker_profiles", dict)
 DESK = web.AppKey("lease_desk", LeaseDesk)
 IDLE = web.AppKey("idle_polls", list)  # [IdlePolls] once made
 INTAKE = web.AppKey("intake", Intake)
-PULSES = web.AppKey("intake_pulses", asyncio.Task)
 _WORKER_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
 AUTH_CACHE_SECONDS = 30.0
 log = logging.getLogger("spotreel.gateway")
@@ -507,12 +506,13 @@ def start_pulses(app: web.Application, settings: Settings, deps: Deps, every_s: 
     async def send(pulse: Any, partition: int) -> None:
         await deps.commands.send(pulse, partition=partition)  # type: ignore[call-arg]
 
+    running: list[asyncio.Task] = []  # the app's state is frozen by the time it starts: kept here
+
     async def start(_app: web.Application) -> None:
-        _app[PULSES] = asyncio.get_running_loop().create_task(intake.run(send, settings.partitions, every_s))
+        running.append(asyncio.get_running_loop().create_task(intake.run(send, settings.partitions, every_s)))
 
     async def stop(_app: web.Application) -> None:
-        task = _app.get(PULSES)
-        if task is not None:
+        for task in running:
             task.cancel()
         try:
             await asyncio.wait_for(intake.send_all(send, settings.partitions, leaving=True), 5.0)
