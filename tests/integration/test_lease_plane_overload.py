@@ -19,6 +19,14 @@ LEASE_TTL_S = 12.0
 STALL_S = 15.0  # longer than a lease TTL
 
 
+def _every_job_once_and_no_lease_expired(report: dict) -> None:
+    assert report["lost"] == 0 and report["duplicated"] == 0, report
+    assert report["completed"] == report["accepted"], report
+    assert report["vanished"] == 0
+    assert report["lease_expired"] == 0, report["lease_expired"]
+    assert report["lease_expired_under_live_workers"] == 0
+
+
 @pytest.mark.parametrize("transport", ["http", "kafka"])
 def test_a_frozen_scheduler_costs_no_live_worker_its_lease(stack, settings, tmp_path, transport):
     cfg = SimConfig(transport=transport, workers=(150,), stage_s=35.0, drain_s=60.0, submit_rate=6.0, steps=10, step_s=1.0,
@@ -30,12 +38,8 @@ def test_a_frozen_scheduler_costs_no_live_worker_its_lease(stack, settings, tmp_
     print("\n".join(lines))
     assert any("frozen" in line for line in lines), lines
     assert report["accepted"] >= 120
-    assert report["lost"] == 0 and report["duplicated"] == 0, report
-    assert report["completed"] == report["accepted"], report
-    assert report["vanished"] == 0
     # The point of the test: the scheduler was behind by more than a TTL, and no lease expired.
-    assert report["lease_expired"] == 0, report["lease_expired"]
-    assert report["lease_expired_under_live_workers"] == 0
+    _every_job_once_and_no_lease_expired(report)
     assert report["stages"][0]["workers"] == 150
     # While it was frozen, the verdicts (the gateway's answers, or the Kafka transport's own wait) told the
     # holders to space their renewals out.
@@ -56,9 +60,5 @@ def test_a_frozen_gateway_costs_no_live_worker_its_lease(stack, settings, tmp_pa
     print("\n".join(lines))
     assert any("gateway" in line and "frozen" in line for line in lines), lines
     assert report["accepted"] >= 100
-    assert report["lost"] == 0 and report["duplicated"] == 0, report
-    assert report["completed"] == report["accepted"], report
-    assert report["vanished"] == 0
-    assert report["lease_expired"] == 0, report["lease_expired"]
-    assert report["lease_expired_under_live_workers"] == 0
+    _every_job_once_and_no_lease_expired(report)
 

@@ -231,7 +231,7 @@ async def test_the_worker_api_stamps_each_request_and_counts_lease_commands_unti
     from aiohttp import web
     from aiohttp.test_utils import TestClient, TestServer
 
-    from spotreel.services.gateway.worker_api.routes import _intake_middleware
+    from spotreel.services.gateway.worker_api.intake import intake_middleware
 
     now = [50_000]
     gw = Intake(lambda: now[0], gateway_id="gw-t")
@@ -244,7 +244,7 @@ async def test_the_worker_api_stamps_each_request_and_counts_lease_commands_unti
         seen.append(gw.vouched_ms())
         return web.Response()
 
-    app = web.Application(middlewares=[_intake_middleware(gw)])
+    app = web.Application(middlewares=[intake_middleware(gw)])
     app.router.add_post("/leases/{job}/heartbeat", handler)
     app.router.add_post("/workers/{id}/lease", handler)
     async with TestClient(TestServer(app)) as c:

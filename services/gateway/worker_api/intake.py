@@ -19,7 +19,10 @@ import uuid
 from contextlib import contextmanager
 from typing import Any, Awaitable, Callable, Iterator
 
+from aiohttp import web
+
 from spotreel.dispatch import intake
+from spotreel.dispatch.intake import SENT_AT_HTTP_HEADER
 from spotreel.domain.commands import GatewayPulse
 
 log = logging.getLogger("spotreel.gateway")
@@ -83,3 +86,41 @@ class Intake:
         if failed:  # Kafka away: the scheduler holds, at most its gateway hold, and the next pulse tries again
             log.warning("gateway pulse not sent to %d of %d partitions: %s", len(failed), partitions, failed[0])
         self.sent += 1
+
+
+def intake_middleware(intake: Intake):
+    """Each worker request's commands carry this gateway and the worker's send time (intake.py); a lease
+    command holds the gateway's vouched time back until Kafka has it."""
+    @web.middleware
+    async def stamp(request: web.Request, handler):
+        with intake.reading(request.headers.get(SENT_AT_HTTP_HEADER), counted="/leases/" in request.path):
+            return await handler(request)
+    return stamp
+
+
+def start_pulses(app: web.Application, key: web.AppKey, settings: Any, deps: Any, every_s: float) -> None:
+    """The gateway's pulses (intake.py) while `app` runs, and a last one saying it leaves when it stops. Only
+    the gateway service starts them (a gateway built inside a test does not), and `every_s` 0 turns them off."""
+    if every_s <= 0:
+        return
+    intake: Intake = app[key]
+
+    async def send(pulse: Any, partition: int) -> None:
+        await deps.commands.send(pulse, partition=partition)  # type: ignore[call-arg]
+
+    running: list[asyncio.Task] = []  # the app's state is frozen by the time it starts: kept here
+
+    async def start(_app: web.Application) -> None:
+        running.append(asyncio.get_running_loop().create_task(intake.run(send, settings.partitions, every_s)))
+
+    async def stop(_app: web.Application) -> None:
+        for task in running:
+            task.cancel()
+        try:
+            await asyncio.wait_for(intake.send_all(send, settings.partitions, leaving=True), 5.0)
+        except (asyncio.TimeoutError, Exception) as exc:  # the scheduler holds at most its gateway hold
+            log.warning("gateway: the leaving pulse was not sent: %s", exc)
+
+    app.on_startup.append(start)
+    app.on_shutdown.append(stop)
+

@@ -22,14 +22,12 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import logging
 import time
 from typing import Any, Callable
 
 from aiohttp import web
 
 from spotreel.dispatch import verdicts
-from spotreel.dispatch.intake import SENT_AT_HTTP_HEADER
 from spotreel.dispatch.asking import Asking
 from spotreel.dispatch.order import request_order
 from spotreel.domain import commands as cmd
@@ -40,7 +38,8 @@ from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.context import GATEWAY, Gateway, gateway
 from spotreel.services.gateway.deps import Deps, StoreUnavailable
 from spotreel.services.gateway.worker_api.idlepolls import IdlePolls
-from spotreel.services.gateway.worker_api.intake import Intake
+from spotreel.services.gateway.worker_api.intake import Intake, intake_middleware
+from spotreel.services.gateway.worker_api.intake import start_pulses as intake_start_pulses
 from spotreel.services.gateway.jsonbody import whole_number
 from spotreel.api.errors import ApiError, invalid, not_found
 from spotreel.services.gateway.worker_api.leasedesk import SUPERSEDED, LeaseDesk, Poll
@@ -55,23 +54,12 @@ IDLE = web.AppKey("idle_polls", list)  # [IdlePolls] once made
 INTAKE = web.AppKey("intake", Intake)
 _WORKER_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
 AUTH_CACHE_SECONDS = 30.0
-log = logging.getLogger("spotreel.gateway")
 MAX_LONG = 2**63 - 1
 # A checkpoint write that took longer than a day is a broken clock or unit, not a cost to average in.
 MAX_CHECKPOINT_MS = 24 * 3600 * 1000
 
 
 # -- auth -------------------------------------------------------------------------------------------------
-
-def _intake_middleware(intake: Intake):
-    """Each worker request's commands carry this gateway and the worker's send time (intake.py); a lease
-    command holds the gateway's vouched time back until Kafka has it."""
-    @web.middleware
-    async def stamp(request: web.Request, handler):
-        with intake.reading(request.headers.get(SENT_AT_HTTP_HEADER), counted="/leases/" in request.path):
-            return await handler(request)
-    return stamp
-
 
 def _auth_middleware(deps: Deps):
     cache: dict[str, tuple[float, str | None]] = {}
@@ -463,7 +451,7 @@ def build(settings: Settings, deps: Deps, cfg: GatewayConfig | None = None,
           metrics: Metrics | None = None) -> web.Application:
     cfg = cfg or GatewayConfig()
     intake = Intake(deps.clock_ms)
-    sub = web.Application(middlewares=[_auth_middleware(deps), _intake_middleware(intake)])
+    sub = web.Application(middlewares=[_auth_middleware(deps), intake_middleware(intake)])
     sub[INTAKE] = intake
     sub[PROFILES] = {}
     outcomes = metrics.lease_answers if metrics is not None else None
@@ -497,28 +485,6 @@ def mount(app: web.Application, settings: Settings, deps: Deps, cfg: GatewayConf
 
 
 def start_pulses(app: web.Application, settings: Settings, deps: Deps, every_s: float) -> None:
-    """The gateway's pulses (intake.py) while `app` runs, and a last one saying it leaves when it stops. Only
-    the gateway service starts them (a gateway built inside a test does not), and `every_s` 0 turns them off."""
-    if every_s <= 0:
-        return
-    intake: Intake = app[INTAKE]
-
-    async def send(pulse: Any, partition: int) -> None:
-        await deps.commands.send(pulse, partition=partition)  # type: ignore[call-arg]
-
-    running: list[asyncio.Task] = []  # the app's state is frozen by the time it starts: kept here
-
-    async def start(_app: web.Application) -> None:
-        running.append(asyncio.get_running_loop().create_task(intake.run(send, settings.partitions, every_s)))
-
-    async def stop(_app: web.Application) -> None:
-        for task in running:
-            task.cancel()
-        try:
-            await asyncio.wait_for(intake.send_all(send, settings.partitions, leaving=True), 5.0)
-        except (asyncio.TimeoutError, Exception) as exc:  # the scheduler holds at most its gateway hold
-            log.warning("gateway: the leaving pulse was not sent: %s", exc)
-
-    app.on_startup.append(start)
-    app.on_shutdown.append(stop)
+    """The gateway's pulses while `app` runs (intake.py); only the gateway service starts them."""
+    intake_start_pulses(app, INTAKE, settings, deps, every_s)
 
