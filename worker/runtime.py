@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import sys
+import random
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -234,8 +235,8 @@ class WorkerRuntime:
         return max(1.0, min(self.options.lease_wait_s, 10.0))
 
     def _with_retry(self, call: Callable[[], Any], what: str) -> Any:
-        """Retry a call that failed in transit (exponential backoff, capped) until it answers or a notice
-        arrives; Refused (bad key, bad request) propagates."""
+        """Retry a call that failed in transit (exponential backoff, capped; no sooner than a Retry-After the
+        control plane gave) until it answers or a notice arrives; Refused (bad key, bad request) propagates."""
         delay = 0.5
         while not self.notice.requested:
             try:
@@ -243,7 +244,9 @@ class WorkerRuntime:
             except Refused:
                 raise
             except TransportError as exc:
-                log.warning("%s failed (%s); retrying in %.1f s", what, exc, delay)
-                self.notice.wait(delay)
+                # A told wait gets a random second more, so a fleet told the same does not come back at once.
+                wait = max(delay, exc.retry_after_s + random.random()) if exc.retry_after_s else delay
+                log.warning("%s failed (%s); retrying in %.1f s", what, exc, wait)
+                self.notice.wait(wait)
                 delay = min(delay * 2, 10.0)
         return None

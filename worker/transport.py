@@ -22,7 +22,12 @@ LEASE_LOST_REASONS = frozenset({"stale_epoch", "unknown_epoch", "lease_expired",
 
 
 class TransportError(RuntimeError):
-    """The control plane could not be reached or answered nonsense; the outcome of the call is unknown."""
+    """The control plane could not be reached or answered nonsense; the outcome of the call is unknown.
+    `retry_after_s`: how long the control plane asked to be left alone (a 429/503's Retry-After), if it said."""
+
+    def __init__(self, message: str, retry_after_s: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class LeaseLost(RuntimeError):

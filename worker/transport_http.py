@@ -36,6 +36,7 @@ class HttpTransport:
     # -- plumbing ----------------------------------------------------------------------------------------
 
     def _post(self, path: str, body: dict[str, Any], timeout_s: float | None = None) -> tuple[int, dict[str, Any]]:
+        """(status, JSON answer); a refusal's Retry-After (429/503) goes into its error as `retry_after_s`."""
         headers = {"Authorization": f"Bearer {self.key}", "Content-Type": "application/json",
                    # When this was sent: a lease command is judged at it, not at when a gateway behind got
                    # it into the log (spotreel.dispatch.intake).
@@ -55,6 +56,9 @@ class HttpTransport:
                 payload = json.loads(raw) if raw else {}
             except ValueError:
                 payload = {"error": {"code": "http_error", "message": raw[:200].decode(errors="replace")}}
+            retry_after = (exc.headers or {}).get("Retry-After", "")
+            if retry_after.isdigit() and isinstance(payload, dict) and isinstance(payload.get("error"), dict):
+                payload["error"]["retry_after_s"] = int(retry_after)
             return exc.code, payload
         except (urllib.error.URLError, socket.timeout, TimeoutError, ConnectionError, OSError) as exc:
             raise TransportError(f"gateway {self.base}{path}: {exc}") from None
@@ -80,7 +84,7 @@ class HttpTransport:
     def _raise(status: int, err: dict[str, Any], what: str) -> None:
         message = f"gateway refused {what}: {status} {err.get('code', '')} {err.get('message', '')}".strip()
         if status in (429, 502, 503, 504) or status >= 500:
-            raise TransportError(message)
+            raise TransportError(message, retry_after_s=err.get("retry_after_s"))
         raise Refused(message)
 
     # -- the interface -----------------------------------------------------------------------------------

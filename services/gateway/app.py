@@ -6,6 +6,7 @@ apps in one process (tests) never share caches, buckets or metrics.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -23,6 +24,7 @@ from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.context import GATEWAY, Gateway
 from spotreel.services.gateway.deps import Deps, SinkUnavailable, StoreUnavailable
 from spotreel.api.errors import ApiError
+from spotreel.services.gateway.loopwatch import LoopWatch
 from spotreel.services.gateway.metrics import Metrics
 from spotreel.services.gateway.public.pagetokens import PageTokens
 from spotreel.settings import Settings
@@ -156,6 +158,15 @@ async def openapi_view(request: web.Request) -> web.Response:
                              dumps=lambda o: json.dumps(o, indent=1))
 
 
+def _watching(watch: LoopWatch):
+    """The loop's lag measured while the app runs (loopwatch.py: what the gateway sheds when behind)."""
+    async def ctx(_app: web.Application):
+        task = asyncio.get_running_loop().create_task(watch.run())
+        yield
+        task.cancel()
+    return ctx
+
+
 def create_app(settings: Settings, deps: Deps, cfg: GatewayConfig | None = None) -> web.Application:
     cfg = cfg or GatewayConfig()
     if cfg.models is None and settings.model_registry:
@@ -175,7 +186,9 @@ def create_app(settings: Settings, deps: Deps, cfg: GatewayConfig | None = None)
         middlewares=[_trace_middleware(), _error_middleware(metrics), guards.sizes,
                      make_middleware(KeyCache(deps.auth, cfg.auth_cache_seconds)), guards.json_bodies],
     )
-    app[GATEWAY] = Gateway(settings, cfg, deps, metrics, admission, PageTokens(settings.gateway_token_key))
+    watch = LoopWatch(on_lag=metrics.loop_lag.set)
+    app[GATEWAY] = Gateway(settings, cfg, deps, metrics, admission, PageTokens(settings.gateway_token_key), watch)
+    app.cleanup_ctx.append(_watching(watch))
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/openapi.json", openapi_view)
     videos.add_routes(app.router)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from spotreel.api.config import GatewayConfig
+from spotreel.api.errors import ApiError
 from spotreel.services.gateway.deps import Deps
+from spotreel.services.gateway.loopwatch import LoopWatch
 from spotreel.services.gateway.metrics import Metrics
 from spotreel.settings import Settings
 
@@ -27,9 +29,20 @@ class Gateway:
     metrics: Metrics
     admission: Admission
     page_tokens: PageTokens
+    # The event loop's lag, and what the gateway sheds while it is behind (loopwatch.py).
+    watch: LoopWatch = field(default_factory=LoopWatch)
 
     def new_id(self) -> str:
         return self.deps.new_id() if self.deps.new_id else uuid.uuid4().hex
+
+    def shed(self, kind: str, threshold_s: float, what: str) -> None:
+        """503 `overloaded` with Retry-After, before any work, when the loop is `threshold_s` or more behind
+        (loopwatch.py); `kind` labels the admission-rejection metric, `what` names the request for its client."""
+        retry = self.watch.shed(threshold_s)
+        if retry is not None:
+            self.metrics.rejections.labels(kind).inc()
+            raise ApiError(503, "overloaded", f"the gateway is {self.watch.lag_ms / 1000:.1f} s behind and serves "
+                           f"lease holders first; {what} again after {retry} s", retry_after=retry)
 
 
 GATEWAY = web.AppKey("gateway", Gateway)

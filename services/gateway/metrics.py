@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
 # Counters' and histograms' `_created` timestamps would come out as separate gauge families.
 disable_created_metrics()
@@ -19,6 +19,7 @@ class Metrics:
     rejections: Counter
     commands: Counter
     lease_answers: Counter
+    loop_lag: Gauge
 
     @classmethod
     def create(cls) -> Metrics:
@@ -42,4 +43,7 @@ class Metrics:
                                   "redelivered: of the claimed, written again to a worker that polled "
                                   "without acting on the lease written to it",
                                   ["outcome"], registry=reg),
+            loop_lag=Gauge("spotreel_gateway_loop_lag_seconds",
+                           "how much later than asked the event loop last woke a timer (loopwatch.py): what "
+                           "the gateway sheds idle lease polls and submissions by", registry=reg),
         )

@@ -75,7 +75,8 @@ def _errors(*codes: int) -> dict[str, Any]:
             413: "body too large", 415: "the body is not application/json",
             422: "a field is invalid (error.field names it)",
             429: "rate or in-flight quota exceeded (Retry-After)",
-            503: "Kafka, Cassandra or capacity unavailable (Retry-After)"}
+            503: "Kafka, Cassandra or capacity unavailable, or (error.code overloaded; submissions and idle "
+                 "lease polls only) the gateway too far behind to take new work (Retry-After)"}
     return {str(c): _json(ERROR, text[c]) for c in codes}
 
 

@@ -20,6 +20,7 @@ from spotreel.domain import events as ev
 from spotreel.domain.leases import UNCLAIMED
 from spotreel.domain.spec import RenderSpec
 from spotreel.services.gateway.app import create_app
+from spotreel.services.gateway.loopwatch import LoopWatch
 from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.worker_api.leasedesk import SUPERSEDED, LeaseDesk
 from spotreel.settings import Settings
@@ -371,6 +372,21 @@ async def test_a_client_that_gave_up_gets_the_lease_on_its_next_poll(served) -> 
     assert len(sink.of(cmd.RequestWork)) == 1  # claimed, not asked again
     await asyncio.sleep(2.3)
     assert sink.of(cmd.ReleaseLease) == []  # delivered: never released
+
+
+async def test_a_lease_parked_for_its_worker_is_handed_over_while_idle_polls_are_shed(served, monkeypatch) -> None:
+    url, session, sink, bus = served
+    with pytest.raises(asyncio.TimeoutError):
+        await _poll(session, url, wait=5.0, client_timeout=0.3)
+    [request] = sink.of(cmd.RequestWork)
+    await asyncio.sleep(0.2)
+    bus.answer(assigned(request.command_id, epoch=7))  # parked: its poll had ended
+    monkeypatch.setattr(LoopWatch, "shed", lambda self, threshold_s: 4)  # the gateway far behind from now on
+    status, body = await _poll(session, url, wait=2.0)
+    assert status == 200 and body["epoch"] == 7  # the grant is not lost to the shedding
+    status, _ = await _poll(session, url, worker="w2", wait=2.0)
+    assert status == 503  # an idle poll with nothing parked is turned away
+    assert len(sink.of(cmd.RequestWork)) == 1
 
 
 async def test_a_lease_the_worker_never_acted_on_comes_again_on_its_next_poll_and_not_after_a_renewal(

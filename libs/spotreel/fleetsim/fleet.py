@@ -112,6 +112,9 @@ class Shared:
                              SENT_AT_HTTP_HEADER: str(int(time.time() * 1000)), **(headers or {})}) as r:
                 data = await r.json(content_type=None) if r.status != 204 else None
                 status = r.status
+                retry_after = r.headers.get("Retry-After", "")
+                if retry_after.isdigit() and isinstance(data, dict) and isinstance(data.get("error"), dict):
+                    data["error"]["retry_after_s"] = int(retry_after)  # as the worker's HTTP transport keeps it
         except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
             self.meter.errors[kind] += 1
             return 0, None
@@ -222,7 +225,11 @@ class SimWorker:
                     await self.run(_Job(lease, self.id))
                     self.busy += time.monotonic() - t0
                 elif status != 204:
-                    await asyncio.sleep(1.0 + sh.rng.random())  # the gateway is struggling: back off
+                    # The gateway is struggling: back off, no sooner than its Retry-After (a real worker's
+                    # runtime does the same, worker/runtime.py _with_retry).
+                    told = ((lease or {}).get("error") or {}).get("retry_after_s") or 0
+                    back = time.monotonic() + max(1.0, told) + sh.rng.random()
+                    await _sleep_until(min(self.dies_at, back), sh.stopping, self.draining)
         finally:
             if announcer is not None:
                 announcer.cancel()

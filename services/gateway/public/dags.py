@@ -54,6 +54,7 @@ def _nodes(body: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
 
 async def submit_dag(request: web.Request) -> web.Response:
     gw = gateway(request)
+    gw.shed("shed_submission", gw.cfg.shed_submissions_lag_seconds, "submit")
     tenant = request[TENANT]
     given = request.headers.get("Idempotency-Key")
     key = check_idempotency_key(given) if given is not None else "gen-" + uuid.uuid4().hex

@@ -37,6 +37,7 @@ from spotreel.services.gateway.public.views import ACCEPTED
 
 async def submit_video(request: web.Request) -> web.Response:
     gw = gateway(request)
+    gw.shed("shed_submission", gw.cfg.shed_submissions_lag_seconds, "submit")
     given = request.headers.get("Idempotency-Key")
     # No key: the request is still accepted once, under a fresh key the answer returns, so the client can
     # retry it safely from then on. Without a key a retried POST would create a second job.

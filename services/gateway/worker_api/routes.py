@@ -234,6 +234,8 @@ async def lease(request: web.Request) -> web.StreamResponse:
         answer = desk.claim(poll)
         claimed = answer is not None
         if answer is None:
+            # Idle, nothing parked for it: the first thing a gateway behind turns away (loopwatch.py).
+            gw.shed("shed_idle_poll", gw.cfg.shed_idle_polls_lag_seconds, "poll")
             answer, reason = await _wait_for_lease(request, gw, bus, desk, poll, (gpu, models, warm, ttl), wait)
         if answer is None:
             return web.Response(status=204, headers={"X-Spotreel-No-Work": reason})
