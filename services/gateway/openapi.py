@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from spotreel.domain import limits
-from spotreel.domain.cron import expression_pattern, zone_names
+from spotreel.domain.cron import WHITESPACE, expression_pattern, zone_names
 from spotreel.services.gateway.public import guards, pagetokens
 from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.public.dags import MAX_NODES, NODE_KEY
@@ -117,10 +117,12 @@ def _optional(fields: dict[str, Any], *required: str) -> dict[str, Any]:
     return {k: (v if k in required else _nullable(v)) for k, v in fields.items()}
 
 
-# What submission.normalize refuses in a prompt: empty after str.strip() (a pattern's \s is the same
-# whitespace in Python's re), and NUL.
+# What submission.normalize refuses in a prompt: empty after str.strip(), and NUL. The whitespace is spelled
+# out, every character str.strip() removes: a pattern's \s means other characters to a JSON Schema (ECMA-262)
+# validator than to Python (U+001C..U+001F, U+0085 are whitespace to Python only), and schemathesis found a
+# prompt of U+001C the document allowed and the gateway refused.
 NO_NUL = "^[^\\u0000]*$"
-PROMPT = "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$"
+PROMPT = f"^[^\\u0000]*[^{WHITESPACE[1:-1]}\\u0000][^\\u0000]*$"
 
 
 def _video_fields(cfg: GatewayConfig, private: bool) -> dict[str, Any]:

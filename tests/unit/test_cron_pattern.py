@@ -66,3 +66,20 @@ def test_the_case_and_space_tables_are_complete():
             lows[lo] = lows.get(lo, "") + c
         assert c.isspace() == bool(re.fullmatch(r"\s", c)), hex(cp)
     assert ups == _UPPER_TO and lows == _LOWER_TO
+
+
+def test_the_pattern_spaces_fields_with_the_whitespace_the_parser_splits_on_in_any_regex_dialect():
+    # \s differs between ECMA-262 (JSON Schema) and Python: the pattern spells the parser's whitespace out.
+    import re
+
+    from spotreel.domain.cron import WHITESPACE, expression_pattern
+
+    assert "\\s" not in expression_pattern()
+    for code in range(0x10000):
+        if 0xD800 <= code <= 0xDFFF:
+            continue
+        ch = chr(code)
+        assert bool(re.fullmatch(WHITESPACE, ch)) == ch.isspace(), hex(code)
+        if ch.isspace():
+            assert re.fullmatch(expression_pattern(), f"{ch}0{ch}0 * * *{ch}"), hex(code)
+    assert not re.fullmatch(expression_pattern(), "\ufeff0 0 * * *")  # whitespace to ECMA-262 only: not parsed

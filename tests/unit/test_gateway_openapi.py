@@ -228,3 +228,19 @@ def test_every_url_the_callback_pattern_generates_is_accepted(data, private):
     pattern = _schema(document(GatewayConfig(), private), "/v1/videos", "post")["properties"]["callback_url"]["pattern"]
     url = data.draw(st.from_regex(pattern, fullmatch=True).filter(lambda u: len(u) <= 2000))
     normalize({"prompt": "a fox", "callback_url": url}, GatewayConfig(), allow_private_callbacks=private)
+
+
+def test_the_prompt_pattern_refuses_exactly_what_the_gateway_strips_away_in_any_regex_dialect():
+    # \s means other characters to a JSON Schema (ECMA-262) validator than to Python's re: schemathesis
+    # sent a prompt of U+001C, allowed by a pattern with \s, refused as blank by str.strip().
+    import re
+
+    from spotreel.services.gateway.openapi import PROMPT
+
+    assert "\\s" not in PROMPT and "\\S" not in PROMPT
+    pattern = re.compile(PROMPT)
+    for code in range(0x10000):
+        if 0xD800 <= code <= 0xDFFF:
+            continue
+        ch = chr(code)
+        assert bool(pattern.search(ch)) == (bool(ch.strip()) and ch != "\x00"), hex(code)

@@ -270,9 +270,15 @@ def _field_pattern(index: int) -> str:
     return f"{item}(?:,{item})*"
 
 
+# The whitespace str.split() and str.strip() go by, spelled out as a character class: `\\s` means other
+# characters to an ECMA-262 (JSON Schema) regex than to Python's (U+001C..U+001F and U+0085 are whitespace to
+# Python only, U+FEFF to ECMA-262 only), so a pattern for a JSON Schema names them one by one.
+WHITESPACE = "[" + "".join(f"\\u{ord(ch):04x}" for ch in map(chr, range(0x3001)) if ch.isspace()) + "]"
+
+
 @lru_cache(maxsize=1)
 def expression_pattern() -> str:
-    """A regular expression (Python's re, and ECMA-262 but for its slightly different whitespace) for the
+    """A regular expression (the same in Python's re and in ECMA-262: WHITESPACE, not \\s) for the
     expressions _parse accepts, for the gateway's OpenAPI document. It is their grammar: five fields of values
     within bounds, names, ranges that run forward, non-zero steps, ? in a day field, L alone as
     day-of-month and D#K alone as day-of-week while the other day field is * or ?, or a macro; spacing and
@@ -282,10 +288,11 @@ def expression_pattern() -> str:
     day = f"(?:{_spelled('L', lower=False)})"
     nth = f"(?:{_value_pattern(_DOW, *_BOUNDS[_DOW])}#[1-5])"
     star = "(?:\\*|\\?)"
-    days = (f"(?:{day}\\s+(?:{month})\\s+{star}|{star}\\s+(?:{month})\\s+{nth}"
-            f"|(?:\\?|{dom})\\s+(?:{month})\\s+(?:\\?|{dow}))")
+    ws = WHITESPACE
+    days = (f"(?:{day}{ws}+(?:{month}){ws}+{star}|{star}{ws}+(?:{month}){ws}+{nth}"
+            f"|(?:\\?|{dom}){ws}+(?:{month}){ws}+(?:\\?|{dow}))")
     macros = "|".join(_spelled(m[1:], lower=True) for m in _MACROS)
-    return f"^\\s*(?:@(?:{macros})|(?:{minute})\\s+(?:{hour})\\s+{days})\\s*$"
+    return f"^{ws}*(?:@(?:{macros})|(?:{minute}){ws}+(?:{hour}){ws}+{days}){ws}*$"
 
 
 def validate(expr: str) -> str:
