@@ -36,12 +36,12 @@ class Gateway:
         return self.deps.new_id() if self.deps.new_id else uuid.uuid4().hex
 
     def shed(self, kind: str, threshold_s: float, what: str) -> None:
-        """503 `overloaded` with Retry-After, before any work, when the loop is `threshold_s` or more behind
-        (loopwatch.py); `kind` labels the admission-rejection metric, `what` names the request for its client."""
+        """503 `overloaded` with Retry-After, before any work, when the gateway is `threshold_s` or more behind
+        (loopwatch.py: its loop, its worker requests' age, the scheduler's verdicts); `kind` labels the admission-rejection metric, `what` names the request for its client."""
         retry = self.watch.shed(threshold_s)
         if retry is not None:
             self.metrics.rejections.labels(kind).inc()
-            raise ApiError(503, "overloaded", f"the gateway is {self.watch.lag_ms / 1000:.1f} s behind and serves "
+            raise ApiError(503, "overloaded", f"the gateway is {self.watch.behind_ms / 1000:.1f} s behind and serves "
                            f"lease holders first; {what} again after {retry} s", retry_after=retry)
 
 

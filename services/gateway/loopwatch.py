@@ -1,11 +1,19 @@
-"""How far behind the gateway's event loop runs, and the work it turns away first while it is: load shedding
-by criticality.
+"""How far behind the gateway runs, and the work it turns away first while it is: load shedding by
+criticality.
 
-One task sleeps `every_s` at a time and notes how much later than asked it woke: the time the loop takes to
-get through what is ready (every request read, every answer handed over). A gateway short of CPU, or with
-a backlog in its sockets, shows it here before its clients time out.
+Three measures, taken together (`behind_ms`, the largest of them):
+- the event loop's lag: one task sleeps `every_s` at a time and notes how much later than asked it woke (the
+  time the loop takes to get through what is ready);
+- how old the worker requests are when a handler starts on them: the worker's send time
+  (`X-Spotreel-Sent-At`) to now, the median of those read in the last `window_s`; requests waiting in the
+  gateway's sockets show here, and not in the loop's lag, while the process is short of CPU;
+- how long the scheduler takes to judge lease holders' commands (the verdict wait; `verdict_seconds` for
+  one still pending), the median of the last `window_s`: the control plane behind the gateway.
+A median of at least MIN_SAMPLES, so one worker's clock off by seconds or one slow verdict sheds nothing.
+The 2026-11-27 ramp over HTTP (bench/README.md) is why: at twice the peak's demand the loop's lag stayed under
+2 s while renewals took 11 s at the median and live workers lost their leases.
 
-While that lag is at or above a kind of request's threshold (GatewayConfig: `shed_idle_polls_lag_seconds`,
+While `behind_ms` is at or above a kind of request's threshold (GatewayConfig: `shed_idle_polls_lag_seconds`,
 `shed_submissions_lag_seconds`; 0 never sheds), requests of that kind are answered at once with 503
 `overloaded` and a Retry-After, before any Kafka or Cassandra work: an idle worker's lease poll (it asks
 again later; a lease already waiting for it at the desk is still handed over) and a new submission or DAG
@@ -18,6 +26,10 @@ from __future__ import annotations
 
 import asyncio
 import math
+import statistics
+import time
+from collections import deque
+from typing import Callable
 
 # A shed request is told to come back after the lag, within these bounds (seconds): a gateway that was far
 # behind may have caught up long before its lag would say, and a request shed again costs next to nothing.
@@ -25,19 +37,53 @@ MIN_RETRY_S = 1
 MAX_RETRY_S = 10
 
 
-def retry_after_s(lag_ms: int, threshold_s: float) -> int | None:
-    """Seconds to tell a shed request to wait, or None to serve it: shed while the loop's lag is at or above
-    `threshold_s` (0: never), for as long as the loop is behind, within [MIN_RETRY_S, MAX_RETRY_S]."""
-    if threshold_s <= 0 or lag_ms < threshold_s * 1000:
+def retry_after_s(behind_ms: int, threshold_s: float) -> int | None:
+    """Seconds to tell a shed request to wait, or None to serve it: shed while the gateway is `threshold_s`
+    or more behind (0: never), for as long as it is behind, within [MIN_RETRY_S, MAX_RETRY_S]."""
+    if threshold_s <= 0 or behind_ms < threshold_s * 1000:
         return None
-    return min(MAX_RETRY_S, max(MIN_RETRY_S, math.ceil(lag_ms / 1000)))
+    return min(MAX_RETRY_S, max(MIN_RETRY_S, math.ceil(behind_ms / 1000)))
+
+
+# Samples a median needs before it counts.
+MIN_SAMPLES = 8
+
+
+def recent_median(samples: deque[tuple[float, int]], now: float, window_s: float) -> int:
+    """The median of the values noted within `window_s` of `now` (older ones dropped from the left); 0 with
+    fewer than MIN_SAMPLES."""
+    while samples and samples[0][0] < now - window_s:
+        samples.popleft()
+    if len(samples) < MIN_SAMPLES:
+        return 0
+    return int(statistics.median(v for _, v in samples))
 
 
 class LoopWatch:
-    def __init__(self, every_s: float = 0.25, on_lag=lambda seconds: None) -> None:
+    def __init__(self, every_s: float = 0.25, window_s: float = 2.0, on_lag: Callable[[float], None] = lambda s: None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.every_s = every_s
+        self.window_s = window_s
         self.lag_ms = 0
+        self.behind_ms = 0  # what shedding goes by: the largest of the three measures
+        self._ages: deque[tuple[float, int]] = deque(maxlen=4096)
+        self._waits: deque[tuple[float, int]] = deque(maxlen=4096)
         self._on_lag = on_lag
+        self._clock = clock
+
+    def note_age(self, ms: int) -> None:
+        """A worker request's age when its handler started (its send time to now)."""
+        self._ages.append((self._clock(), ms))
+
+    def note_verdict_wait(self, ms: int) -> None:
+        """How long a lease holder's command waited for the scheduler's verdict."""
+        self._waits.append((self._clock(), ms))
+
+    def measure(self) -> int:
+        now = self._clock()
+        self.behind_ms = max(self.lag_ms, recent_median(self._ages, now, self.window_s),
+                             recent_median(self._waits, now, self.window_s))
+        return self.behind_ms
 
     async def run(self) -> None:
         """Measures until cancelled."""
@@ -46,8 +92,8 @@ class LoopWatch:
             asked = loop.time() + self.every_s
             await asyncio.sleep(self.every_s)
             self.lag_ms = max(0, int((loop.time() - asked) * 1000))
-            self._on_lag(self.lag_ms / 1000)
+            self._on_lag(self.measure() / 1000)
 
     def shed(self, threshold_s: float) -> int | None:
-        """Retry-After seconds for a request whose kind sheds at `threshold_s` of lag, None to serve it."""
-        return retry_after_s(self.lag_ms, threshold_s)
+        """Retry-After seconds for a request whose kind sheds at `threshold_s` behind, None to serve it."""
+        return retry_after_s(self.behind_ms, threshold_s)

@@ -1,6 +1,7 @@
-"""Load shedding by criticality (services/gateway/loopwatch.py): while the gateway's event loop runs behind,
-idle lease polls and new submissions are answered 503 `overloaded` with Retry-After before any work, and
-what a lease holder sends never is. The worker's HTTP transport and runtime wait out the Retry-After."""
+"""Load shedding by criticality (services/gateway/loopwatch.py): while the gateway runs behind (its event
+loop, the age of the worker requests it reads, the scheduler's verdicts), idle lease polls and new
+submissions are answered 503 `overloaded` with Retry-After before any work, and what a lease holder sends
+never is. The worker's HTTP transport and runtime wait out the Retry-After."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from spotreel.api.config import GatewayConfig
 from spotreel.domain import commands as cmd
 from spotreel.services.gateway.app import create_app
 from spotreel.services.gateway.context import GATEWAY
-from spotreel.services.gateway.loopwatch import MAX_RETRY_S, MIN_RETRY_S, LoopWatch, retry_after_s
+from spotreel.services.gateway.loopwatch import MAX_RETRY_S, MIN_RETRY_S, MIN_SAMPLES, LoopWatch, retry_after_s
 from spotreel.settings import Settings
 from spotreel.worker.transport import TransportError, WorkerProfile
 from spotreel.worker.transport_http import HttpTransport
@@ -64,13 +65,49 @@ async def test_the_watch_measures_a_loop_held_up():
         task.cancel()
 
 
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_medians_need_enough_recent_samples_and_the_largest_measure_counts():
+    clock = _Clock()
+    watch = LoopWatch(window_s=2.0, clock=clock)
+    for _ in range(MIN_SAMPLES - 1):
+        watch.note_age(9_000)
+    assert watch.measure() == 0  # too few to tell a gateway behind from one worker's clock
+    watch.note_age(9_000)
+    assert watch.measure() == 9_000
+    for _ in range(MIN_SAMPLES + 1):
+        watch.note_age(100)  # the median: one worker far off, or a few slow ones, shed nothing
+    assert watch.measure() == 100
+    clock.now += 2.5  # nothing read since: the old ages are forgotten
+    assert watch.measure() == 0
+    for ms in (4_000, 5_000, 5_000, 6_000, 5_000, 5_000, 5_000, 5_000):
+        watch.note_verdict_wait(ms)  # the scheduler behind the gateway
+    watch.lag_ms = 700
+    assert watch.measure() == 5_000 and watch.shed(2.0) == 5 and watch.shed(6.0) is None
+
+
+@given(st.lists(st.integers(0, 60_000), min_size=MIN_SAMPLES, max_size=64), st.integers(0, 60_000))
+def test_behind_is_at_least_the_loops_lag_and_at_most_the_largest_sample(ages, lag):
+    watch = LoopWatch(clock=lambda: 5.0)
+    for a in ages:
+        watch.note_age(a)
+    watch.lag_ms = lag
+    assert lag <= watch.measure() <= max(lag, max(ages))
+
+
 @pytest_asyncio.fixture(loop_scope="function")
 async def gateway():
     deps = fake_deps(work=AcceptingBus())
     app = create_app(Settings(), deps, GatewayConfig(lease_ttl_ms=30_000))
     c = TestClient(TestServer(app))
     await c.start_server()
-    behind = LoopWatch()  # not running: the lag each test sets stays as set
+    behind = LoopWatch()  # not running: what each test sets stays as set
     app[GATEWAY].watch = behind
     try:
         yield c, deps, behind, app[GATEWAY]
@@ -84,7 +121,7 @@ def _shed(gw, kind: str) -> float:
 
 async def test_an_idle_poll_is_shed_before_any_work_while_the_loop_is_behind(gateway):
     c, deps, behind, gw = gateway
-    behind.lag_ms = 2_400  # the default threshold for idle polls is 2 s
+    behind.behind_ms = 2_400  # the default threshold for idle polls is 2 s
     r = await c.post("/internal/workers/w-1/lease", json=POLL, headers=W)
     body = await r.json()
     assert r.status == 503 and body["error"]["code"] == "overloaded", body
@@ -93,9 +130,23 @@ async def test_an_idle_poll_is_shed_before_any_work_while_the_loop_is_behind(gat
     assert _shed(gw, "shed_idle_poll") == 1
 
 
+async def test_worker_requests_that_waited_to_be_read_make_the_gateway_shed_idle_polls(gateway):
+    c, deps, behind, gw = gateway
+    sent = deps.clock_ms() - 3_500  # each waited 3.5 s in the gateway's sockets before a handler took it
+    for _ in range(MIN_SAMPLES):
+        r = await c.post(f"/internal/leases/{JOB}/heartbeat", json={"epoch": 4, "worker_id": "w-1"},
+                         headers={**W, "X-Spotreel-Sent-At": str(sent)})
+        assert r.status == 200  # never shed themselves
+    assert behind.measure() == 3_500
+    r = await c.post("/internal/workers/w-2/lease", json=POLL, headers=W)
+    assert r.status == 503 and r.headers["Retry-After"] == "4"
+    r = await c.post("/v1/videos", json=SUBMIT, headers=T)
+    assert r.status == 202  # submissions shed from 5 s on
+
+
 async def test_a_lease_holders_renewal_is_never_shed(gateway):
     c, deps, behind, gw = gateway
-    behind.lag_ms = 60_000
+    behind.behind_ms = 60_000
     r = await c.post(f"/internal/leases/{JOB}/heartbeat", json={"epoch": 4, "worker_id": "w-1"}, headers=W)
     assert r.status == 200, await r.text()
     r = await c.post(f"/internal/leases/{JOB}/progress",
@@ -106,10 +157,10 @@ async def test_a_lease_holders_renewal_is_never_shed(gateway):
 
 async def test_submissions_are_shed_later_than_idle_polls(gateway):
     c, deps, behind, gw = gateway
-    behind.lag_ms = 3_000  # above the idle polls' 2 s, below the submissions' 5 s: served
+    behind.behind_ms = 3_000  # above the idle polls' 2 s, below the submissions' 5 s: served
     r = await c.post("/v1/videos", json=SUBMIT, headers=T)
     assert r.status == 202, await r.text()
-    behind.lag_ms = 5_500
+    behind.behind_ms = 5_500
     for path, body in (("/v1/videos", SUBMIT), ("/v1/dags", {"nodes": [{"key": "a", **SUBMIT}]})):
         r = await c.post(path, json=body, headers={**T, "Idempotency-Key": "shed-1"})
         answer = await r.json()
@@ -126,7 +177,7 @@ async def test_zero_thresholds_never_shed():
                                                      idle_pass_seconds=0.05))
     async with TestClient(TestServer(app)) as client:
         app[GATEWAY].watch = behind = LoopWatch()
-        behind.lag_ms = 120_000
+        behind.behind_ms = 120_000
         r = await client.post("/v1/videos", json=SUBMIT, headers=T)
         assert r.status == 202, await r.text()
         r = await client.post("/internal/workers/w-1/lease", json=POLL, headers=W)

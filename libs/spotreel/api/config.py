@@ -112,9 +112,10 @@ class GatewayConfig:
     # Worker API: how often the gateway vouches to every commands partition for the worker requests it took in
     # (GatewayPulse; the scheduler holds lease expiry for a gateway that falls behind). 0: never.
     pulse_seconds: float = 1.0
-    # Load shedding by criticality (services/gateway/loopwatch.py): while the event loop runs this many seconds
-    # behind, idle workers' lease polls are answered 503 `overloaded` with Retry-After before any work (a lease
-    # already waiting for the worker is still handed over). Lease holders' commands are never shed. 0: never.
+    # Load shedding by criticality (services/gateway/loopwatch.py): while the gateway runs this many seconds
+    # behind (its event loop's lag, its worker requests' age when read, the scheduler's verdicts), idle
+    # workers' lease polls are answered 503 `overloaded` with Retry-After before any work (a lease already
+    # waiting for the worker is still handed over). Lease holders' commands are never shed. 0: never.
     shed_idle_polls_lag_seconds: float = 2.0
     # The same for new submissions (POST /v1/videos, POST /v1/dags): a client retries with its Idempotency-Key.
     shed_submissions_lag_seconds: float = 5.0

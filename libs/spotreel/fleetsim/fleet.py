@@ -120,8 +120,8 @@ class Shared:
             return 0, None
         self.meter.rtt[kind].append((time.perf_counter() - t0) * 1000)
         self.meter.statuses[f"{kind}:{status}"] += 1
-        if status >= 500:
-            self.meter.errors[kind] += 1
+        if status >= 500 and not (status == 503 and retry_after.isdigit()):
+            self.meter.errors[kind] += 1  # a 503 with Retry-After (overloaded, shed) is an answer: in statuses
         return status, data
 
 

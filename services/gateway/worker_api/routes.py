@@ -27,8 +27,10 @@ from typing import Any, Callable
 
 from aiohttp import web
 
+from spotreel.dispatch import intake as dispatch_intake
 from spotreel.dispatch import verdicts
 from spotreel.dispatch.asking import Asking
+from spotreel.dispatch.intake import SENT_AT_HTTP_HEADER
 from spotreel.dispatch.order import request_order
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
@@ -196,6 +198,12 @@ def _order(bus, worker_id: str, models: tuple[str, ...], partitions: int, skip: 
     return request_order(worker_id, partitions, bus.partitions_with_work(models), skip)
 
 
+def _note_age(request: web.Request, gw: Gateway) -> None:
+    """How long the request waited to be read (its X-Spotreel-Sent-At to now): what the gateway sheds by."""
+    now = gw.deps.clock_ms()
+    gw.watch.note_age(now - dispatch_intake.sent_ms(request.headers.get(SENT_AT_HTTP_HEADER), now))
+
+
 def _connected(request: web.Request) -> bool:
     transport = request.transport
     return transport is not None and not transport.is_closing()
@@ -207,6 +215,7 @@ async def lease(request: web.Request) -> web.StreamResponse:
     (leasedesk.py): a lease that arrives after this poll ended waits for the worker's next poll, then is
     released, so no grant is left to its TTL."""
     gw, wid = _gw(request), _worker_id(request)
+    _note_age(request, gw)
     body = await _body(request)
     known = request.app[PROFILES].get(wid, {})
     f = _take({k: v for k, v in body.items() if k not in ("models", "warm_models")},
@@ -339,6 +348,7 @@ async def _fenced(request: web.Request, spec: dict[str, tuple],
     Kafka round trips only. With `answers`, the reply also carries what the verdict asks of the holder
     (cancel, drain) and the new expiry."""
     gw, job_id = _gw(request), _job_id(request)
+    _note_age(request, gw)
     body = await _body(request)
     f = _take(body, {**FENCE, **spec})
     request.app[DESK].confirm(f["worker_id"], job_id)  # the lease written to this worker reached it
@@ -360,6 +370,7 @@ async def _fenced(request: web.Request, spec: dict[str, tuple],
             verdict = await asyncio.wait_for(fut, gw.cfg.verdict_seconds)
         except asyncio.TimeoutError:
             verdict = None
+        gw.watch.note_verdict_wait(int((time.monotonic() - sent_at) * 1000))
     finally:
         bus.forget_verdict(command_id, job_id)
     answer: dict[str, Any] = {"job_id": job_id, "command_id": command_id, "epoch": f["epoch"]}
@@ -376,7 +387,7 @@ async def _fenced(request: web.Request, spec: dict[str, tuple],
         answer |= {"verdict": "accepted", "event": type(verdict).__name__}
         status = 200
     if answers:
-        answer |= await _instructions(gw, job_id, verdict)
+        answer |= _instructions(verdict)
         # Behind: tell the holder to space its renewals out instead of adding to the backlog.
         pace = verdicts.pace(verdict, time.monotonic() - sent_at, gw.cfg.lease_ttl_ms,
                              slow_s=gw.cfg.slow_verdict_seconds)
@@ -385,18 +396,14 @@ async def _fenced(request: web.Request, spec: dict[str, tuple],
     return web.json_response(answer, status=status)
 
 
-async def _instructions(gw, job_id: str, verdict) -> dict[str, Any]:
+def _instructions(verdict) -> dict[str, Any]:
     """What a renewal's answer tells the worker beside the new expiry: stop (cancel) or checkpoint and hand
-    the lease back (drain: the job was paused). From the verdict itself; only a verdict still pending falls
-    back to the read model (a best effort: without Cassandra the worker hears it on its next renewal)."""
+    the lease back (drain: the job was paused). From the verdict itself; a verdict still pending tells
+    nothing yet (both false), and the worker hears it on a later renewal. A pending verdict means the
+    control plane is behind, and the read model is further behind still: reading it then (as this did until
+    2026-11-27) added a Cassandra read to every pending answer exactly when the box was short of CPU."""
     told = verdicts.instructions(verdict)
-    if told is not None:
-        return told
-    try:
-        job = await gw.deps.reads.get_job(job_id)
-    except StoreUnavailable:
-        job = None
-    return {"cancel": bool(job and job.cancel_requested), "drain": bool(job and job.pause_requested)}
+    return told if told is not None else {"cancel": False, "drain": False}
 
 
 async def heartbeat(request: web.Request) -> web.Response:
