@@ -19,6 +19,14 @@ LEASE_TTL_S = 12.0
 STALL_S = 15.0  # longer than a lease TTL
 
 
+def _every_submission_answered(report: dict, at_least: int) -> None:
+    """Accepted, or refused with a documented code and Retry-After: the gateway sheds submissions while it
+    runs 5 s behind (services/gateway/loopwatch.py), as it does those read late after a freeze; none is left
+    without an answer. `at_least` accepted, so the lease plane had work to carry."""
+    assert report["accepted"] >= at_least, report["submissions_refused"]
+    assert set(report["submissions_refused"]) <= {"overloaded", "rate_limited"}, report["submissions_refused"]
+
+
 def _every_job_once_and_no_lease_expired(report: dict) -> None:
     assert report["lost"] == 0 and report["duplicated"] == 0, report
     assert report["completed"] == report["accepted"], report
@@ -37,7 +45,7 @@ def test_a_frozen_scheduler_costs_no_live_worker_its_lease(stack, settings, tmp_
     report = simulate(cfg, settings, tmp_path / "sim.json", partitions=3, say=lines.append)
     print("\n".join(lines))
     assert any("frozen" in line for line in lines), lines
-    assert report["accepted"] >= 120
+    _every_submission_answered(report, at_least=90)
     # The point of the test: the scheduler was behind by more than a TTL, and no lease expired.
     _every_job_once_and_no_lease_expired(report)
     assert report["stages"][0]["workers"] == 150
@@ -59,6 +67,6 @@ def test_a_frozen_gateway_costs_no_live_worker_its_lease(stack, settings, tmp_pa
     report = simulate(cfg, settings, tmp_path / "sim.json", partitions=3, say=lines.append)
     print("\n".join(lines))
     assert any("gateway" in line and "frozen" in line for line in lines), lines
-    assert report["accepted"] >= 100
+    _every_submission_answered(report, at_least=90)
     _every_job_once_and_no_lease_expired(report)
 
