@@ -186,7 +186,7 @@ def create_app(settings: Settings, deps: Deps, cfg: GatewayConfig | None = None)
         middlewares=[_trace_middleware(), _error_middleware(metrics), guards.sizes,
                      make_middleware(KeyCache(deps.auth, cfg.auth_cache_seconds)), guards.json_bodies],
     )
-    watch = LoopWatch(on_lag=metrics.loop_lag.set)
+    watch = LoopWatch(on_measure=metrics.behind.set)
     app[GATEWAY] = Gateway(settings, cfg, deps, metrics, admission, PageTokens(settings.gateway_token_key), watch)
     app.cleanup_ctx.append(_watching(watch))
     app.router.add_get("/healthz", healthz)

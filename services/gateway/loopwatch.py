@@ -60,7 +60,8 @@ def recent_median(samples: deque[tuple[float, int]], now: float, window_s: float
 
 
 class LoopWatch:
-    def __init__(self, every_s: float = 0.25, window_s: float = 2.0, on_lag: Callable[[float], None] = lambda s: None,
+    def __init__(self, every_s: float = 0.25, window_s: float = 2.0,
+                 on_measure: Callable[[float], None] = lambda s: None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.every_s = every_s
         self.window_s = window_s
@@ -68,7 +69,7 @@ class LoopWatch:
         self.behind_ms = 0  # what shedding goes by: the largest of the three measures
         self._ages: deque[tuple[float, int]] = deque(maxlen=4096)
         self._waits: deque[tuple[float, int]] = deque(maxlen=4096)
-        self._on_lag = on_lag
+        self._on_measure = on_measure  # seconds behind, after each measurement
         self._clock = clock
 
     def note_age(self, ms: int) -> None:
@@ -92,7 +93,7 @@ class LoopWatch:
             asked = loop.time() + self.every_s
             await asyncio.sleep(self.every_s)
             self.lag_ms = max(0, int((loop.time() - asked) * 1000))
-            self._on_lag(self.measure() / 1000)
+            self._on_measure(self.measure() / 1000)
 
     def shed(self, threshold_s: float) -> int | None:
         """Retry-After seconds for a request whose kind sheds at `threshold_s` behind, None to serve it."""

@@ -19,7 +19,7 @@ class Metrics:
     rejections: Counter
     commands: Counter
     lease_answers: Counter
-    loop_lag: Gauge
+    behind: Gauge
 
     @classmethod
     def create(cls) -> Metrics:
@@ -43,7 +43,8 @@ class Metrics:
                                   "redelivered: of the claimed, written again to a worker that polled "
                                   "without acting on the lease written to it",
                                   ["outcome"], registry=reg),
-            loop_lag=Gauge("spotreel_gateway_loop_lag_seconds",
-                           "how much later than asked the event loop last woke a timer (loopwatch.py): what "
-                           "the gateway sheds idle lease polls and submissions by", registry=reg),
+            behind=Gauge("spotreel_gateway_behind_seconds",
+                         "how far behind the gateway runs (loopwatch.py): the largest of its event loop's lag, "
+                         "the median age of the worker requests it reads and the median verdict wait; what it "
+                         "sheds idle lease polls and submissions by", registry=reg),
         )

@@ -45,7 +45,7 @@ def test_prometheus_scrapes_a_running_process(settings: Settings, tmp_path: Path
         assert [s["value"][1] for s in lag] == ["7"]
         with urllib.request.urlopen(f"{prom.address()}/api/v1/rules", timeout=5) as resp:
             groups = json.load(resp)["data"]["groups"]
-        assert len([r for g in groups for r in g["rules"]]) == 9  # monitoring/alerts.yml loaded
+        assert len([r for g in groups for r in g["rules"]]) == 10  # monitoring/alerts.yml loaded
         assert prom.query("ALERTS") == []  # and nothing fires on this quiet process
     finally:
         prom.stop(lines.append)
