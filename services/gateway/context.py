@@ -29,7 +29,7 @@ class Gateway:
     metrics: Metrics
     admission: Admission
     page_tokens: PageTokens
-    # The event loop's lag, and what the gateway sheds while it is behind (loopwatch.py).
+    # How far behind the gateway runs, and what it sheds while it is (loopwatch.py).
     watch: LoopWatch = field(default_factory=LoopWatch)
 
     def new_id(self) -> str:
@@ -37,7 +37,8 @@ class Gateway:
 
     def shed(self, kind: str, threshold_s: float, what: str) -> None:
         """503 `overloaded` with Retry-After, before any work, when the gateway is `threshold_s` or more behind
-        (loopwatch.py: its loop, its worker requests' age, the scheduler's verdicts); `kind` labels the admission-rejection metric, `what` names the request for its client."""
+        (loopwatch.py: its loop, its worker requests' age, the scheduler's verdicts); `kind` labels the
+        admission-rejection metric, `what` names the request for its client."""
         retry = self.watch.shed(threshold_s)
         if retry is not None:
             self.metrics.rejections.labels(kind).inc()
