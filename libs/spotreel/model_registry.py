@@ -19,7 +19,8 @@ The gateway checks a submission against its model's entry (`problem`: the field 
 answered 422), a job's `sampler` included (one of its family's, SAMPLERS); `spotreel model list` prints the
 file; a worker started with `--model NAME` loads the entry's directory, and renders a job that names no
 sampler or guidance with the entry's. The frame count of a job is round(duration × fps), as the worker
-computes it. Pure functions and a loader; nothing here talks to a service.
+computes it; the gateway takes a duration from frames_min / fps to frames_max / fps and, where that count is
+off the entry's grid (4n+1), moves the job's duration to the nearest count on it (`frames_for`). Pure functions and a loader; nothing here talks to a service.
 
 The local stack's registry (`platform.seed.local_registry_text`): `spotreel infra up` writes it to `$SPOTREEL_HOME/models.toml`
 when SPOTREEL_MODEL_REGISTRY is unset and hands it to the gateway it starts; `registry_path` finds it for the
@@ -44,6 +45,7 @@ FAMILIES = ("unet3d", "wan", "ltx", "cogvideox")
 DTYPES = ("float32", "float16", "bfloat16")
 SAMPLERS = {"unet3d": ("ddim", "euler_a", "unipc", "dpmpp"), "wan": ("unipc", "dpmpp"), "ltx": ("flow_euler",),
             "cogvideox": ("ddim", "dpmpp")}
+_ROUNDING = "rounded to the nearest count the model takes"
 _SIZE = re.compile(r"([1-9][0-9]{0,4})x([1-9][0-9]{0,4})")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
 
@@ -95,6 +97,24 @@ class ModelEntry:
     def frames_allowed(self, n: int) -> bool:
         return self.frames_min <= n <= self.frames_max and (n - self.frames_min) % self.frames_step == 0
 
+    def duration_bounds(self, fps: int) -> tuple[float | None, float]:
+        """The durations this model renders at `fps`: from frames_min / fps (None when frames_min is 1: any
+        positive duration renders at least one frame) to frames_max / fps, both inclusive. The same two
+        divisions are /openapi.json's bounds, so the document and this check agree to the last bit."""
+        return (self.frames_min / fps if self.frames_min > 1 else None), self.frames_max / fps
+
+    def frames_for(self, duration_s: float, fps: int) -> int:
+        """The frame count a job of `duration_s` at `fps` renders: round(duration x fps), at least 1, moved to
+        the nearest count on the model's grid (81 for 5 s at 16 fps on a 4n+1 grid: 80 is not on it)."""
+        return self.snap_frames(max(1, round(duration_s * fps)))
+
+    def snap_frames(self, n: int) -> int:
+        """The frame count on this model's grid (frames_min + k * frames_step, within its range) nearest `n`;
+        a tie goes to the longer video."""
+        steps = (self.frames_max - self.frames_min) // self.frames_step
+        k = min(max(0, (n - self.frames_min + self.frames_step // 2) // self.frames_step), steps)
+        return self.frames_min + k * self.frames_step
+
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "directory": self.directory, "family": self.family, "dtype": self.dtype,
                 "sizes": list(self.sizes) if not self.side_multiple else self.size_rule(),
@@ -119,10 +139,11 @@ class ModelRegistry:
             return "model", f"unknown model {model!r}; known models: {', '.join(self.names()) or '(none)'}"
         if not entry.size_allowed(resolution):
             return "resolution", f"model {model} renders resolutions {entry.size_rule()}; got {resolution!r}"
-        frames = max(1, round(duration_s * fps))
-        if not entry.frames_allowed(frames):
-            return "duration", (f"duration × fps = {frames} frames; model {model} takes frames "
-                                f"{entry.frame_rule()} (e.g. duration {entry.frames_min / fps:g} s at {fps} fps)")
+        lo, hi = entry.duration_bounds(fps)
+        if duration_s > hi or (lo is not None and duration_s < lo):
+            since = f"from {lo!r}" if lo is not None else "above 0"
+            return "duration", (f"model {model} renders frames {entry.frame_rule()}: at {fps} fps, duration "
+                                f"{since} to {hi!r} s (duration x fps frames, {_ROUNDING}); got {duration_s!r}")
         if not entry.steps_min <= num_steps <= entry.steps_max:
             return "num_steps", f"model {model} takes num_steps from {entry.steps_min} to {entry.steps_max}"
         if sampler is not None and sampler not in entry.samplers():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 
 from aiohttp import web
@@ -32,9 +33,17 @@ from spotreel.settings import Settings
 log = logging.getLogger("spotreel.gateway")
 
 
-def _not_allowed(exc: web.HTTPMethodNotAllowed) -> ApiError:
+# Spellings the API served once and no longer does, with what to use instead.
+_REMOVED = ((re.compile(r"/v1/videos/[^/]+"), "DELETE",
+             "; a video is cancelled with POST /v1/videos/{id}/cancel (DELETE, its first spelling, was removed: "
+             "the video stays readable after a cancel)"),)
+
+
+def _not_allowed(request: web.Request, exc: web.HTTPMethodNotAllowed) -> ApiError:
     allowed = sorted(exc.allowed_methods)
-    return ApiError(405, "method_not_allowed", f"{exc.method} is not served here; allowed: {', '.join(allowed)}",
+    hint = next((said for path, method, said in _REMOVED
+                 if exc.method == method and path.fullmatch(request.path)), "")
+    return ApiError(405, "method_not_allowed", f"{exc.method} is not served here; allowed: {', '.join(allowed)}{hint}",
                     headers={"Allow": ", ".join(allowed)}, allowed=allowed)
 
 
@@ -64,7 +73,7 @@ def _error_middleware(metrics: Metrics):
             return ApiError(413, "body_too_large", exc.text or "request body too large").response()
         except web.HTTPMethodNotAllowed as exc:
             status = 405
-            return _not_allowed(exc).response()
+            return _not_allowed(request, exc).response()
         except web.HTTPException as exc:
             status = exc.status
             if exc.status < 400:

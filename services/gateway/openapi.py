@@ -68,7 +68,7 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
 def _errors(*codes: int) -> dict[str, Any]:
     text = {400: "malformed request", 401: "missing or unknown API key",
             403: "the tenant's plan does not allow this priority (error.max_priority), or the tenant is disabled",
-            404: "no such video (or not yours)",
+            404: "no such video or schedule (or not yours), or a deleted schedule (error.code schedule_deleted)",
             410: "the video expired under the tenant's plan and is deleted (error.code video_expired, "
                  "error.expired_at_ms)",
             409: "conflict with the video's state, an earlier use of the Idempotency-Key, or a stale lease epoch",
@@ -133,12 +133,16 @@ def _video_fields(cfg: GatewayConfig, private: bool) -> dict[str, Any]:
                    "description": "at least one non-whitespace character; no NUL"},
         "model": {"type": "string", "pattern": anchored(NAME.pattern), "default": cfg.default_model,
                   "description": "with a model registry (SPOTREEL_MODEL_REGISTRY; the local stack has one), one of "
-                                 "its models, and resolution, duration x fps, num_steps and sampler within its "
-                                 "entry (422 naming the field and the allowed values; an unknown model: 422 "
-                                 "listing the known ones)"},
+                                 "its models, and resolution, duration (frames_min / fps to frames_max / fps), "
+                                 "num_steps and sampler within its entry (422 naming the field and the allowed "
+                                 "values; an unknown model: 422 listing the known ones; the anyOf states each "
+                                 "model's names, sizes, steps and samplers, not its duration range)"},
         "gpu_type": {"type": "string", "pattern": anchored(NAME.pattern), "default": cfg.default_gpu_type},
         "duration": {"type": "number", "exclusiveMinimum": 0, "maximum": cfg.max_duration_s,
-                     "default": cfg.default_duration_s, "description": "seconds"},
+                     "default": cfg.default_duration_s,
+                     "description": "seconds; with a model registry, a frame count round(duration x fps) off the "
+                                    "model's grid (such as 4n+1) renders the nearest count on it, and the job "
+                                    "carries the duration that count gives"},
         # With a registry the pattern is in each model's anyOf branch (registry_rules), already within this
         # rule: two patterns on one value would make generators draw from one and filter by the other.
         "resolution": {"type": "string", "default": cfg.default_resolution,
@@ -488,7 +492,8 @@ def _schedule_paths(cfg: GatewayConfig, private: bool) -> dict[str, Any]:
                                                          "default": cfg.default_page_size}},
             _page_token("")]
     ok202 = {"202": ("command acknowledged by Kafka", SCHEDULE_COMMAND)}
-    errors = (401, 404, 409, 503)
+    # 404 is also a deleted schedule's (error.code schedule_deleted), once the read model shows it deleted.
+    errors = (401, 404, 503)
 
     def op(summary, ok, errs, **kw):
         return _op(summary, ok, errs, path_id=False, **kw)
@@ -501,7 +506,8 @@ def _schedule_paths(cfg: GatewayConfig, private: bool) -> dict[str, Any]:
                            "schedule_id": {"type": "string"}, "status": {"type": "string"},
                            "idempotency_key": {"type": "string"}, "replayed": {"type": "boolean"}}})},
                        (400, 401, 409, 413, 422, 429, 503), body=_schedule_body(cfg, private), params=[IDEMPOTENCY]),
-            "get": op("the tenant's schedules, newest first (deleted ones included)", {"200": ("a page", {
+            "get": op("the tenant's schedules, newest first (deleted ones included, status deleted: the only "
+                      "route that still shows one)", {"200": ("a page", {
                 "type": "object", "properties": {"schedules": {"type": "array", "items": SCHEDULE_SCHEMA},
                                                  "next_page_token": {"type": ["string", "null"]}}})},
                       (401, 422, 503), params=page),
@@ -509,8 +515,11 @@ def _schedule_paths(cfg: GatewayConfig, private: bool) -> dict[str, Any]:
         "/v1/schedules/{id}": {
             "get": op("a schedule: expression, zone, policies, job template, next occurrence",
                       {"200": ("the schedule", SCHEDULE_SCHEMA)}, (401, 404, 503), params=[SCHEDULE_ID]),
-            "delete": op("delete: no occurrence fires after it; jobs already submitted keep running", ok202, errors,
-                         params=[SCHEDULE_ID]),
+            "delete": op("delete: no occurrence fires after it; jobs already submitted keep running. Answered 200 "
+                         "once the read model shows the schedule deleted (from then on its routes answer 404 "
+                         "schedule_deleted), or 202 if that takes longer than the gateway waits (the command is "
+                         "durable and applies later)",
+                         {"200": ("deleted", SCHEDULE_COMMAND), **ok202}, errors, params=[SCHEDULE_ID]),
         },
         "/v1/schedules/{id}/occurrences": {"get": op(
             "past occurrences, newest first: fired ones with their video's id (status fired until the job ends, "
@@ -597,9 +606,6 @@ def document(cfg: GatewayConfig | None = None, private: bool = False) -> dict[st
         "/v1/videos/{id}": {
             "get": _op("status, progress, attempt and result", {"200": ("the video", VIDEO)}, (401, 404, 503)),
             "patch": _op("change the priority", ok202, (400, 401, 403, 404, 409, 413, 422, 503), body=PRIORITY),
-            "delete": {**_op("cancel, as POST /v1/videos/{id}/cancel (this first spelling is kept for its clients; a "
-                             "DELETE that leaves the resource readable is not what DELETE usually means)", ok202,
-                             cmd_errors), "deprecated": True},
         },
         "/v1/videos/{id}/cancel": {"post": _op(
             "cancel: the scheduler stops the video (ending its lease, if any) and records it cancelled; the video "

@@ -5,7 +5,7 @@ scheduler, projector), rendered by a real `spotreel worker` process on the tiny 
   between 0 and 100), status succeeded, the MP4 downloads with the advertised sha256 and decodes to the
   asked frames;
 - a two-node DAG: the child waits, runs only after its parent succeeded, and both end succeeded;
-- a delayed video cancelled with DELETE ends cancelled and is never leased.
+- a delayed video cancelled with POST .../cancel ends cancelled and is never leased.
 
 The worker serves a pool of its own (the registry's tiny-t2v on a GPU type unique to the run: the stack's
 gateway checks the model against its registry), so it takes only these jobs and no other worker on the
@@ -100,7 +100,7 @@ def test_prompt_to_mp4_through_the_public_api(stack, settings, tmp_path):
                                {"Idempotency-Key": f"e2e-{run}-later"})
         assert status == 202, later
         wait_until(lambda: _status(url, key, later["job_id"])["status"] == "scheduled", 60, "the delayed video")
-        status, cancel, _ = api(url, key, "DELETE", f"/v1/videos/{later['job_id']}")
+        status, cancel, _ = api(url, key, "POST", f"/v1/videos/{later['job_id']}/cancel")
         assert status == 202 and cancel["requested"] == "cancel", cancel
 
         watcher.join(120)

@@ -4,6 +4,7 @@ from the commands topic and decided, their events projected, so each step checks
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
@@ -12,7 +13,7 @@ from spotreel.domain import commands as c
 from spotreel.domain import ids
 from tests.integration import test_client_cli
 from tests.integration.test_client_cli import spotreel
-from tests.integration.test_gateway_schedules import HOUR, T, Projected, schedule_commands
+from tests.integration.test_gateway_schedules import HOUR, T, Projected, next_command, schedule_commands
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -45,22 +46,28 @@ async def test_schedule_commands(server, cli_settings, cql):
     job = ids.job_id_for_occurrence("alpha", sid, T + 56 * HOUR)
     assert code == 0 and out.strip() == f"2026-03-09T08:00:00.000Z  fired         {job}"
 
-    for action, cls in (("pause", c.PauseSchedule), ("resume", c.ResumeSchedule), ("delete", c.DeleteSchedule)):
+    for action, cls in (("pause", c.PauseSchedule), ("resume", c.ResumeSchedule)):
         code, out, err = await spotreel(url, key, "schedule", action, sid, "--json")
         assert code == 0, err
         assert json.loads(out)["requested"] == action
         sent = schedule_commands(cli_settings, sid)[-1]
         assert isinstance(sent, cls)
         p.apply(sent, T + 60 * HOUR)
-    code, out, _ = await spotreel(url, key, "schedule", "get", sid, "--json")
-    assert json.loads(out)["status"] == "deleted"
+    # delete waits for the read model to show it deleted: the test applies the command while the CLI waits.
+    deleting = asyncio.create_task(spotreel(url, key, "schedule", "delete", sid, "--json"))
+    p.apply(await asyncio.to_thread(next_command, cli_settings, sid, c.DeleteSchedule), T + 60 * HOUR)
+    code, out, err = await deleting
+    assert code == 0 and json.loads(out)["status"] == "deleted", err
+    code, out, _ = await spotreel(url, key, "schedule", "list", "--json")
+    assert [(s["id"], s["status"]) for s in json.loads(out)["schedules"]] == [(sid, "deleted")]
 
-    # Refusals: exit 1 with the API's error (422 naming the field; 409 for a deleted schedule; 404).
+    # Refusals: exit 1 with the API's error (422 naming the field; 404 for a deleted schedule or an unknown id).
     code, out, err = await spotreel(url, key, "schedule", "create", "0 9 * * *", "x", "--timezone", "Mars/Base",
                                     "--json")
     assert code == 1 and json.loads(out)["error"]["field"] == "timezone" and "422" in err
-    code, _, err = await spotreel(url, key, "schedule", "pause", sid)
-    assert code == 1 and "409" in err
+    for action in ("get", "pause"):
+        code, out, err = await spotreel(url, key, "schedule", action, sid, "--json")
+        assert code == 1 and "404" in err and json.loads(out)["error"]["code"] == "schedule_deleted"
     code, _, err = await spotreel(url, key, "schedule", "get", "s" + "0" * 32)
     assert code == 1 and "404" in err
 

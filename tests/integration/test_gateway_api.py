@@ -119,7 +119,7 @@ async def test_idempotent_resubmission_and_conflict(gw, gw_settings, cql):
 async def test_isolation_auth_and_rate_limit(gw, gw_settings):
     client, keys = gw
     job_id = (await (await client.post("/v1/videos", json=BODY, headers=auth(keys["a"], "iso"))).json())["job_id"]
-    for method, path in [("GET", ""), ("DELETE", ""), ("GET", "/events"), ("POST", "/pause")]:
+    for method, path in [("GET", ""), ("POST", "/cancel"), ("GET", "/events"), ("POST", "/pause")]:
         r = await client.request(method, f"/v1/videos/{job_id}{path}", headers=auth(keys["b"]))
         assert r.status == 404, (method, path)
     assert (await client.get("/v1/videos", headers=auth(keys["b"]))).status == 200

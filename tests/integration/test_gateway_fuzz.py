@@ -8,10 +8,10 @@ answered 405, a created resource that cannot be read.
 
 Two checks run in the form tests/integration/schemathesis_hooks.py gives them, each less exactly the cases
 documented there (and in services/gateway/README.md) as rules JSON Schema cannot state or as the API's design:
-`positive_data_acceptance` lets through the 422 of the rules a schema cannot carry (the registry's frame
-count duration x fps, a cron that never fires, a DAG's references among its nodes), and `use_after_free` the
-reads after DELETE /v1/schedules/{id} (status deleted) and the
-deprecated DELETE /v1/videos/{id} (cancel: the video stays readable, status cancelled). Everything else is as
+`positive_data_acceptance` lets through the 422 of the rules a schema cannot carry (a cron that never fires,
+the registry's frame range as a duration at the request's fps, a DAG's references among its nodes), and `use_after_free` a
+read after a DELETE /v1/schedules/{id} that answered 202 (no scheduler runs here, so the delete is durable but
+not applied; after a 200 the schedule's routes answer 404, and a read that succeeds still fails). Everything else is as
 shipped: the callback_url address rule and page tokens are in the document (a pattern each; a token of the
 form that does not verify is 409, like an unknown parent) and have no exception any more. (Checked: with the hooks' exceptions emptied, the same run fails on them.)
 
@@ -48,7 +48,7 @@ from spotreel.tenancy import create_tenant, create_worker_key
 from spotreel.services.gateway.wiring import real_deps
 
 FAST = GatewayConfig(verdict_seconds=0.05, lease_poll_default_seconds=0.2, lease_poll_max_seconds=0.5,
-                     default_burst=1000, stream_max_seconds=2.0)
+                     default_burst=1000, stream_max_seconds=2.0, schedule_delete_wait_seconds=0.05)
 
 
 def _free_port() -> int:

@@ -1,9 +1,13 @@
 """/v1/schedules against the real Kafka and Cassandra: POST produces a CreateSchedule (IANA zone, policies,
 template), is idempotent per key and body, GET answers "accepted" until the projector's rows exist and then
 the projected schedule; occurrences list fired jobs (with their video ids and outcomes) and skipped ones;
-pause/resume/delete produce their commands; 422 names the field; other tenants get 404."""
+pause/resume/delete produce their commands (DELETE answers 200 once the read model shows it deleted, and the
+schedule's routes are 404 after it); 422 names the field; other tenants get 404."""
 
 from __future__ import annotations
+
+import asyncio
+import time
 
 from spotreel.adapters.kafka import read_partition
 from spotreel.adapters.partitioning import partition_for
@@ -30,6 +34,16 @@ def schedule_commands(settings, schedule_id: str) -> list:
     part = partition_for(schedule_id, settings.partitions)
     msgs = read_partition(settings.kafka_bootstrap, commands_topic(settings), part, timeout=10)
     return [codec.decode_message(m.value()) for m in msgs if m.key() == schedule_id.encode()]
+
+
+def next_command(settings, schedule_id: str, kind: type, within_s: float = 20.0):
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        found = [c for c in schedule_commands(settings, schedule_id) if isinstance(c, kind)]
+        if found:
+            return found[-1]
+        time.sleep(0.1)
+    raise AssertionError(f"no {kind.__name__} for {schedule_id} on Kafka within {within_s} s")
 
 
 class Projected:
@@ -114,13 +128,19 @@ async def test_schedule_lifecycle_over_http(gw, gw_settings, cql):
     assert view["status"] == "active" and view["next_occurrence_at"] == "2026-03-11T06:30:00.000Z"  # 02:30 EDT
     occ = await (await client.get(f"/v1/schedules/{sid}/occurrences", headers=auth(keys["a"]))).json()
     assert occ["occurrences"][0]["reason"] == "paused"
-    assert (await client.delete(f"/v1/schedules/{sid}", headers=auth(keys["a"]))).status == 202
-    p.apply(schedule_commands(gw_settings, sid)[-1], T + 81 * HOUR)
-    view = await (await client.get(f"/v1/schedules/{sid}", headers=auth(keys["a"]))).json()
-    assert view["status"] == "deleted"
-    for method, path in [("DELETE", ""), ("POST", "/pause"), ("POST", "/resume")]:
+    # DELETE waits until the read model shows the schedule deleted (here: the test applies the command it
+    # finds on Kafka while the request waits), answers 200, and the schedule's own routes are 404 after it.
+    deleting = asyncio.create_task(client.delete(f"/v1/schedules/{sid}", headers=auth(keys["a"])))
+    delete = await asyncio.to_thread(next_command, gw_settings, sid, cmd.DeleteSchedule)
+    p.apply(delete, T + 81 * HOUR)
+    r = await deleting
+    assert r.status == 200 and (await r.json())["status"] == "deleted", await r.text()
+    for method, path in [("GET", ""), ("GET", "/occurrences"), ("DELETE", ""), ("POST", "/pause"),
+                         ("POST", "/resume")]:
         r = await client.request(method, f"/v1/schedules/{sid}{path}", headers=auth(keys["a"]))
-        assert r.status == 409 and (await r.json())["error"]["schedule_status"] == "deleted"
+        assert r.status == 404 and (await r.json())["error"]["code"] == "schedule_deleted", (method, path)
+    listed = await (await client.get("/v1/schedules", headers=auth(keys["a"]))).json()
+    assert [(s["id"], s["status"]) for s in listed["schedules"]] == [(sid, "deleted")]
 
     # Another tenant sees nothing; malformed ids are 404 too.
     for method, path in [("GET", ""), ("DELETE", ""), ("GET", "/occurrences"), ("POST", "/pause")]:

@@ -241,7 +241,7 @@ async def test_pause_resume_and_cancel_reach_the_holder_in_its_renewal_answers(g
     assert asks(await renew("progress")) == (False, True)
     await tell("POST", "/resume")
     assert asks(await renew("progress")) == (False, False)
-    await tell("DELETE", "")
+    await tell("POST", "/cancel")
     answer = await renew("heartbeat")
     assert asks(answer) == (True, False) and answer["lease_expires_at_ms"] > 0
     assert asks(await renew("progress")) == (True, False)

@@ -8,7 +8,7 @@ from typing import Any
 
 from spotreel.services.gateway.deps import Claim, Deps, PoolLoad, SinkUnavailable, Tenant
 from spotreel.readmodel.jobs import JobListItem, JobPage, JobView
-from spotreel.readmodel.schedules import OccurrencePage, SchedulePage
+from spotreel.readmodel.schedules import OccurrencePage, SchedulePage, ScheduleView
 
 KEYS = {"key-a": "tenant-a", "key-b": "tenant-b"}
 WORKER_KEY = "worker-key"
@@ -45,6 +45,7 @@ class FakeReads:
     unfinished: int = 0
     webhooks: dict[str, Any] = field(default_factory=dict)
     webhook_filters: dict[str, list[str]] = field(default_factory=dict)
+    schedules: dict[str, ScheduleView] = field(default_factory=dict)
 
     async def get_job(self, job_id):
         return self.jobs.get(job_id)
@@ -89,10 +90,10 @@ class FakeReads:
         return self.webhooks.get(job_id)
 
     async def get_schedule(self, schedule_id):
-        return None
+        return self.schedules.get(schedule_id)
 
     async def list_schedules(self, tenant, limit, page_state):
-        return SchedulePage([], None)
+        return SchedulePage([s for s in self.schedules.values() if s.tenant_id == tenant][:limit], None)
 
     async def schedule_occurrences(self, schedule_id, limit, page_state):
         return OccurrencePage([], None)

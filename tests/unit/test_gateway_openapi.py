@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import jsonschema_rs
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -177,7 +178,11 @@ _REGISTRY = parse({"models": {
                  "steps": {"min": 1, "max": 100}, "sampler": "ddim", "guidance_scale": 1.0, "pool": "any"},
     "wan": {"directory": "/m/wan", "family": "wan", "dtype": "bfloat16", "sizes": ["832x480", "480x832", "7x7"],
             "frames": {"min": 1, "max": 1000}, "steps": {"min": 30, "max": 50}, "sampler": "unipc",
-            "guidance_scale": 5.0, "pool": "a100"}}})
+            "guidance_scale": 5.0, "pool": "a100"},
+    # A 4n+1 grid whose shortest video is longer than the gateway's default duration at the default 8 fps.
+    "grid": {"directory": "/m/grid", "family": "wan", "dtype": "bfloat16", "sizes": ["256x256"],
+             "frames": {"min": 17, "max": 81, "step": 4}, "steps": {"min": 1, "max": 100}, "sampler": "unipc",
+             "guidance_scale": 5.0, "pool": "a100"}}})
 _WITH_REGISTRY = replace(GatewayConfig(), models=_REGISTRY)
 _SUBMIT_WITH_REGISTRY = jsonschema_rs.validator_for(_schema(document(_WITH_REGISTRY), "/v1/videos", "post"))
 
@@ -189,14 +194,31 @@ _SUBMIT_WITH_REGISTRY = jsonschema_rs.validator_for(_schema(document(_WITH_REGIS
     "sampler": st.sampled_from([None, "ddim", "unipc", "flow_euler"])}))
 def test_with_a_model_registry_the_document_states_each_models_rule(body):
     """The local stack's gateway has a registry: an unknown model, a size, step count or sampler the model
-    does not take are 422, and the document says so per model (an anyOf branch each). The frame count
-    (duration x fps) is not stated: it is left at a value every model here takes."""
+    does not take are 422, and the document says so per model (an anyOf branch each). The frame range
+    (duration x fps) is not stated (see registry_rules): the duration is left at a value every model takes."""
     try:
         normalize(body, _WITH_REGISTRY)
         accepted = True
     except ApiError:
         accepted = False
     assert _SUBMIT_WITH_REGISTRY.is_valid(body) == accepted, body
+
+
+def test_a_duration_between_two_frame_counts_renders_the_nearest():
+    def frames(duration, fps):
+        n = normalize({"prompt": "x", "model": "grid", "resolution": "256x256", "duration": duration, "fps": fps},
+                      _WITH_REGISTRY)
+        return round(n["duration"] * n["fps"]), n["duration"]
+
+    assert frames(5, 16) == (81, 81 / 16)  # 80 frames asked: 81 on the 4n+1 grid
+    assert frames(3, 16) == (49, 49 / 16)  # 48: 49 is nearer than 45
+    assert frames(2.9375, 16) == (49, 49 / 16)  # 47: a tie between 45 and 49 goes to the longer
+    assert frames(2.0625, 16) == (33, 2.0625)  # on the grid: the duration as given
+    for duration, fps in ((5.1, 16), (1.0, 16), (0.5, 8)):
+        with pytest.raises(ApiError) as refused:
+            normalize({"prompt": "x", "model": "grid", "resolution": "256x256", "duration": duration, "fps": fps},
+                      _WITH_REGISTRY)
+        assert refused.value.field == "duration" and f"at {fps} fps" in refused.value.message
 
 
 _CALLBACK = {private: jsonschema_rs.validator_for(_schema(document(GatewayConfig(), private), "/v1/videos", "post")
@@ -244,3 +266,23 @@ def test_the_prompt_pattern_refuses_exactly_what_the_gateway_strips_away_in_any_
             continue
         ch = chr(code)
         assert bool(pattern.search(ch)) == (bool(ch.strip()) and ch != "\x00"), hex(code)
+
+
+def test_the_repositorys_schemathesis_config_loads_and_names_documented_operations():
+    """schemathesis.toml (read by a `schemathesis run` started in the repository) adds 422 to what
+    positive_data_acceptance expects for the two operations whose rules JSON Schema cannot carry, and only
+    for operations the document has."""
+    import tomllib
+    from pathlib import Path
+
+    from schemathesis.config import SchemathesisConfig
+
+    path = Path(__file__).resolve().parents[2] / "schemathesis.toml"
+    SchemathesisConfig.from_path(path)  # schemathesis' own validation of the file
+    operations = tomllib.loads(path.read_text())["operations"]
+    paths = document(_WITH_REGISTRY)["paths"]
+    assert {(op["include-path"], op["include-method"]) for op in operations} == {
+        ("/v1/dags", "POST"), ("/v1/schedules", "POST")}
+    for op in operations:
+        assert op["include-method"].lower() in paths[op["include-path"]]
+        assert "422" in op["checks"]["positive_data_acceptance"]["expected-statuses"]

@@ -117,7 +117,7 @@ async def test_requests_without_a_body_need_no_content_type(api):
     job_id = (await (await client.post("/v1/videos", json={"prompt": "x"}, headers=A)).json())["job_id"]
     with_status(deps, job_id, "queued")
     assert (await client.post(f"/v1/videos/{job_id}/pause", headers=A)).status == 202
-    assert (await client.delete(f"/v1/videos/{job_id}", headers=A)).status == 202
+    assert (await client.post(f"/v1/videos/{job_id}/cancel", headers=A)).status == 202
 
 
 async def test_auth_and_routing_answer_before_the_media_type(api):
@@ -142,6 +142,18 @@ async def test_every_documented_path_answers_405_with_the_documented_methods(api
             allowed = {m.strip() for m in r.headers["Allow"].split(",")}
             assert allowed - {"HEAD"} == documented, (method, path, r.headers["Allow"])
             assert err["code"] == "method_not_allowed" and set(err["allowed"]) == allowed
+
+
+async def test_the_removed_delete_of_a_video_says_how_to_cancel_and_changes_nothing(api):
+    client, deps = await api()
+    job_id = (await (await client.post("/v1/videos", json={"prompt": "x"}, headers=A)).json())["job_id"]
+    with_status(deps, job_id, "queued")
+    sent = len(deps.commands.sent)
+    err = await error_of(await client.delete(f"/v1/videos/{job_id}", headers=A), 405)
+    assert "POST /v1/videos/{id}/cancel" in err["message"] and set(err["allowed"]) == {"GET", "PATCH"}
+    assert len(deps.commands.sent) == sent  # no CancelJob
+    err = await error_of(await client.delete("/v1/videos", headers=A), 405)
+    assert "cancel" not in err["message"]  # the hint is for a video's path only
 
 
 # -- 4. header and request-target sizes --------------------------------------------------------------------

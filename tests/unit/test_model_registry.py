@@ -4,6 +4,8 @@ submission must pass, and the gateway answering 422 naming the field and the all
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from spotreel.model_registry import RegistryError, load, parse
 from spotreel.api.config import GatewayConfig
@@ -73,16 +75,19 @@ def test_a_submission_is_checked_against_its_model(registry):
     assert "tiny-t2v, wan-1_3b" in registry.problem(**{**ok, "model": "zeroscope"})[1]
     assert registry.problem(**{**ok, "resolution": "512x512"}) == (
         "resolution", "model wan-1_3b renders resolutions 832x480, 480x832; got '512x512'")
-    field, msg = registry.problem(**{**ok, "duration_s": 2.0})  # 32 frames: not 4n+1
-    assert field == "duration" and "32 frames" in msg and "4n+1 from 5 to 81" in msg
-    assert registry.problem(**{**ok, "duration_s": 85 / 16})[0] == "duration"  # 85 > 81
+    # Off the 4n+1 grid is no problem (the gateway renders the nearest count); out of the range is.
+    assert registry.problem(**{**ok, "duration_s": 2.0}) is None
+    field, msg = registry.problem(**{**ok, "duration_s": 85 / 16})  # 85 > 81
+    assert field == "duration" and "4n+1 from 5 to 81" in msg and "from 0.3125 to 5.0625 s" in msg
+    assert registry.problem(**{**ok, "duration_s": 81 / 16}) is None and registry.problem(**{**ok, "duration_s": 5 / 16}) is None
+    assert registry.problem(**{**ok, "duration_s": 4.9 / 16})[0] == "duration"  # under 5 frames
     assert registry.problem(**{**ok, "num_steps": 51}) == ("num_steps", "model wan-1_3b takes num_steps from 1 to 50")
 
 
 @pytest.mark.parametrize(("change", "field", "words"), [
     ({"model": "nope"}, "model", "known models: tiny-t2v, wan-1_3b"),
     ({"model": "wan-1_3b", "resolution": "256x256"}, "resolution", "832x480, 480x832"),
-    ({"model": "wan-1_3b", "resolution": "832x480", "duration": 2, "fps": 16}, "duration", "4n+1 from 5 to 81"),
+    ({"model": "wan-1_3b", "resolution": "832x480", "duration": 6, "fps": 16}, "duration", "4n+1 from 5 to 81"),
     ({"model": "tiny-t2v", "resolution": "32x32", "num_steps": 41}, "num_steps", "from 1 to 40"),
 ])
 async def test_the_gateway_refuses_what_the_registry_does_not_allow(api, registry, change, field, words):  # noqa: F811
@@ -131,3 +136,15 @@ def test_the_local_stacks_registry_lists_the_tiny_model_and_takes_the_gateways_d
     assert registry_path(Settings(home=tmp_path)) == str(tmp_path / "models.toml")
     assert registry_path(Settings(home=tmp_path, model_registry="/etc/m.toml")) == "/etc/m.toml"
     assert registry_path(Settings(home=tmp_path / "none")) == ""
+
+
+@given(n=st.integers(-10, 200), lo=st.integers(1, 40), step=st.integers(1, 16), span=st.integers(0, 30))
+def test_the_snapped_frame_count_is_on_the_grid_and_nearest(n, lo, step, span):
+    entry = parse({"models": {"m": {"directory": "/m", "family": "wan", "sizes": ["16x16"],
+                                    "frames": {"min": lo, "max": lo + span * step, "step": step},
+                                    "steps": {"max": 9}}}}).models["m"]
+    snapped = entry.snap_frames(n)
+    assert entry.frames_allowed(snapped)
+    grid = range(entry.frames_min, entry.frames_max + 1, entry.frames_step)
+    best = min(abs(g - n) for g in grid)
+    assert snapped == max(g for g in grid if abs(g - n) == best)  # the nearest; of two, the longer

@@ -119,6 +119,9 @@ class GatewayConfig:
     shed_idle_polls_lag_seconds: float = 2.0
     # The same for new submissions (POST /v1/videos, POST /v1/dags): a client retries with its Idempotency-Key.
     shed_submissions_lag_seconds: float = 5.0
+    # DELETE /v1/schedules/{id}: how long it waits for the read model to show the schedule deleted (then 200; the
+    # schedule's routes answer 404 from then on) before it answers 202 (durable, applied later). 0 = never wait.
+    schedule_delete_wait_seconds: float = 5.0
 
 
 def from_env(env: Mapping[str, str] | None = None) -> GatewayConfig:

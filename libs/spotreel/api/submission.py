@@ -250,6 +250,12 @@ def normalize(body: Any, cfg: GatewayConfig, *, allow_private_callbacks: bool = 
                                      num_steps=normalized["num_steps"], sampler=normalized.get("sampler"))
         if problem is not None:
             raise invalid(*problem)
+        # A duration between two frame counts the model takes renders the nearest (5 s at 16 fps on a 4n+1
+        # grid: 81 frames), and the job carries that duration, so the worker renders exactly that count.
+        entry = cfg.models.models[normalized["model"]]
+        frames = entry.frames_for(normalized["duration"], normalized["fps"])
+        if frames != max(1, round(normalized["duration"] * normalized["fps"])):
+            normalized["duration"] = frames / normalized["fps"]
     return normalized
 
 

@@ -83,7 +83,7 @@ class Client:
         return self._json("GET", self._path(job_id))
 
     def cancel(self, job_id: str) -> dict[str, Any]:
-        # POST .../cancel, as pause, resume and retry are spelled; DELETE /v1/videos/{id} is deprecated.
+        # POST .../cancel, as pause, resume and retry are spelled; DELETE /v1/videos/{id} is no longer served.
         return self._json("POST", self._path(job_id, "/cancel"))
 
     def pause(self, job_id: str) -> dict[str, Any]:

@@ -10,10 +10,16 @@ The schedule id is derived from (tenant, Idempotency-Key) like a video's (`ids.s
 claimed in submission_claims with the request's hash, so a retry with the same key and body is the same
 schedule (`replayed`) and another body is 409. Until the projector has written the schedule, GET answers from
 the claim with status "accepted" (never 404 after a 202).
+
+DELETE produces a DeleteSchedule and waits (GatewayConfig.schedule_delete_wait_seconds) until the read model
+shows the schedule deleted: then 200 `deleted`, and from then on the schedule's own routes answer 404
+`schedule_deleted` (the list keeps it, status `deleted`, for the record). If the scheduler or projector is
+slower than that, 202 with the status the schedule still had: the command is durable and applies later.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 from typing import Any
@@ -187,13 +193,22 @@ def occurrence_json(o: OccurrenceView) -> dict[str, Any]:
     return out
 
 
+def deleted_error(schedule_id: str) -> ApiError:
+    return ApiError(404, "schedule_deleted", f"schedule {schedule_id} was deleted; it is still listed, with status "
+                    "deleted, by GET /v1/schedules", schedule_status="deleted")
+
+
 async def _find(gw: Gateway, tenant: str, schedule_id: str) -> ScheduleView | Claim:
+    """The tenant's schedule (or its claim, before the projector wrote it): 404 for another tenant's or an
+    unknown id; 404 `schedule_deleted` once it is deleted."""
     if not SCHEDULE_ID.fullmatch(schedule_id):
         raise not_found()
     found = await gw.deps.reads.get_schedule(schedule_id)
     if found is not None:
         if found.tenant_id != tenant:
             raise not_found()
+        if found.status == "deleted":
+            raise deleted_error(schedule_id)
         return found
     claim = await gw.deps.reads.get_claim(schedule_id)
     if claim is None or claim.tenant_id != tenant:
@@ -282,34 +297,57 @@ async def schedule_occurrences(request: web.Request) -> web.Response:
                               "next_page_token": gw.page_tokens.issue(tenant, scope, page.page_state)})
 
 
-async def _command(request: web.Request, action: str, make) -> web.Response:
+async def _command(request: web.Request, action: str, make) -> tuple[Gateway, cmd.ScheduleCommand, str]:
     """Produce a schedule command for a schedule the tenant can see. Only what the read model cannot get
-    wrong is refused here (a deleted schedule stays deleted); the scheduler judges the rest (pausing a
+    wrong is refused here (a deleted schedule stays deleted: 404); the scheduler judges the rest (pausing a
     paused schedule or resuming an active one changes nothing), since the read model may lag a pause or
     resume sent a moment ago."""
     gw = gateway(request)
-    schedule_id = request.match_info["id"]
-    found = await _find(gw, request[TENANT].tenant_id, schedule_id)
-    status = found.status if isinstance(found, ScheduleView) else ACCEPTED
-    if status == "deleted":
-        raise ApiError(409, "invalid_state", f"cannot {action} a schedule that is deleted", schedule_status=status)
-    command = make(gw.new_id(), schedule_id)
+    found = await _find(gw, request[TENANT].tenant_id, request.match_info["id"])
+    command = make(gw.new_id(), request.match_info["id"])
     await gw.deps.commands.send(command)
     gw.metrics.commands.labels(type(command).__name__).inc()
+    return gw, command, found.status if isinstance(found, ScheduleView) else ACCEPTED
+
+
+def _answer(schedule_id: str, command: cmd.ScheduleCommand, action: str, status: str, code: int = 202) -> web.Response:
     return web.json_response({"schedule_id": schedule_id, "command_id": command.command_id, "requested": action,
-                              "status": status}, status=202)
+                              "status": status}, status=code)
+
+
+async def _deleted(gw: Gateway, schedule_id: str) -> bool:
+    """Whether the read model shows the schedule deleted within schedule_delete_wait_seconds (read again after
+    20 ms, then less and less often, at most every 250 ms)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + gw.cfg.schedule_delete_wait_seconds
+    pause = 0.02
+    while True:
+        found = await gw.deps.reads.get_schedule(schedule_id)
+        if found is not None and found.status == "deleted":
+            return True
+        left = deadline - loop.time()
+        if left <= 0:
+            return False
+        await asyncio.sleep(min(pause, left))
+        pause = min(pause * 2, 0.25)
 
 
 async def delete_schedule(request: web.Request) -> web.Response:
-    return await _command(request, "delete", lambda c, s: cmd.DeleteSchedule(c, s))
+    gw, command, status = await _command(request, "delete", lambda c, s: cmd.DeleteSchedule(c, s))
+    schedule_id = request.match_info["id"]
+    if await _deleted(gw, schedule_id):
+        return _answer(schedule_id, command, "delete", "deleted", 200)
+    return _answer(schedule_id, command, "delete", status)
 
 
 async def pause_schedule(request: web.Request) -> web.Response:
-    return await _command(request, "pause", lambda c, s: cmd.PauseSchedule(c, s))
+    _, command, status = await _command(request, "pause", lambda c, s: cmd.PauseSchedule(c, s))
+    return _answer(request.match_info["id"], command, "pause", status)
 
 
 async def resume_schedule(request: web.Request) -> web.Response:
-    return await _command(request, "resume", lambda c, s: cmd.ResumeSchedule(c, s))
+    _, command, status = await _command(request, "resume", lambda c, s: cmd.ResumeSchedule(c, s))
+    return _answer(request.match_info["id"], command, "resume", status)
 
 
 def add_routes(router: web.UrlDispatcher) -> None:

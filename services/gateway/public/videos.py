@@ -128,7 +128,6 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get("/v1/videos", list_videos, allow_head=False)
     router.add_get("/v1/videos/{id}", get_video, allow_head=False)
     router.add_patch("/v1/videos/{id}", patch_video)
-    router.add_delete("/v1/videos/{id}", cancel_video)  # the first spelling of cancel, kept for its clients
     router.add_get("/v1/videos/{id}/events", video_events, allow_head=False)
     router.add_get("/v1/videos/{id}/attempts", video_attempts, allow_head=False)
     router.add_get("/v1/videos/{id}/stream", stream.stream_video, allow_head=False)
