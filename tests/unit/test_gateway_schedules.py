@@ -149,3 +149,16 @@ def test_the_document_states_the_delete_answers_and_the_deleted_404():
                          ("/v1/schedules/{id}/pause", "post"), ("/v1/schedules/{id}/resume", "post")]:
         described = paths[path][method]["responses"]["404"]["description"]
         assert "schedule_deleted" in described, (path, method)
+
+
+async def test_a_replayed_create_of_a_deleted_schedule_is_409_not_a_schedule_that_reads_as_gone(api):  # noqa: F811
+    client, deps = await api()
+    sid = await _schedule(client, deps)
+    deps.reads.schedules[sid] = dataclasses.replace(deps.reads.schedules[sid], status="deleted")
+    sent = len(deps.commands.sent)
+    r = await create(client, BODY)  # the same key and body: a replay
+    assert r.status == 409, await r.text()
+    error = (await r.json())["error"]
+    assert error["code"] == "schedule_deleted" and error["schedule_id"] == sid and "another key" in error["message"]
+    assert len(deps.commands.sent) == sent
+    assert (await create(client, BODY, key="s2")).status == 202  # another key: a new schedule

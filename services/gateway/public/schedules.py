@@ -8,7 +8,8 @@ webhook_events}}. The job is checked by POST /v1/videos' own `normalize` (the mo
 template is refused exactly where a one-off video would be, the field named `job.<field>`.
 The schedule id is derived from (tenant, Idempotency-Key) like a video's (`ids.schedule_id_for`); the key is
 claimed in submission_claims with the request's hash, so a retry with the same key and body is the same
-schedule (`replayed`) and another body is 409. Until the projector has written the schedule, GET answers from
+schedule (`replayed`) and another body is 409; so is the same key once its schedule is deleted
+(`schedule_deleted`: the key names that schedule for good). Until the projector has written the schedule, GET answers from
 the claim with status "accepted" (never 404 after a 202).
 
 DELETE produces a DeleteSchedule and waits (GatewayConfig.schedule_delete_wait_seconds) until the read model
@@ -249,6 +250,12 @@ async def create_schedule(request: web.Request) -> web.Response:
     if replay:
         existing = await gw.deps.reads.get_schedule(schedule_id)
         status = existing.status if existing is not None else ACCEPTED
+        if status == "deleted":
+            # The key names that schedule for good (its id derives from the key): a replay cannot bring it
+            # back, and a 202 for a schedule that reads as gone would promise what GET then refuses.
+            raise ApiError(409, "schedule_deleted", f"the schedule this Idempotency-Key created ({schedule_id}) "
+                           "was deleted; a new schedule needs another key", field="Idempotency-Key",
+                           schedule_id=schedule_id, schedule_status=status)
     try:
         # Sent again on a replay: harmless (the domain refuses a second CreateSchedule, schedule_exists) and
         # it completes a request whose first send was not acknowledged.
