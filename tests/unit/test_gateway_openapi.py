@@ -257,7 +257,7 @@ def test_the_prompt_pattern_refuses_exactly_what_the_gateway_strips_away_in_any_
     # sent a prompt of U+001C, allowed by a pattern with \s, refused as blank by str.strip().
     import re
 
-    from spotreel.services.gateway.openapi import PROMPT
+    from spotreel.services.gateway.openapi_bodies import PROMPT
 
     assert "\\s" not in PROMPT and "\\S" not in PROMPT
     pattern = re.compile(PROMPT)

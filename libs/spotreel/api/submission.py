@@ -33,7 +33,8 @@ POLICY_LIMITS = {"timeout_seconds": (limits.MIN_TIMEOUT_MS // 1000, limits.MAX_T
 KNOWN = frozenset({"prompt", "model", "gpu_type", "duration", "resolution", "fps", "seed", "priority",
                    "callback_url", "run_at", "delay_seconds", "parents", "dag_policy", "num_steps", *POLICY_DEFAULTS,
                    "webhook_events", "guidance_scale", "negative_prompt", "sampler"})
-# Matched whole (fullmatch): `$` alone would let a trailing newline through. openapi.py anchors these.
+# Matched whole (fullmatch): `$` alone would let a trailing newline through. The OpenAPI document anchors
+# these (openapi_rules.anchored).
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
 RESOLUTION = re.compile(r"([1-9][0-9]{1,3})x([1-9][0-9]{1,3})")
 JOB_ID = re.compile(r"j[0-9a-f]{32}")
