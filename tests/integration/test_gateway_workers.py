@@ -40,7 +40,7 @@ def wk_settings(settings, unique, cql, tmp_path):
 async def gw(wk_settings, cql):
     keys = {"tenant": create_tenant(cql, "alpha"), "worker": create_worker_key(cql, "fleet-a")}
     with real_deps(wk_settings, session=cql) as deps:
-        client = TestClient(TestServer(create_app(wk_settings, deps, GatewayConfig(verdict_seconds=10.0, renewal_verdict_seconds=10.0))))
+        client = TestClient(TestServer(create_app(wk_settings, deps, GatewayConfig(verdict_seconds=10.0))))
         await client.start_server()
         try:
             yield client, keys

@@ -104,11 +104,6 @@ class GatewayConfig:
     lease_request_stale_seconds: float = 30.0
     # How long a fenced command waits for the scheduler's verdict before answering 202 "pending".
     verdict_seconds: float = 5.0
-    # A renewal (heartbeat, progress) waits at most this long (and at most verdict_seconds): it is durable once
-    # produced, and a lease is judged by what was produced before its deadline, so the worker need not wait
-    # for the verdict to keep its lease; a cancel, drain or stale epoch the verdict carries reaches the
-    # worker with its next renewal instead. Bounds the renewal round trip while the scheduler is behind.
-    renewal_verdict_seconds: float = 1.0
     # A renewal verdict slower than this (or none in time) adds `renew_in_seconds` (a third of a TTL) to the answer:
     # the holder spaces out its renewals while the control plane is behind (domain.leases.renew_in_s).
     slow_verdict_seconds: float = 1.0

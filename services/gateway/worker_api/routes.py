@@ -9,8 +9,7 @@ epoch + worker_id every command carries, judged by the scheduler.
 Verdicts (how a worker learns its command was refused): both, in this order —
 1. early 409 from the read model: epochs only grow, and the projector can only lag, so a read-model epoch
    above the one given proves the command stale without asking anyone;
-2. otherwise the command is produced and the gateway waits (bounded, `verdict_seconds`; a renewal at most
-   `renewal_verdict_seconds`, as its lease is judged by what was produced) for the
+2. otherwise the command is produced and the gateway waits (bounded, `verdict_seconds`) for the
    scheduler's verdict on the events topic through the shared consumer (spotreel.dispatch): the event caused by
    the command → 200, a CommandRejected for it → 409 with its reason. No verdict in time → 202
    {"verdict": "pending"}: the command is durable and will be judged; the worker's next heartbeat tells.
@@ -364,23 +363,16 @@ async def _fenced(request: web.Request, spec: dict[str, tuple],
     await bus.ensure_started()
     fut = bus.expect_verdict(command_id, job_id)
     sent_at = time.monotonic()
-    watching_on = False
     try:
         await gw.deps.commands.send(command)
         gw.metrics.commands.labels(type(command).__name__).inc()
-        wait = min(gw.cfg.verdict_seconds, gw.cfg.renewal_verdict_seconds) if answers else gw.cfg.verdict_seconds
         try:
-            verdict = await asyncio.wait_for(asyncio.shield(fut), wait)
+            verdict = await asyncio.wait_for(fut, gw.cfg.verdict_seconds)
         except asyncio.TimeoutError:
             verdict = None
-        if verdict is None and wait < gw.cfg.verdict_seconds:
-            watching_on = True
-            _time_late_verdict(gw, bus, fut, command_id, job_id, sent_at)
-        else:
-            gw.watch.note_verdict_wait(int((time.monotonic() - sent_at) * 1000))
+        gw.watch.note_verdict_wait(int((time.monotonic() - sent_at) * 1000))
     finally:
-        if not watching_on:
-            bus.forget_verdict(command_id, job_id)
+        bus.forget_verdict(command_id, job_id)
     answer: dict[str, Any] = {"job_id": job_id, "command_id": command_id, "epoch": f["epoch"]}
     if isinstance(verdict, ev.CommandRejected):
         if verdict.reason == "stale_epoch":
@@ -402,27 +394,6 @@ async def _fenced(request: web.Request, spec: dict[str, tuple],
         if pace is not None:
             answer["renew_in_seconds"] = pace
     return web.json_response(answer, status=status)
-
-
-def _time_late_verdict(gw: Gateway, bus: Any, fut: asyncio.Future, command_id: str, job_id: str,
-                       sent_at: float) -> None:
-    """A renewal answered pending before verdict_seconds: keep listening for its verdict until then, so the
-    watch (loopwatch.py) learns how long verdicts really take (shedding starts from that), as it did while
-    renewals waited the whole verdict_seconds; a verdict that never comes counts as verdict_seconds."""
-    loop = asyncio.get_running_loop()
-
-    def arrived(_: asyncio.Future) -> None:
-        give_up.cancel()
-        bus.forget_verdict(command_id, job_id)
-        gw.watch.note_verdict_wait(int((time.monotonic() - sent_at) * 1000))
-
-    def never() -> None:
-        fut.remove_done_callback(arrived)
-        bus.forget_verdict(command_id, job_id)
-        gw.watch.note_verdict_wait(int(gw.cfg.verdict_seconds * 1000))
-
-    give_up = loop.call_later(max(0.0, sent_at + gw.cfg.verdict_seconds - time.monotonic()), never)
-    fut.add_done_callback(arrived)
 
 
 def _instructions(verdict) -> dict[str, Any]:
