@@ -20,7 +20,8 @@ answered 422), a job's `sampler` included (one of its family's, SAMPLERS); `spot
 file; a worker started with `--model NAME` loads the entry's directory, and renders a job that names no
 sampler or guidance with the entry's. The frame count of a job is round(duration × fps), as the worker
 computes it; the gateway takes a duration from frames_min / fps to frames_max / fps and, where that count is
-off the entry's grid (4n+1), moves the job's duration to the nearest count on it (`frames_for`). Pure functions and a loader; nothing here talks to a service.
+off the entry's grid (4n+1), moves the job's duration to the nearest count on it (`frames_for`). Pure
+functions and a loader; nothing here talks to a service.
 
 The local stack's registry (`platform.seed.local_registry_text`): `spotreel infra up` writes it to `$SPOTREEL_HOME/models.toml`
 when SPOTREEL_MODEL_REGISTRY is unset and hands it to the gateway it starts; `registry_path` finds it for the
@@ -45,7 +46,6 @@ FAMILIES = ("unet3d", "wan", "ltx", "cogvideox")
 DTYPES = ("float32", "float16", "bfloat16")
 SAMPLERS = {"unet3d": ("ddim", "euler_a", "unipc", "dpmpp"), "wan": ("unipc", "dpmpp"), "ltx": ("flow_euler",),
             "cogvideox": ("ddim", "dpmpp")}
-_ROUNDING = "rounded to the nearest count the model takes"
 _SIZE = re.compile(r"([1-9][0-9]{0,4})x([1-9][0-9]{0,4})")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
 
@@ -99,8 +99,7 @@ class ModelEntry:
 
     def duration_bounds(self, fps: int) -> tuple[float | None, float]:
         """The durations this model renders at `fps`: from frames_min / fps (None when frames_min is 1: any
-        positive duration renders at least one frame) to frames_max / fps, both inclusive. The same two
-        divisions are /openapi.json's bounds, so the document and this check agree to the last bit."""
+        positive duration renders at least one frame) to frames_max / fps, both inclusive."""
         return (self.frames_min / fps if self.frames_min > 1 else None), self.frames_max / fps
 
     def frames_for(self, duration_s: float, fps: int) -> int:
@@ -143,7 +142,8 @@ class ModelRegistry:
         if duration_s > hi or (lo is not None and duration_s < lo):
             since = f"from {lo!r}" if lo is not None else "above 0"
             return "duration", (f"model {model} renders frames {entry.frame_rule()}: at {fps} fps, duration "
-                                f"{since} to {hi!r} s (duration x fps frames, {_ROUNDING}); got {duration_s!r}")
+                                f"{since} to {hi!r} s (duration x fps frames, rounded to the nearest count the model "
+                                f"takes); got {duration_s!r}")
         if not entry.steps_min <= num_steps <= entry.steps_max:
             return "num_steps", f"model {model} takes num_steps from {entry.steps_min} to {entry.steps_max}"
         if sampler is not None and sampler not in entry.samplers():
