@@ -35,6 +35,7 @@ from dataclasses import fields
 from typing import Any, Callable, Iterable, NamedTuple
 
 from spotreel.domain import events as ev
+from spotreel.domain import limits
 from spotreel.domain.evolve import evolve
 from spotreel.domain.spec import SPEC_FIELDS
 from spotreel.domain.state import JobState, Status
@@ -118,6 +119,13 @@ def _same_params(a: JobState, b: JobState) -> bool:
     return True
 
 
+def _readable(ms: int | None) -> int | None:
+    """A time the read model's drivers can decode: a run_at past limits.MAX_TIME_MS (the end of year 9999; only
+    in records written before the API and the domain refused one) is stored as that limit, since a later CQL
+    timestamp makes the Python driver drop its connection on read."""
+    return None if ms is None else min(ms, limits.MAX_TIME_MS)
+
+
 def job_row(s: JobState, prev: tuple[JobState, dict[str, Any]] | None = None) -> dict[str, Any]:
     """jobs_by_id columns (key excluded) of a folded state. `prev`: a state and its row, whose params JSON is
     reused when the state's parameters are the same (they are, unless one of them is a JobSubmitted)."""
@@ -126,7 +134,7 @@ def job_row(s: JobState, prev: tuple[JobState, dict[str, Any]] | None = None) ->
     return {
         "tenant_id": s.tenant, "status": s.status, "pool": s.pool, "model": s.spec.model, "priority": s.priority,
         "prompt": s.spec.prompt, "params": params, "idempotency_key": s.idempotency_key,
-        "created_at": s.submitted_at_ms, "updated_at": s.updated_at_ms, "run_at": s.run_at_ms,
+        "created_at": s.submitted_at_ms, "updated_at": s.updated_at_ms, "run_at": _readable(s.run_at_ms),
         "attempt": s.attempts_used, "max_attempts": s.max_attempts,
         "lease_epoch": s.epoch or None, "worker_id": s.lease.worker_id if s.lease else None,
         "lease_expires_at": s.lease.expires_at_ms if s.lease else None,

@@ -43,7 +43,7 @@ _JOB_ID = re.compile(rf"^{JOB_ID.pattern}$")  # the worker API (gateway worker_a
 CALLBACK = re.compile(r"https?://\S{1,2000}")
 RESERVED_KEY_PREFIX = "schedule:"
 MAX_SEED = 2**63 - 1
-MAX_RUN_AT_MS = 2**53
+MAX_RUN_AT_MS = limits.MAX_TIME_MS  # the end of year 9999: a later time cannot be read back (limits.py)
 PRIORITY_RANGE = (0, 9)
 DAG_POLICIES = ("fail_fast", "continue")
 # Every sampler some model family takes; with a registry, a job's must be one of its model's family's.

@@ -106,6 +106,8 @@ def submission_problem(c: cmd.SubmitJob) -> str | None:
         (bool(spec.model) and bool(c.gpu_type), "model and gpu_type are required"),
         (spec.num_steps >= 1 and spec.fps >= 1, "num_steps and fps must be >= 1"),
         (math.isfinite(spec.duration_s) and spec.duration_s > 0, "duration_s must be > 0"),
+        (c.run_at_ms is None or 0 <= c.run_at_ms <= limits.MAX_TIME_MS,
+         f"run_at_ms must be from 0 to {limits.MAX_TIME_MS} (the end of year 9999)"),
         (c.max_attempts >= 1 and c.max_preemptions >= 1, "max_attempts and max_preemptions must be >= 1"),
         (c.keep_checkpoints >= 1, "keep_checkpoints must be >= 1"),
         (0 <= c.backoff_base_ms <= c.backoff_max_ms, "need 0 <= backoff_base_ms <= backoff_max_ms"),

@@ -47,6 +47,12 @@ class Rule:
 # Phases after the last denoising step: no step advances there, so the stuck rule does not apply.
 FINISHING_PHASES = frozenset({"decoding", "encoding", "uploading"})
 
+# The latest time a job or schedule may name (run_at, start_at): the last millisecond of year 9999, the latest a
+# Python datetime holds. The read model stores these as CQL timestamps, and a later one cannot be decoded by the
+# Python driver, which then drops its connection: one such row made every read of the gateway fail
+# (schemathesis' stateful run found it with a run_at of 2**53 ms, 2026-11-27).
+MAX_TIME_MS = 253_402_300_799_999
+
 # Limits on the policy a submission may set (the gateway answers 422 naming the field and the limit; a
 # SubmitJob over Kafka beyond them is refused with invalid_request).
 MAX_ATTEMPTS = 20

@@ -45,6 +45,7 @@ from typing import Any
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
 from spotreel.domain import ids
+from spotreel.domain import limits
 from spotreel.domain.cron import CronError, CronSchedule, MissedPolicy, validate_zone
 from spotreel.domain.cron import validate as validate_cron
 from spotreel.domain.decide import submission_problem
@@ -270,6 +271,8 @@ def _create_problem(c: cmd.CreateSchedule) -> str | None:
         return f"missed_policy must be one of {sorted(p.value for p in MissedPolicy)}"
     if c.grace_ms < 0 or c.max_catchup < 1:
         return "grace_ms must be >= 0 and max_catchup >= 1"
+    if c.start_ms is not None and not 0 <= c.start_ms <= limits.MAX_TIME_MS:
+        return f"start_ms must be from 0 to {limits.MAX_TIME_MS} (the end of year 9999)"
     try:
         validate_cron(c.cron)
     except CronError as err:
