@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from spotreel.api.config import GatewayConfig
+from spotreel.domain import limits
 from spotreel.services.gateway.openapi_parts import operation
 
 
@@ -73,7 +74,8 @@ def worker_paths(cfg: GatewayConfig) -> dict[str, Any]:
              "properties": {**profile["properties"], "gpu_type": {"type": ["string", "null"]},
                             "wait_seconds": {"type": ["number", "null"], "minimum": 0,
                                              "maximum": cfg.lease_poll_max_seconds},
-                            "lease_ttl_ms": {**LONG, "type": ["integer", "null"]}}})},
+                            "lease_ttl_ms": {"type": ["integer", "null"], "minimum": limits.MIN_LEASE_TTL_MS,
+                                             "maximum": limits.MAX_LEASE_TTL_MS}}})},
     }
     for action, (summary, fields, required) in LEASE_BODIES.items():
         paths[f"/internal/leases/{{job_id}}/{action}"] = {"post": op(

@@ -11,6 +11,7 @@ from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec, CodecError
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
+from spotreel.domain import limits
 from spotreel.domain.decide import decide
 from spotreel.domain.dispatch import DispatchConfig
 from spotreel.domain.evolve import fold
@@ -150,6 +151,9 @@ class Handler:
 
         if c.draining:
             return none("draining")
+        if not limits.lease_ttl_fits(c.lease_ttl_ms, now_ms):
+            # Every grant would be refused; trying them would drop up to 8 queued jobs from the index.
+            return none("invalid_lease_ttl")
         if c.worker_id in part.busy_workers or self.worker_busy(c.worker_id):
             return none("worker_holds_lease")
         # The index is a hint; decide is the authority. A stale head is dropped and the next one tried.

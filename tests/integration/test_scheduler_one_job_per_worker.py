@@ -108,3 +108,21 @@ def test_two_partitions_asked_at_once_leave_the_worker_one_lease(env) -> None:
     # Either the second partition already refused, or it granted and handed its lease back as unclaimed.
     assert len(granted) - len(released) == 1, (granted, released)
     assert all(e.reason == "unclaimed" and e.preemptions == 0 for e in released)
+
+
+def test_a_request_for_a_lease_no_grant_could_hold_is_refused_and_costs_the_queue_nothing(env) -> None:
+    """A RequestWork with a TTL of 0, or one that would end the lease after year 9999 (limits.lease_ttl_fits),
+    is answered invalid_lease_ttl before any job is tried: trying them, each refused grant used to drop that job
+    from the partition's queue index. The queued job is granted to the next valid request."""
+    settings, bus = env
+    job = _job_on(0, "ttl")
+    bus.send(job)
+    bus.wait_event(job.job_id, ev.JobQueued)
+    worker = f"w-{uuid.uuid4().hex[:6]}"
+    for ttl in (0, 2**62):
+        rid = bus.next_id(f"rw-{worker}")
+        bus.send(c.RequestWork(rid, worker, GPU, (MODEL,), (), False, ttl, int(time.time() * 1000)), partition=0)
+        answer = bus.wait_for(lambda: bus.answers.get(rid), 20, f"answer to {rid}")
+        assert isinstance(answer, ev.NoWorkAvailable) and answer.reason == "invalid_lease_ttl", answer
+    _, granted = _ask(bus, worker, 0)
+    assert isinstance(granted, ev.WorkAssigned) and granted.job_id == job.job_id, granted

@@ -74,3 +74,35 @@ def test_a_run_at_past_the_limit_already_in_the_log_is_projected_as_the_limit():
     state = fold(late)
     assert state.run_at_ms == 2**53  # the history is kept as written
     assert job_row(state)["run_at"] == limits.MAX_TIME_MS
+
+
+def test_a_grant_whose_lease_would_end_after_the_limit_is_refused():
+    from spotreel.domain import commands as c
+    from tests.unit.jobkit import Driver
+
+    d = Driver()
+    d.submit()
+    [refused] = d.send(c.GrantLease("g", d.job_id, "w1", d.s.pool, limits.MAX_TIME_MS))
+    assert isinstance(refused, ev.CommandRejected) and refused.reason == "invalid_request"
+    assert [type(e).__name__ for e in d.grant(ttl=10**9)] == ["JobLeased"]  # long, but within the limit
+
+
+async def test_the_worker_api_takes_a_lease_ttl_within_its_documented_bounds():
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from spotreel.services.gateway.app import create_app
+    from spotreel.settings import Settings
+    from tests.unit.gateway_fakes import WORKER_KEY, fake_deps
+
+    client = TestClient(TestServer(create_app(Settings(), fake_deps())))
+    await client.start_server()
+    try:
+        for ttl in (0, limits.MIN_LEASE_TTL_MS - 1, limits.MAX_LEASE_TTL_MS + 1, 2**62):
+            r = await client.post("/internal/workers/w1/lease", headers={"Authorization": f"Bearer {WORKER_KEY}"},
+                                  json={"gpu_type": "cpu", "models": ["m"], "wait_seconds": 0, "lease_ttl_ms": ttl})
+            assert r.status == 422 and (await r.json())["error"]["field"] == "lease_ttl_ms", (ttl, r.status)
+    finally:
+        await client.close()
+    body = document()["paths"]["/internal/workers/{id}/lease"]["post"]["requestBody"]["content"]
+    rule = body["application/json"]["schema"]["properties"]["lease_ttl_ms"]
+    assert (rule["minimum"], rule["maximum"]) == (limits.MIN_LEASE_TTL_MS, limits.MAX_LEASE_TTL_MS)

@@ -106,8 +106,9 @@ def grant(state: JobState, c: cmd.GrantLease, h: Head, now_ms: int) -> Events:
         return rejected(state, c, now_ms, Reason.NOT_QUEUED, f"status is {state.status}")
     if c.pool != state.pool:
         return rejected(state, c, now_ms, Reason.POOL_MISMATCH, f"job runs in {state.pool}")
-    if c.lease_ttl_ms <= 0 or not c.worker_id:
-        return rejected(state, c, now_ms, Reason.INVALID_REQUEST, "lease_ttl_ms must be > 0 and worker_id set")
+    if not limits.lease_ttl_fits(c.lease_ttl_ms, now_ms) or not c.worker_id:
+        return rejected(state, c, now_ms, Reason.INVALID_REQUEST,
+                        "lease_ttl_ms must be > 0 and end the lease by the end of year 9999, and worker_id set")
     resume = state.resume_point
     return (
         h.event(

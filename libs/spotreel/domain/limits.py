@@ -52,6 +52,15 @@ FINISHING_PHASES = frozenset({"decoding", "encoding", "uploading"})
 # Python driver, which then drops its connection: one such row made every read of the gateway fail
 # (schemathesis' stateful run found it with a run_at of 2**53 ms, 2026-11-27).
 MAX_TIME_MS = 253_402_300_799_999
+# The lease TTL a worker may ask for over HTTP (the gateway answers 422 outside it). The domain itself only
+# refuses a TTL that is not positive or would end a lease past MAX_TIME_MS (lease_ttl_fits).
+MIN_LEASE_TTL_MS = 1_000
+MAX_LEASE_TTL_MS = 86_400_000  # a day
+
+
+def lease_ttl_fits(ttl_ms: int, now_ms: int) -> bool:
+    """A lease of `ttl_ms` granted at `now_ms` has a positive length and ends at a time the read model can hold."""
+    return 0 < ttl_ms and now_ms + ttl_ms <= MAX_TIME_MS
 
 # Limits on the policy a submission may set (the gateway answers 422 naming the field and the limit; a
 # SubmitJob over Kafka beyond them is refused with invalid_request).

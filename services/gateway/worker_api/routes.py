@@ -34,6 +34,7 @@ from spotreel.dispatch.intake import SENT_AT_HTTP_HEADER
 from spotreel.dispatch.order import request_order
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
+from spotreel.domain import limits
 from spotreel.domain.spec import flattened
 from spotreel.platform.seed import api_key_hash
 from spotreel.api.config import GatewayConfig
@@ -234,6 +235,9 @@ async def lease(request: web.Request) -> web.StreamResponse:
     if not 0 <= wait <= gw.cfg.lease_poll_max_seconds:
         raise invalid("wait_seconds", f"wait_seconds must be between 0 and {gw.cfg.lease_poll_max_seconds}")
     ttl = f.get("lease_ttl_ms", gw.cfg.lease_ttl_ms)
+    if not limits.MIN_LEASE_TTL_MS <= ttl <= limits.MAX_LEASE_TTL_MS:
+        raise invalid("lease_ttl_ms", f"lease_ttl_ms must be between {limits.MIN_LEASE_TTL_MS} and "
+                                      f"{limits.MAX_LEASE_TTL_MS}")
     draining = f.get("draining", False)
     bus = _bus(gw)
     await bus.ensure_started()
