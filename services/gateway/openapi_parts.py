@@ -27,6 +27,8 @@ STALE_PAGE = {"409": {"description": "stale_page_token: the page_token does not 
                       "content": {"application/json": {"schema": ERROR}}}}
 ID = {"name": "id", "in": "path", "required": True,
       "schema": {"type": "string", "pattern": anchored(VIDEO_ID.pattern)}}
+
+
 def json_content(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
@@ -81,6 +83,8 @@ def nullable(schema: dict[str, Any]) -> dict[str, Any]:
 
 def optional(fields: dict[str, Any], *required: str) -> dict[str, Any]:
     return {k: (v if k in required else nullable(v)) for k, v in fields.items()}
+
+
 IDEMPOTENCY = {"name": "Idempotency-Key", "in": "header", "required": False,
                "schema": {"type": "string", "minLength": 1, "maxLength": 200,
                           "pattern": f"^(?!{RESERVED_KEY_PREFIX}){KEY.pattern}$"},
