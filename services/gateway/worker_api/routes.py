@@ -20,7 +20,6 @@ skipped while the read model does not answer (as is a fresh credential check for
 from __future__ import annotations
 
 import asyncio
-import logging
 import json
 import math
 import time
@@ -51,7 +50,6 @@ from spotreel.services.gateway.metrics import Metrics
 from spotreel.api.submission import _JOB_ID
 from spotreel.settings import Settings
 
-log = logging.getLogger("spotreel.gateway")
 WORKER = web.RequestKey("worker_key", str)
 PROFILES = web.AppKey("worker_profiles", dict)
 DESK = web.AppKey("lease_desk", LeaseDesk)
@@ -339,24 +337,7 @@ async def _deliver(request: web.Request, gw: Gateway, desk: LeaseDesk, answer: e
             desk.delivered(answer, claimed)
         else:
             desk.park(answer)
-    if written and gw.deps.clock_ms() > answer.at_ms + answer.lease_ttl_ms // 3:
-        await _renew_late_delivery(gw, answer)
     return response
-
-
-async def _renew_late_delivery(gw: Gateway, answer: ev.WorkAssigned) -> None:
-    """A grant delivered more than a third of its TTL after it was made (it waited in this gateway, frozen or
-    far behind, or for the worker's next poll) is renewed on its holder's behalf now that the holder has it:
-    the worker's own first renewal comes a heartbeat later, and by then the gateway's pulses may vouch past
-    the lease's deadline, expiring a lease whose holder was never silent (CI lost one so). Produced inside the
-    poll's intake context, the renewal carries the poll's send time and is judged in time like the worker's
-    own (services/scheduler/intake.py); no verdict is awaited, and a failure only leaves the worker's own."""
-    try:
-        await gw.deps.commands.send(cmd.RenewLease(f"dl-{gw.new_id()}", answer.job_id, answer.epoch,
-                                                   answer.worker_id))
-        gw.metrics.commands.labels("RenewLease").inc()
-    except Exception as exc:  # the worker's own renewals still come; nothing is lost by not sending this one
-        log.warning("renewal of late-delivered lease %s/%s not sent: %s", answer.job_id, answer.epoch, exc)
 
 
 # -- fenced lease commands --------------------------------------------------------------------------------
