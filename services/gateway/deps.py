@@ -8,7 +8,7 @@ shared with the projector), so the gateway and the projector cannot drift on wha
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Awaitable, Callable, Protocol
 
 from spotreel.dispatch.listener import DispatchUnavailable
 from spotreel.readmodel.jobs import AttemptView, HistoryEntry, JobPage, JobView
@@ -67,6 +67,10 @@ class PoolLoad:
 class CommandSink(Protocol):
     async def send(self, command: Any) -> None:
         """Return only once Kafka acknowledged the write (acks=all); raise SinkUnavailable otherwise."""
+
+    def send_nowait(self, command: Any) -> Awaitable[None]:
+        """Hand the command to the producer before returning (ordered ahead of anything sent later) without
+        waiting; what it returns settles with the ack or SinkUnavailable."""
 
 
 class ReadStore(Protocol):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -35,6 +36,15 @@ class FakeSink:
         if self.down:
             raise SinkUnavailable("broker down")
         self.sent.append(command)
+
+    def send_nowait(self, command: Any) -> asyncio.Future[None]:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.down:
+            done.set_exception(SinkUnavailable("broker down"))
+        else:
+            self.sent.append(command)
+            done.set_result(None)
+        return done
 
 
 @dataclass

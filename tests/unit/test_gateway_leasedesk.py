@@ -6,6 +6,7 @@ dropped, never handed to a draining worker, never released once delivered."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 from typing import Any
 
@@ -25,6 +26,7 @@ from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.worker_api.leasedesk import SUPERSEDED, LeaseDesk
 from spotreel.settings import Settings
 from tests.unit.gateway_fakes import WORKER_KEY, fake_deps
+from tests.unit.gateway_fakes import Clock as DepsClock
 
 pytestmark = pytest.mark.unit
 
@@ -57,6 +59,13 @@ class Sink:
     async def send(self, command: Any, partition: int | None = None) -> None:
         self.sent.append((command, partition))
         self.on_send(command, partition)
+
+    def send_nowait(self, command: Any, partition: int | None = None) -> asyncio.Future[None]:
+        self.sent.append((command, partition))
+        self.on_send(command, partition)
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
 
     def of(self, cls: type) -> list[Any]:
         return [c for c, _ in self.sent if isinstance(c, cls)]
@@ -440,3 +449,27 @@ async def test_refusals_move_the_poll_on_and_a_draining_worker_asks_once(served)
     assert (await _poll(session, url, wait=2.0, draining=True))[0] == 204
     [request] = sink.of(cmd.RequestWork)
     assert request.draining
+
+
+async def test_a_grant_delivered_late_is_renewed_on_its_holders_behalf(served) -> None:
+    """A grant older than a third of its TTL when it reaches its worker (it waited in a frozen gateway) gets a
+    RenewLease at delivery, produced in the poll's intake context; a fresh grant gets none."""
+    url, session, sink, bus = served
+    now = DepsClock.now  # the fake deps' clock, which the gateway reads
+    for age_ms, renewed in ((0, False), (9_000, False), (11_000, True)):
+        worker = f"w-{age_ms}"
+
+        def answer(c, p, worker=worker, age_ms=age_ms):
+            if isinstance(c, cmd.RequestWork):
+                grant = dataclasses.replace(assigned(c.command_id, worker=worker, partition=p, epoch=9),
+                                            at_ms=now - age_ms)  # TTL 30 s: a third is 10 s
+                asyncio.get_running_loop().call_soon(bus.answer, grant)
+        sink.on_send = answer
+        before = len(sink.of(cmd.RenewLease))
+        status, body = await _poll(session, url, worker=worker)
+        assert status == 200 and body["epoch"] == 9
+        renewals = sink.of(cmd.RenewLease)[before:]
+        assert bool(renewals) is renewed, (age_ms, renewals)
+        if renewed:
+            [r] = renewals
+            assert (r.job_id, r.epoch, r.worker_id) == (body["job_id"], 9, worker)

@@ -61,10 +61,17 @@ def kafka_headers(headers: list[Any] | None) -> list[Any] | None:
 
 
 def produced() -> None:
-    """A command of the current origin is on the topic (the sender calls this after Kafka's ack)."""
+    """A command of the current origin is on the topic (a sender calls this after Kafka's ack)."""
+    hook = produced_hook()
+    if hook is not None:
+        hook()
+
+
+def produced_hook() -> Callable[[], None] | None:
+    """What to call once a command produced now is on the topic: the current origin's `on_produced`, taken
+    at the produce call (the ack may settle outside the origin's block)."""
     current = _origin.get()
-    if current is not None and current[2] is not None:
-        current[2]()
+    return current[2] if current is not None else None
 
 
 def read(headers: Sequence[tuple[str, Any]] | None) -> tuple[str | None, int | None]:

@@ -54,8 +54,15 @@ class AsyncCommandSender:
             self.producer.poll(0.1)
 
     async def send(self, command: Any, partition: int | None = None) -> None:
+        await self.send_nowait(command, partition)
+
+    def send_nowait(self, command: Any, partition: int | None = None) -> asyncio.Future[None]:
+        """Hand the command to the producer now, before this returns: it is ordered on its partition ahead of
+        anything sent after it (a gateway's next pulse included). The future settles with Kafka's ack (or
+        DispatchUnavailable); the current intake origin (intake.py) hears of the ack either way."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
+        on_produced = intake.produced_hook()
 
         def report(err: Any, msg: Any) -> None:
             def settle() -> None:
@@ -65,6 +72,8 @@ class AsyncCommandSender:
                     done.set_exception(DispatchUnavailable(str(err)))
                 else:
                     done.set_result(None)
+                    if on_produced is not None:
+                        on_produced()
             loop.call_soon_threadsafe(settle)
 
         key = command_key(command)
@@ -76,8 +85,7 @@ class AsyncCommandSender:
                                   headers=intake.kafka_headers(tracing.kafka_headers()))
         except BufferError as exc:
             raise DispatchUnavailable(f"producer queue full: {exc}") from exc
-        await done
-        intake.produced()
+        return done
 
     def close(self, timeout: float = 10.0) -> None:
         self.producer.flush(timeout)

@@ -20,6 +20,7 @@ skipped while the read model does not answer (as is a fresh credential check for
 from __future__ import annotations
 
 import asyncio
+import logging
 import json
 import math
 import time
@@ -50,6 +51,7 @@ from spotreel.services.gateway.metrics import Metrics
 from spotreel.api.submission import _JOB_ID
 from spotreel.settings import Settings
 
+log = logging.getLogger("spotreel.gateway")
 WORKER = web.RequestKey("worker_key", str)
 PROFILES = web.AppKey("worker_profiles", dict)
 DESK = web.AppKey("lease_desk", LeaseDesk)
@@ -327,6 +329,8 @@ async def _deliver(request: web.Request, gw: Gateway, desk: LeaseDesk, answer: e
     written = False
     try:
         if _connected(request):
+            if gw.deps.clock_ms() > answer.at_ms + answer.lease_ttl_ms // 3:
+                _renew_late_delivery(gw, answer)
             await response.prepare(request)
             await response.write_eof()
             written = True
@@ -338,6 +342,33 @@ async def _deliver(request: web.Request, gw: Gateway, desk: LeaseDesk, answer: e
         else:
             desk.park(answer)
     return response
+
+
+def _renew_late_delivery(gw: Gateway, answer: ev.WorkAssigned) -> None:
+    """A grant about to reach its worker more than a third of its TTL after it was made (it waited in this
+    gateway, frozen or far behind, or parked for the worker's next poll) is renewed on the holder's behalf: the
+    worker's own first renewal comes a heartbeat later, and by then this gateway's pulses may have vouched
+    past the lease's deadline, expiring a lease whose holder was never silent (a CI run lost one so). Handed
+    to the producer before this returns, so it is on the partition ahead of the next pulse, and produced in
+    the poll's intake context, so it is judged at the poll's send time (services/scheduler/intake.py). Its
+    ack is not awaited: the poll's connection is not held while Kafka is slow or away, and a renewal that
+    fails only leaves the worker's own."""
+    command = cmd.RenewLease(f"dl-{gw.new_id()}", answer.job_id, answer.epoch, answer.worker_id)
+    try:
+        sent = asyncio.ensure_future(gw.deps.commands.send_nowait(command))
+    except Exception as exc:  # the producer's queue is full: the worker's own renewals still come
+        log.warning("renewal of late-delivered lease %s/%s not sent: %s", answer.job_id, answer.epoch, exc)
+        return
+
+    def settled(fut: asyncio.Future) -> None:
+        if fut.cancelled():
+            return
+        if fut.exception() is not None:
+            log.warning("renewal of late-delivered lease %s/%s not acknowledged: %s", answer.job_id,
+                        answer.epoch, fut.exception())
+        else:
+            gw.metrics.commands.labels("RenewLease").inc()
+    sent.add_done_callback(settled)
 
 
 # -- fenced lease commands --------------------------------------------------------------------------------
