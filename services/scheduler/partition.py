@@ -282,7 +282,10 @@ class PartitionState:
                 return False
             state = self.view(current(entry[2]))
             lease = state.lease if state is not None else None
-            return lease is not None and self.intake.holds(lease.worker_id, entry[0], now_ms)
+            # A timer of an older deadline (the lease was renewed since: most due timers at a fleet's pace)
+            # is not held: `due` drops it at once instead of judging it again every tick.
+            return (lease is not None and lease.epoch == entry[3] and lease.expires_at_ms == entry[0]
+                    and self.intake.holds(lease.worker_id, entry[0], now_ms))
         out, still = [], []
         for entry in [*self.gateway_held, *ready]:
             (still if held(entry) else out).append(entry)
