@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from spotreel.adapters.kafka import batched_fetch
 from spotreel.codec import Codec, CodecError
 from spotreel.domain import events as ev
 from spotreel.services.janitor import objects
@@ -79,6 +80,7 @@ class Janitor:
             "bootstrap.servers": config.bootstrap, "group.id": config.group_id,
             "enable.auto.commit": False, "auto.offset.reset": "earliest", "isolation.level": "read_committed",
             "session.timeout.ms": 10000, "heartbeat.interval.ms": 2000, "log_level": 3,
+            **batched_fetch(500),
         })
 
     async def run(self, stop: asyncio.Event) -> None:

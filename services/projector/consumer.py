@@ -25,6 +25,7 @@ from typing import Any, Callable
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from spotreel import tracing
+from spotreel.adapters.kafka import batched_fetch
 from spotreel.codec import Codec, CodecError
 from spotreel.codec.mapping import mapping_for
 from spotreel.domain import events as ev
@@ -115,8 +116,8 @@ class Projector:
             "session.timeout.ms": config.session_timeout_ms,
             "heartbeat.interval.ms": 2000,
             "max.poll.interval.ms": config.max_poll_interval_ms,
-            # Bigger fetches: the projector is throughput-bound, not latency-bound.
-            "fetch.min.bytes": 1,
+            # Bigger fetches: the projector is throughput-bound, not latency-bound (at most 100 ms more lag).
+            **batched_fetch(100),
             "queued.min.messages": 20000,
             "log_level": 3,
         })

@@ -29,6 +29,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any, Callable
 
+from spotreel.adapters.kafka import batched_fetch
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
 from spotreel.domain.fairness import DecayingTotal, TenantPolicy, TenantUsage, combined_usage, credit
@@ -189,7 +190,7 @@ class FairShareView:
 
         c = Consumer({"bootstrap.servers": self.settings.kafka_bootstrap,
                       "group.id": f"{self.settings.topic_prefix}.fair-share.{uuid.uuid4().hex[:8]}",
-                      "enable.auto.commit": False, "fetch.wait.max.ms": 50})
+                      "enable.auto.commit": False, **batched_fetch(50)})
         tps = [(t, p) for t in self.topics for p in range(self.settings.partitions)]
         ends = {tp: c.get_watermark_offsets(TopicPartition(*tp), timeout=30)[1] for tp in tps}
         c.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in tps])

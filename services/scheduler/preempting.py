@@ -41,6 +41,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from spotreel.adapters.kafka import batched_fetch
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
 from spotreel.domain.ids import pool_key
@@ -239,7 +240,7 @@ class PoolStatsView:
 
         c = Consumer({"bootstrap.servers": self.settings.kafka_bootstrap,
                       "group.id": f"{self.settings.topic_prefix}.preempting.{uuid.uuid4().hex[:8]}",
-                      "enable.auto.commit": False, "fetch.wait.max.ms": 100})
+                      "enable.auto.commit": False, **batched_fetch(100)})
         topic = pool_stats_topic(self.settings)
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(self.settings.partitions)])
         self._thread = threading.Thread(target=self._run, args=(c,), name="pool-stats-view", daemon=True)

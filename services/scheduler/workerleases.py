@@ -25,6 +25,7 @@ import uuid
 from collections import defaultdict
 from typing import Any
 
+from spotreel.adapters.kafka import batched_fetch
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
 from spotreel.platform.topics import worker_leases_topic
@@ -87,7 +88,7 @@ class WorkerLeaseIndex:
 
         c = Consumer({"bootstrap.servers": self.settings.kafka_bootstrap,
                       "group.id": f"{self.settings.topic_prefix}.worker-leases.{uuid.uuid4().hex[:8]}",
-                      "enable.auto.commit": False, "fetch.wait.max.ms": 50})
+                      "enable.auto.commit": False, **batched_fetch(50)})
         parts = range(self.settings.partitions)
         ends = {p: c.get_watermark_offsets(TopicPartition(self.topic, p), timeout=30)[1] for p in parts}
         c.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in parts])

@@ -24,6 +24,7 @@ import threading
 import uuid
 from typing import Any, Iterable
 
+from spotreel.adapters.kafka import batched_fetch
 from spotreel.services.gateway.deps import PoolLoad
 
 log = logging.getLogger("spotreel.gateway.pools")
@@ -85,7 +86,7 @@ class KafkaPoolStats:
             try:
                 c = Consumer({"bootstrap.servers": self.settings.kafka_bootstrap,
                               "group.id": f"{self.settings.topic_prefix}.gateway-pools.{uuid.uuid4().hex[:8]}",
-                              "enable.auto.commit": False, "log_level": 3})
+                              "enable.auto.commit": False, "log_level": 3, **batched_fetch(500)})
                 c.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in range(self.settings.partitions)])
                 consumer = c
             except KafkaException as exc:  # broker not up yet: estimates stay null until it is

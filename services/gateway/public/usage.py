@@ -23,6 +23,7 @@ from typing import Any, Iterable
 
 from aiohttp import web
 
+from spotreel.adapters.kafka import batched_fetch
 from spotreel.domain.fairness import combined_usage
 from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import gateway
@@ -74,7 +75,7 @@ class KafkaTenantUsage:
             try:
                 c = Consumer({"bootstrap.servers": self.settings.kafka_bootstrap,
                               "group.id": f"{self.settings.topic_prefix}.gateway-usage.{uuid.uuid4().hex[:8]}",
-                              "enable.auto.commit": False, "log_level": 3})
+                              "enable.auto.commit": False, "log_level": 3, **batched_fetch(500)})
                 c.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in range(self.settings.partitions)])
                 consumer = c
             except KafkaException as exc:
