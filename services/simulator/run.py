@@ -34,7 +34,9 @@ def _meter_figures(m: Meter) -> dict[str, Any]:
             "request_errors": sum(m.errors.values()), "errors_by_kind": dict(m.errors),
             "statuses": dict(sorted(m.statuses.items())), "rtt": rtt,
             # Both renew the lease (a running worker sends progress only), so both say whether leases are safe.
-            "heartbeat_rtt": summary_ms([*m.rtt.get("heartbeat", []), *m.rtt.get("progress", [])])}
+            "heartbeat_rtt": summary_ms([*m.rtt.get("heartbeat", []), *m.rtt.get("progress", [])]),
+            "simulator_loop_lag": summary_ms(m.loop_lag),
+            "simulator_gc_full": {**summary_ms(m.gc_full_ms), "total_ms": round(sum(m.gc_full_ms), 1)}}
 
 
 def _per_s(counts: dict[str, int], kinds: tuple[str, ...], seconds: float) -> float:
@@ -61,6 +63,8 @@ async def _ramp(cfg: SimConfig, stack: PrivateStack, sh: Shared, say: Callable[[
     window = CpuWindow(stack.pids())
     t_start = time.monotonic()
     submitter = asyncio.create_task(submit_loop(sh, t_start + cfg.run_s))
+    lag_watch = asyncio.create_task(sh.meter.watch_loop())
+    unwatch_gc = sh.meter.watch_gc()
     staller = asyncio.create_task(_stall(stack, cfg, t_start, say)) if cfg.stall_s > 0 else None
     stages = []
     for i, size in enumerate(cfg.workers):
@@ -90,6 +94,8 @@ async def _ramp(cfg: SimConfig, stack: PrivateStack, sh: Shared, say: Callable[[
             break
         await asyncio.sleep(1.0)
     stopped_at_ms = int(time.time() * 1000)
+    lag_watch.cancel()
+    unwatch_gc()
     await fleet.stop()
     if staller is not None:
         await staller

@@ -3,6 +3,9 @@ saturation, and the option parsing."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+
 import pytest
 
 from spotreel.domain import events as ev
@@ -10,6 +13,7 @@ from spotreel.fleetsim.config import SimConfig, parse_policy, parse_ramp, parse_
 from spotreel.fleetsim.figures import (Accepted, Attempt, WorkerLife, goodput_by_stage, goodput_hold,
                                                     gpu_accounting, judge_events, kept_step_times, percentile,
                                                     saturated)
+from spotreel.fleetsim.fleet import Meter
 
 
 def queued(job: str, v: int, at: int) -> ev.JobQueued:
@@ -216,3 +220,17 @@ def test_a_lease_the_run_itself_dropped_at_its_end_is_no_live_worker_losing_its_
     # a vanished; b expired after the run stopped its worker; c and d expired while their workers lived.
     assert sorted(e.job_id for e in live) == ["c", "d"]
     assert sorted(e.job_id for e in expired_under_live_workers(attempts, events)) == ["b", "c", "d"]
+
+
+async def test_the_meter_records_how_late_the_simulators_loop_wakes_and_hands_it_over_per_stage() -> None:
+    """A round trip the simulator measures includes its own loop's queueing: the report states it beside."""
+    meter = Meter()
+    watch = asyncio.create_task(meter.watch_loop(every_s=0.02))
+    await asyncio.sleep(0.1)
+    time.sleep(0.08)  # the loop is busy: the next wake-up is about that late
+    await asyncio.sleep(0.05)
+    watch.cancel()
+    stage = meter.take()
+    assert len(stage.loop_lag) >= 3 and min(stage.loop_lag) >= 0.0
+    assert max(stage.loop_lag) >= 50.0
+    assert meter.loop_lag == [] and meter.rtt == {}

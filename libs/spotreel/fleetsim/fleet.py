@@ -15,6 +15,7 @@ hand its lease back, as SIGTERM does to a real worker; a machine nobody drained 
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
 import time
 import uuid
@@ -40,12 +41,43 @@ class Meter:
         self.rtt: dict[str, list[float]] = defaultdict(list)
         self.errors: dict[str, int] = defaultdict(int)
         self.statuses: dict[str, int] = defaultdict(int)
+        # How late the simulator's own event loop woke a 100 ms timer (ms): a round trip above includes up to
+        # this much of the simulator's queueing, which a fleet of separate machines would not have.
+        self.loop_lag: list[float] = []
+        # Full (generation 2) collections of the simulator's garbage collector, in ms: one process holding
+        # thousands of workers' state pauses for each, which separate machines would not.
+        self.gc_full_ms: list[float] = []
 
     def take(self) -> "Meter":
         old = Meter()
         old.rtt, old.errors, old.statuses = self.rtt, self.errors, self.statuses
+        old.loop_lag, old.gc_full_ms = self.loop_lag, self.gc_full_ms
         self.rtt, self.errors, self.statuses = defaultdict(list), defaultdict(int), defaultdict(int)
+        self.loop_lag, self.gc_full_ms = [], []
         return old
+
+    def watch_gc(self) -> Callable[[], None]:
+        """Record every full collection's pause (`gc_full_ms`) until the returned function is called."""
+        started: list[float] = []
+
+        def on_gc(phase: str, info: dict[str, Any]) -> None:
+            if info.get("generation") != 2:
+                return
+            if phase == "start":
+                started[:] = [time.perf_counter()]
+            elif started:
+                self.gc_full_ms.append((time.perf_counter() - started.pop()) * 1000)
+
+        gc.callbacks.append(on_gc)
+        return lambda: gc.callbacks.remove(on_gc)
+
+    async def watch_loop(self, every_s: float = 0.1) -> None:
+        """Until cancelled: how late the loop wakes this task (`loop_lag`)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            asked = loop.time() + every_s
+            await asyncio.sleep(every_s)
+            self.loop_lag.append(max(0.0, (loop.time() - asked) * 1000))
 
 
 @dataclass
