@@ -26,29 +26,15 @@ import time
 import uuid
 from typing import Any
 
+from kafka_floor import broker_pid  # bench/, on the path when this runs as a script
+
 from spotreel.adapters.kafka import batched_fetch
+from spotreel.services.simulator.stack import cpu_seconds
 
 MODES: dict[str, dict[str, Any]] = {
     "none": {}, "eager": {}, "eager10": {"fetch.wait.max.ms": 10},
     "w10": batched_fetch(10), "w100": batched_fetch(100),
 }
-
-
-def _broker_pid() -> int:
-    from spotreel.devstack.stack import components
-    from spotreel.settings import Settings
-
-    for server in components(Settings()):
-        if server.name == "kafka":
-            running = server.running()
-            if running is not None:
-                return running.pid
-    raise SystemExit("the local stack's Kafka is not running: `.venv/bin/spotreel infra up`")
-
-
-def _cpu(pid: int) -> float:
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def run_mode(mode: str, rate: int, consumers: int, seconds: float, broker: int, bootstrap: str) -> dict[str, Any]:
@@ -75,7 +61,7 @@ def run_mode(mode: str, rate: int, consumers: int, seconds: float, broker: int, 
     time.sleep(3)  # assigned and fetching before the clock starts
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 2, "log_level": 3})
     me = os.getpid()
-    k0, m0, t0 = _cpu(broker), _cpu(me), time.monotonic()
+    k0, m0, t0 = cpu_seconds(broker), cpu_seconds(me), time.monotonic()
     sent = 0
     while time.monotonic() - t0 < seconds:
         due = int((time.monotonic() - t0) * rate)
@@ -84,7 +70,7 @@ def run_mode(mode: str, rate: int, consumers: int, seconds: float, broker: int, 
             sent += 1
         producer.poll(0)
         time.sleep(0.002)
-    k1, m1, t1 = _cpu(broker), _cpu(me), time.monotonic()
+    k1, m1, t1 = cpu_seconds(broker), cpu_seconds(me), time.monotonic()
     stop.set()
     for t in threads:
         t.join()
@@ -104,7 +90,7 @@ def main() -> None:
     from spotreel.settings import Settings
 
     bootstrap = Settings.from_env().kafka_bootstrap
-    broker = _broker_pid()
+    broker = broker_pid()
     rows = [run_mode(m, args.rate, args.consumers, args.seconds, broker, bootstrap) for m in MODES]
     base = rows[0]
     for r in rows:

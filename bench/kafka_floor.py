@@ -114,7 +114,8 @@ def client(req: str, rep: str, rate: float, seconds: float, workers: int) -> Non
           flush=True)
 
 
-def _broker_pid() -> int:
+def broker_pid() -> int:
+    """The pid of the local stack's Kafka broker (bench/fetch_cost.py uses it too)."""
     from spotreel.devstack.stack import components
     from spotreel.settings import Settings
 
@@ -137,7 +138,7 @@ def measure(rate: float, seconds: float, workers: int) -> dict:
     admin = AdminClient({"bootstrap.servers": Settings().kafka_bootstrap})
     for f in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in (req, rep)]).values():
         f.result(30)
-    broker = _broker_pid()
+    broker = broker_pid()
     me = [sys.executable, str(Path(__file__).resolve())]
     echo_p = subprocess.Popen([*me, "--echo", req, rep], stdout=subprocess.PIPE, text=True)
     try:

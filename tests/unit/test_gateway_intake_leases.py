@@ -23,6 +23,13 @@ from tests.unit.jobkit import TTL, kinds, leased_job
 HOLD = 30_000
 
 
+def acked() -> None:
+    """What a sender does once Kafka acknowledged a command produced in the current intake origin."""
+    hook = intake.produced_hook()
+    if hook is not None:
+        hook()
+
+
 # -- the headers ----------------------------------------------------------------------------------------
 
 
@@ -41,7 +48,7 @@ def test_commands_produced_for_a_worker_request_carry_its_gateway_and_send_time(
     produced = []
     with intake.origin("gw-1", 1234, lambda: produced.append(True)):
         headers = intake.kafka_headers([("traceparent", b"00-x")])
-        intake.produced()
+        acked()
     assert headers == [("traceparent", b"00-x"), (intake.GATEWAY_HEADER, b"gw-1"), (intake.SENT_HEADER, b"1234")]
     assert produced == [True]
     assert intake.read(headers) == ("gw-1", 1234)
@@ -62,7 +69,7 @@ def test_the_gateway_vouches_for_no_later_than_its_oldest_unproduced_lease_comma
         assert gw.vouched_ms() == 10_000
         with gw.reading(None, counted=False):  # a lease poll waits for work: it holds nothing back...
             assert gw.vouched_ms() == 10_000
-        intake.produced()  # on Kafka now
+        acked()  # on Kafka now
     gw.pulse()
     assert gw.vouched_ms() == 12_000  # nothing being produced, nothing read since the last pulse
     gw.lag_ms = 1_500  # the loop runs late: requests not read yet may be that old
@@ -77,18 +84,18 @@ def test_while_the_gateway_works_off_a_backlog_it_vouches_no_later_than_what_it_
     # Thawed after a freeze: it reads requests sent 20 s ago, produced at once, the loop on time again.
     for sent in (80_000, 80_500, 81_000):
         with gw.reading(str(sent)):
-            intake.produced()
+            acked()
     assert gw.vouched_ms() == 81_000  # what was sent after 81,000 may still wait in its sockets
     assert gw.pulse().vouched_ms == 81_000
     with gw.reading(str(now[0] - 30)):  # caught up: what it reads now was sent a moment ago
-        intake.produced()
+        acked()
     assert gw.pulse().vouched_ms == now[0] - 30
     # A renewal sent before a lease's deadline and read after it holds the vouched time back to when it was
     # sent, not to when it was read, until Kafka has it.
     with gw.reading(str(now[0] - 9_000)):
         gw.pulse()  # the frontier of the window before
         assert gw.vouched_ms() == now[0] - 9_000
-        intake.produced()
+        acked()
 
 
 def test_the_gateway_pulses_every_partition_and_survives_a_partition_it_cannot_reach() -> None:
@@ -241,7 +248,7 @@ async def test_the_worker_api_stamps_each_request_and_counts_lease_commands_unti
     async def handler(request: web.Request) -> web.Response:
         seen.append((intake.kafka_headers(None), gw.vouched_ms()))
         now[0] += 1_000
-        intake.produced()
+        acked()
         seen.append(gw.vouched_ms())
         return web.Response()
 

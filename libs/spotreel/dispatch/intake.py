@@ -60,13 +60,6 @@ def kafka_headers(headers: list[Any] | None) -> list[Any] | None:
     return [*(headers or ()), (GATEWAY_HEADER, current[0].encode()), (SENT_HEADER, str(current[1]).encode())]
 
 
-def produced() -> None:
-    """A command of the current origin is on the topic (a sender calls this after Kafka's ack)."""
-    hook = produced_hook()
-    if hook is not None:
-        hook()
-
-
 def produced_hook() -> Callable[[], None] | None:
     """What to call once a command produced now is on the topic: the current origin's `on_produced`, taken
     at the produce call (the ack may settle outside the origin's block)."""
