@@ -11,6 +11,7 @@ from spotreel.devstack.java import common_jvm_options, java_bin
 from spotreel.devstack.maven import cassandra_bundle
 from spotreel.devstack.render import render, write_if_changed
 from spotreel.devstack.server import Say, Server
+from spotreel.devstack.settling import settled
 
 # From Cassandra's conf/jvm17-server.options: without these the JVM dies at start-up on Java 17.
 JAVA17_MODULE_OPTIONS = [
@@ -127,11 +128,14 @@ class Cassandra(Server):
         from spotreel.platform.migrate import migrate
         from spotreel.platform.seed import seed_dev_tenant
 
-        try:
+        def apply() -> None:
             with cql_session(self.settings, 20.0) as session:
                 migrate(session, self.settings.cassandra_keyspace, say, replication=self.settings.cassandra_rf,
                         datacenter=self.settings.cassandra_datacenter)
                 seed_dev_tenant(session, self.settings, say)
+
+        try:
+            settled(apply, "cassandra", say)
         except InfraError:
             raise
         except Exception as exc:

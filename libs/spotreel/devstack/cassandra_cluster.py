@@ -17,6 +17,7 @@ from spotreel.devstack import ports as portlib
 from spotreel.devstack.cassandra import Cassandra
 from spotreel.devstack.render import render, write_if_changed
 from spotreel.devstack.server import Say
+from spotreel.devstack.settling import settled
 from spotreel.platform.errors import InfraError, ProbeFailed
 
 # Gossip waits of a production node (30 s ring delay, up to a minute for gossip to settle) are for a ring
@@ -28,9 +29,6 @@ def initial_token(node: int, nodes: int) -> int:
     """Murmur3's ring (-2**63 .. 2**63-1) cut in `nodes` equal arcs; node n (1-based) starts arc n-1."""
     return -(2**63) + (node - 1) * (2**64 // nodes)
 
-
-# Tries of the schema setup while a just-formed cluster settles its schema.
-SCHEMA_TRIES = 5
 
 class CassandraNode(Cassandra):
     def __init__(self, settings, node: int) -> None:
@@ -91,24 +89,22 @@ class CassandraNode(Cassandra):
         from spotreel.platform.seed import seed_dev_tenant
 
         s = self.settings
-        for attempt in range(1, SCHEMA_TRIES + 1):
-            try:
-                with schema_session(s, self.bind_host()) as (session, settle):
-                    migrate(session, s.cassandra_keyspace, say, replication=s.cassandra_rf,
-                            datacenter=s.cassandra_datacenter, settle=settle)
-                    seed_dev_tenant(session, s, say)
-                return
-            except InfraError:
-                raise
-            except Exception as exc:
-                # Just after the nodes joined, a replica may not have a new table's schema yet and refuses a
-                # read of it (INCOMPATIBLE_SCHEMA, seen once in CI): every step is idempotent, so try again.
-                if "INCOMPATIBLE_SCHEMA" in str(exc) and attempt < SCHEMA_TRIES:
-                    say(f"cassandra: schema not yet agreed on every node ({type(exc).__name__}); retrying")
-                    time.sleep(2.0 * attempt)
-                    continue
-                raise InfraError(f"cassandra: schema setup failed: {type(exc).__name__}: {str(exc)[:300]}",
-                                 [f"log: {self.main_log()}"]) from None
+
+        def apply() -> None:
+            with schema_session(s, self.bind_host()) as (session, settle):
+                migrate(session, s.cassandra_keyspace, say, replication=s.cassandra_rf,
+                        datacenter=s.cassandra_datacenter, settle=settle)
+                seed_dev_tenant(session, s, say)
+
+        try:
+            # Just after a node joined or came back, a replica may lack a new table's schema (INCOMPATIBLE_SCHEMA)
+            # or a quorum read may time out while it replays its commit log: every step is idempotent (settling.py).
+            settled(apply, "cassandra", say)
+        except InfraError:
+            raise
+        except Exception as exc:
+            raise InfraError(f"cassandra: schema setup failed: {type(exc).__name__}: {str(exc)[:300]}",
+                             [f"log: {self.main_log()}"]) from None
 
 
 def node_session(settings, host: str, timeout: float):

@@ -15,6 +15,7 @@ from spotreel.devstack.loggist import gist
 from spotreel.devstack.maven import kafka_bundle
 from spotreel.devstack.render import render, write_if_changed
 from spotreel.devstack.server import Say, Server
+from spotreel.devstack.settling import settled
 from spotreel.platform.topics import admin_client
 
 # Kafka's Uuid.toString: base64url of 16 bytes, no padding; ids starting with '-' confuse its CLI parser.
@@ -134,4 +135,4 @@ class Kafka(Server):
     def setup(self, say: Say) -> None:
         from spotreel.platform.topics import ensure_topics
 
-        ensure_topics(self.settings, say)
+        settled(lambda: ensure_topics(self.settings, say), "kafka", say)
