@@ -7,7 +7,7 @@ the local stack's broker and reads them with `--consumers` consumers in each mod
 
   - eager:    librdkafka's defaults;
   - eager10:  fetch.wait.max.ms 10 (what the dispatch listener had);
-  - w10:      spotreel.adapters.kafka.batched_fetch(10) (the dispatch listener, the scheduler's consumer);
+  - w10:      spotreel.adapters.kafka.batched_fetch(10) (the dispatch listener);
   - w100:     batched_fetch(100) (the projector, the webhook notifier, the scheduler's views).
 
 It prints the broker's CPU and this process's (the consumers' librdkafka threads) in cores, with the same

@@ -18,8 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import faust
-from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
-from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
 from faust.transport.drivers.aiokafka import Producer as AIOKafkaProducer
 
 from spotreel.codec import Codec
@@ -55,37 +53,6 @@ class IdempotentProducer(AIOKafkaProducer):
 
     def _settings_extra(self) -> dict[str, Any]:
         return {**super()._settings_extra(), "acks": "all", "enable_idempotence": True}
-
-
-def batch_fetches(consumer: Any, min_bytes: int, max_wait_ms: int) -> Any:
-    """An aiokafka consumer not yet started, set to fetch `min_bytes` or wait `max_wait_ms` (its defaults: 1 and
-    500). An aiokafka that renamed the fields is refused at start, not silently left eager."""
-    for name, value in (("_fetch_min_bytes", min_bytes), ("_fetch_max_wait_ms", max_wait_ms)):
-        if not hasattr(consumer, name):
-            raise RuntimeError(f"aiokafka {type(consumer).__name__} has no {name}: see BatchedFetchThread")
-        setattr(consumer, name, value)
-    return consumer
-
-
-class BatchedFetchThread(AIOKafkaConsumerThread):
-    """Faust's consumer thread, whose aiokafka consumer fetches at most once per 10 ms while commands trickle
-    in. Faust leaves aiokafka's `fetch_min_bytes` at 1 (and has no setting for it): each fetch is answered as
-    soon as one record is there and the next is sent at once, so under a steady flow of commands the broker
-    served a fetch per command or two (adapters/kafka.py `batched_fetch` has the measurement). A command now
-    waits at most 10 ms more to be read. Set on the aiokafka consumer before it starts, where its fetcher
-    reads them (aiokafka 0.14: `_fetch_min_bytes`, `_fetch_max_wait_ms`)."""
-
-    FETCH_MIN_BYTES = 65536
-    FETCH_MAX_WAIT_MS = 10
-
-    def _create_worker_consumer(self, transport: Any) -> Any:
-        consumer = super()._create_worker_consumer(transport)
-        return batch_fetches(consumer, self.FETCH_MIN_BYTES, self.FETCH_MAX_WAIT_MS)
-
-
-class BatchedFetchConsumer(AIOKafkaConsumer):
-    def _new_consumer_thread(self) -> AIOKafkaConsumerThread:
-        return BatchedFetchThread(self, loop=self.loop, beacon=self.beacon)
 
 
 class Scheduler(TableAccess, Rebuild, Pipeline, InOrder, Timers, Stats):
@@ -153,7 +120,6 @@ class Scheduler(TableAccess, Rebuild, Pipeline, InOrder, Timers, Stats):
             table_cleanup_interval=3600.0,
         )
         app.transport.Producer = IdempotentProducer  # before anything asks for app.producer
-        app.transport.Consumer = BatchedFetchConsumer  # before anything asks for app.consumer
         self.table = JobTable(app, name="jobs", partitions=s.partitions, key_type=bytes,
                               value_type=bytes, beacon=app.tables.beacon)
         app.tables.add(self.table)
