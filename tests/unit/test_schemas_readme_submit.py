@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from spotreel.adapters.partitioning import murmur2, partition_for
-from spotreel.domain import ids
+from spotreel.domain import ids, limits
 from spotreel.api.config import GatewayConfig
 from spotreel.api.submission import MAX_SEED, build_submit, normalize
 
@@ -50,7 +50,10 @@ optional = {
     "parents": st.lists(job_ids, max_size=3, unique=True),
     "dag_policy": st.sampled_from(["fail_fast", "continue"]),
 }
-timing = st.one_of(st.just({}), st.fixed_dictionaries({"run_at": st.integers(0, 2**50)}),
+# Times the gateway accepts: up to the end of year 9999 (limits.MAX_TIME_MS), a delay counted from a now that leaves
+# room for it (later ones are refused with 422, test_time_limits.py).
+NOW_MAX_MS = limits.MAX_TIME_MS - 86_400_000
+timing = st.one_of(st.just({}), st.fixed_dictionaries({"run_at": st.integers(0, limits.MAX_TIME_MS)}),
                    st.fixed_dictionaries({"delay_seconds": st.integers(0, 86_400)}))
 requests = st.builds(lambda prompt, rest, when: {"prompt": prompt, **rest, **when},
                      text.filter(str.strip), st.fixed_dictionaries({}, optional=optional), timing)
@@ -61,7 +64,7 @@ def test_job_id_is_the_domains(tenant: str, key: str) -> None:
     assert R["job_id_for"](tenant, key) == ids.job_id_for(tenant, key)
 
 
-@given(sent=requests, tenant=text, key=text, now_ms=st.integers(0, 2**50))
+@given(sent=requests, tenant=text, key=text, now_ms=st.integers(0, NOW_MAX_MS))
 def test_body_hash_seed_and_run_at_are_the_gateways(sent: dict, tenant: str, key: str, now_ms: int) -> None:
     normalized = normalize(dict(sent), CFG)
     body = R["gateway_body"](**sent)
