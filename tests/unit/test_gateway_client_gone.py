@@ -37,7 +37,7 @@ async def test_a_client_gone_before_its_body_was_read_is_a_quiet_499(client, mon
     async def gone(request):
         raise ConnectionResetError("Connection lost")
 
-    monkeypatch.setattr(internal, "_body", gone)
+    monkeypatch.setattr(internal, "read_body", gone)
     with caplog.at_level(logging.ERROR):
         r = await c.post(f"/internal/leases/{JOB}/heartbeat", json=BEAT, headers=W)
     assert r.status == 499 and (await r.json())["error"]["code"] == "client_closed_request"

@@ -21,43 +21,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import json
-import math
 import time
 from typing import Any, Callable
 
 from aiohttp import web
 
-from spotreel.dispatch import intake as dispatch_intake
+from spotreel.api.config import GatewayConfig
+from spotreel.api.errors import ApiError, invalid
 from spotreel.dispatch import verdicts
-from spotreel.dispatch.asking import Asking
-from spotreel.dispatch.intake import SENT_AT_HTTP_HEADER
-from spotreel.dispatch.order import request_order
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
-from spotreel.domain import limits
-from spotreel.domain.spec import flattened
 from spotreel.platform.seed import api_key_hash
-from spotreel.api.config import GatewayConfig
-from spotreel.services.gateway.context import GATEWAY, Gateway, gateway
+from spotreel.services.gateway.context import GATEWAY, gateway
 from spotreel.services.gateway.deps import Deps, StoreUnavailable
-from spotreel.services.gateway.worker_api.idlepolls import IdlePolls
+from spotreel.services.gateway.metrics import Metrics
 from spotreel.services.gateway.worker_api.intake import Intake, intake_middleware
 from spotreel.services.gateway.worker_api.intake import start_pulses as intake_start_pulses
-from spotreel.services.gateway.jsonbody import whole_number
-from spotreel.api.errors import ApiError, invalid, not_found
-from spotreel.services.gateway.worker_api.leasedesk import SUPERSEDED, LeaseDesk, Poll
-from spotreel.services.gateway.metrics import Metrics
-from spotreel.api.submission import _JOB_ID
+from spotreel.services.gateway.worker_api.leasedesk import LeaseDesk
+from spotreel.services.gateway.worker_api.leasepoll import lease
+from spotreel.services.gateway.worker_api.wire import (DESK, IDLE, INTAKE, PROFILES, WORKER, job_id_of, model_list,
+                                                       note_age, read_body, take, work_bus, worker_id_of)
 from spotreel.settings import Settings
 
 log = logging.getLogger("spotreel.gateway")
-WORKER = web.RequestKey("worker_key", str)
-PROFILES = web.AppKey("worker_profiles", dict)
-DESK = web.AppKey("lease_desk", LeaseDesk)
-IDLE = web.AppKey("idle_polls", list)  # [IdlePolls] once made
-INTAKE = web.AppKey("intake", Intake)
-_WORKER_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
 AUTH_CACHE_SECONDS = 30.0
 MAX_LONG = 2**63 - 1
 # A checkpoint write that took longer than a day is a broken clock or unit, not a cost to average in.
@@ -98,95 +84,15 @@ def _auth_middleware(deps: Deps):
     return authenticate
 
 
-# -- helpers ----------------------------------------------------------------------------------------------
-
-def _gw(request: web.Request) -> Gateway:
-    return gateway(request)
-
-
-def _worker_id(request: web.Request) -> str:
-    wid = request.match_info["id"]
-    if not 1 <= len(wid) <= 128 or not set(wid) <= _WORKER_ID_CHARS:
-        raise invalid("id", "worker id: 1-128 of letters, digits and -_.:")
-    return wid
-
-
-def _job_id(request: web.Request) -> str:
-    job_id = request.match_info["job_id"]
-    if not _JOB_ID.match(job_id):
-        raise not_found()
-    return job_id
-
-
-async def _body(request: web.Request) -> dict[str, Any]:
-    raw = await request.read()
-    try:
-        # `1.0` is the integer 1, as in the public API (jsonbody.py) and JSON Schema: an epoch written so
-        # was refused although /openapi.json documents it `integer` (schemathesis).
-        body = json.loads(raw or b"{}", parse_float=whole_number)
-    except (ValueError, UnicodeDecodeError, RecursionError):
-        raise ApiError(400, "invalid_json", "the body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise ApiError(400, "invalid_json", "the body must be a JSON object")
-    return body
-
-
-_TYPES: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,)}
-
-
-def _take(body: dict[str, Any], spec: dict[str, tuple]) -> dict[str, Any]:
-    """Fields by name: (type, required) or (type, required, largest int). bool is not an int here; unknown
-    fields are refused."""
-    extra = set(body) - set(spec) - {"command_id"}
-    if extra:
-        raise invalid(sorted(extra)[0], "unknown field")
-    out: dict[str, Any] = {}
-    for name, (kind, required, *bound) in spec.items():
-        if name not in body or body[name] is None:
-            if required:
-                raise invalid(name, f"{name} is required")
-            continue
-        value = body[name]
-        if isinstance(value, bool) and kind != "bool" or not isinstance(value, _TYPES[kind]):
-            raise invalid(name, f"{name} must be a {kind}")
-        # Every integer here (epochs, steps, sizes, milliseconds) is an Avro long and never negative; a float
-        # must be a number (Python's json accepts NaN and Infinity).
-        top = bound[0] if bound else MAX_LONG
-        if kind == "int" and not 0 <= value <= top:
-            raise invalid(name, f"{name} must be between 0 and {top}")
-        if kind == "float":
-            try:
-                value = float(value)
-            except OverflowError:
-                value = math.inf
-            if not math.isfinite(value):
-                raise invalid(name, f"{name} must be a finite number")
-        out[name] = value
-    return out
-
-
-def _models(value: Any, field: str) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(m, str) and m for m in value):
-        raise invalid(field, f"{field} must be a list of model names")
-    return tuple(value)
-
-
-def _bus(gw: Gateway):
-    if gw.deps.work is None:
-        raise ApiError(503, "dispatch_unavailable", "this gateway has no connection to the scheduler",
-                       retry_after=gw.cfg.retry_after_unavailable_s)
-    return gw.deps.work
-
-
-# -- register and lease -----------------------------------------------------------------------------------
+# -- register -------------------------------------------------------------------------------------------
 
 async def register(request: web.Request) -> web.Response:
-    gw, wid = _gw(request), _worker_id(request)
-    body = await _body(request)
-    f = _take({k: v for k, v in body.items() if k not in ("models", "warm_models")},
+    gw, wid = gateway(request), worker_id_of(request)
+    body = await read_body(request)
+    f = take({k: v for k, v in body.items() if k not in ("models", "warm_models")},
               {"gpu_type": ("str", True), "draining": ("bool", False)})
-    profile = {"gpu_type": f["gpu_type"], "models": _models(body.get("models"), "models"),
-               "warm_models": _models(body.get("warm_models", []), "warm_models")}
+    profile = {"gpu_type": f["gpu_type"], "models": model_list(body.get("models"), "models"),
+               "warm_models": model_list(body.get("warm_models", []), "warm_models")}
     # A hint for lease requests that omit their profile; each lease request may carry its own, so a fleet
     # behind several gateways does not depend on which one saw the registration.
     request.app[PROFILES][wid] = profile
@@ -195,180 +101,6 @@ async def register(request: web.Request) -> web.Response:
                                                           for k, v in profile.items()},
         "lease_ttl_ms": gw.cfg.lease_ttl_ms, "heartbeat_seconds": gw.cfg.heartbeat_seconds,
         "progress_seconds": gw.cfg.progress_seconds, "max_poll_seconds": gw.cfg.lease_poll_max_seconds})
-
-
-def _order(bus, worker_id: str, models: tuple[str, ...], partitions: int, skip: set[int]) -> list[int]:
-    return request_order(worker_id, partitions, bus.partitions_with_work(models), skip)
-
-
-def _note_age(request: web.Request, gw: Gateway) -> None:
-    """How long the request waited to be read (its X-Spotreel-Sent-At to now): what the gateway sheds by."""
-    now = gw.deps.clock_ms()
-    gw.watch.note_age(now - dispatch_intake.sent_ms(request.headers.get(SENT_AT_HTTP_HEADER), now))
-
-
-def _connected(request: web.Request) -> bool:
-    transport = request.transport
-    return transport is not None and not transport.is_closing()
-
-
-async def lease(request: web.Request) -> web.StreamResponse:
-    """Long-poll: RequestWork to partitions that pool stats show with work (then the rest), until a lease or
-    the deadline. 200 with the lease, 204 when nothing came. Answers go through the lease desk
-    (leasedesk.py): a lease that arrives after this poll ended waits for the worker's next poll, then is
-    released, so no grant is left to its TTL."""
-    gw, wid = _gw(request), _worker_id(request)
-    _note_age(request, gw)
-    body = await _body(request)
-    known = request.app[PROFILES].get(wid, {})
-    f = _take({k: v for k, v in body.items() if k not in ("models", "warm_models")},
-              {"gpu_type": ("str", False), "draining": ("bool", False), "wait_seconds": ("float", False),
-               "lease_ttl_ms": ("int", False)})
-    gpu = f.get("gpu_type") or known.get("gpu_type")
-    models = _models(body["models"], "models") if "models" in body else known.get("models")
-    warm = _models(body["warm_models"], "warm_models") if "warm_models" in body else known.get("warm_models", ())
-    if not gpu or not models:
-        # Well-formed, but what is missing would come from a registration this worker has not made: a
-        # conflict with the worker's state, not a malformed body.
-        raise ApiError(409, "worker_not_registered", f"worker {wid} has not registered: give gpu_type and models "
-                       "in the poll, or POST /internal/workers/{id}/register first",
-                       missing=[n for n, v in (("gpu_type", gpu), ("models", models)) if not v])
-    wait = f.get("wait_seconds", gw.cfg.lease_poll_default_seconds)
-    if not 0 <= wait <= gw.cfg.lease_poll_max_seconds:
-        raise invalid("wait_seconds", f"wait_seconds must be between 0 and {gw.cfg.lease_poll_max_seconds}")
-    ttl = f.get("lease_ttl_ms", gw.cfg.lease_ttl_ms)
-    if not limits.MIN_LEASE_TTL_MS <= ttl <= limits.MAX_LEASE_TTL_MS:
-        raise invalid("lease_ttl_ms", f"lease_ttl_ms must be between {limits.MIN_LEASE_TTL_MS} and "
-                                      f"{limits.MAX_LEASE_TTL_MS}")
-    draining = f.get("draining", False)
-    bus = _bus(gw)
-    await bus.ensure_started()
-    desk = request.app[DESK]
-    poll = desk.open(wid, tuple(models), draining, lambda: _connected(request))
-    try:
-        answer = desk.claim(poll)
-        claimed = answer is not None
-        if answer is None:
-            # Idle, nothing parked for it: the first thing a gateway behind turns away (loopwatch.py).
-            gw.shed("shed_idle_poll", gw.cfg.shed_idle_polls_lag_seconds, "poll")
-            answer, reason = await _wait_for_lease(request, gw, bus, desk, poll, (gpu, models, warm, ttl), wait)
-        if answer is None:
-            return web.Response(status=204, headers={"X-Spotreel-No-Work": reason})
-        return await _deliver(request, gw, desk, answer, claimed)
-    finally:
-        desk.close(poll)
-
-
-async def _wait_for_lease(request: web.Request, gw: Gateway, bus, desk: LeaseDesk, poll: Poll, ask: tuple,
-                          wait: float) -> tuple[ev.WorkAssigned | None, str]:
-    gpu, models, warm, ttl = ask
-    wid, draining, n = poll.worker_id, poll.draining, gw.settings.partitions
-    idle = _idle_polls(request, gw, bus)
-    # Two Kafka hops: even a zero wait gives the answer already on its way a moment to arrive.
-    deadline = time.monotonic() + max(wait, 0.5)
-    reason = "no_work"
-    asked = False  # a draining poll asks once: the scheduler must hear that the worker drains
-    while time.monotonic() < deadline and poll.alive():
-        # An unanswered request of this worker (maybe from its previous poll) is waited for, not repeated.
-        if not desk.waiting(wid) and not (draining and asked):
-            if draining:
-                p, rid = _order(bus, wid, models, n, set())[0], f"rw-{gw.new_id()}"
-            else:
-                # Idle workers take turns (dispatch/asking.py): a partition is asked within its queue.
-                got = await idle.next(wid, models, deadline - time.monotonic())
-                if got is None:
-                    continue
-                p, rid = got
-            desk.sent(rid, wid, p)
-            bus.watch_answer(rid, lambda answer, rid=rid: (idle.answered(rid, answer), desk.on_answer(answer)))
-            try:
-                await gw.deps.commands.send(cmd.RequestWork(rid, wid, gpu, models, warm, draining, ttl,
-                                                            gw.deps.clock_ms()), partition=p)
-            except BaseException:
-                desk.unsent(rid)
-                idle.answered(rid, None)
-                raise
-            gw.metrics.commands.labels("RequestWork").inc()
-            asked = True
-        answer = await poll.next(min(deadline - time.monotonic(), desk.until_stale(wid)))
-        if answer is SUPERSEDED:
-            return None, "superseded"
-        if isinstance(answer, ev.WorkAssigned):
-            return answer, ""
-        if isinstance(answer, ev.NoWorkAvailable):
-            reason = answer.reason
-            if draining:
-                break  # a draining worker gets no lease: one answer is the whole story
-    return None, reason
-
-
-def _idle_polls(request: web.Request, gw: Gateway, bus) -> IdlePolls:
-    """The gateway's idle polls (idlepolls.py), made on first use: its stats hook needs the running loop."""
-    holder = request.app[IDLE]
-    if not holder:
-        asking = Asking(gw.settings.partitions, scout_s=max(gw.cfg.idle_pass_seconds, 0.05),
-                        stale_s=gw.cfg.lease_request_stale_seconds)
-        holder.append(IdlePolls(asking, bus.work_view, gw.new_id))
-        bus.on_work_change(holder[0].stats_changed)
-    return holder[0]
-
-
-async def _deliver(request: web.Request, gw: Gateway, desk: LeaseDesk, answer: ev.WorkAssigned,
-                   claimed: bool) -> web.StreamResponse:
-    """Write the lease here rather than after the handler returns, so a client that is gone is noticed and
-    the lease parked for its next poll instead of being lost."""
-    # The pool's measured lease losses ride along: the worker's checkpoint interval weighs them against its
-    # prior MTBF (worker/interval.py).
-    losses, leased_s = _bus(gw).lease_losses(answer.pool)
-    # A traced job's grant names its trace, so the worker's spans join it (spotreel/tracing.py).
-    trace = getattr(_bus(gw), "lease_trace", lambda *_: None)(answer.job_id, answer.epoch)
-    response = web.json_response({**flattened(answer), "heartbeat_seconds": gw.cfg.heartbeat_seconds,
-                                  "progress_seconds": gw.cfg.progress_seconds,
-                                  "pool_lease_losses_1h": losses, "pool_leased_seconds_1h": leased_s,
-                                  **({"traceparent": trace} if trace else {})})
-    written = False
-    try:
-        if _connected(request):
-            if gw.deps.clock_ms() > answer.at_ms + answer.lease_ttl_ms // 3:
-                _renew_late_delivery(gw, answer)
-            await response.prepare(request)
-            await response.write_eof()
-            written = True
-    except ConnectionError:
-        pass
-    finally:
-        if written:
-            desk.delivered(answer, claimed)
-        else:
-            desk.park(answer)
-    return response
-
-
-def _renew_late_delivery(gw: Gateway, answer: ev.WorkAssigned) -> None:
-    """A grant about to reach its worker more than a third of its TTL after it was made (it waited in this
-    gateway, frozen or far behind, or parked for the worker's next poll) is renewed on the holder's behalf: the
-    worker's own first renewal comes a heartbeat later, and by then this gateway's pulses may have vouched
-    past the lease's deadline, expiring a lease whose holder was never silent (a CI run lost one so). Handed
-    to the producer before this returns, so it is on the partition ahead of the next pulse, and produced in
-    the poll's intake context, so it is judged at the poll's send time (services/scheduler/intake.py). Its
-    ack is not awaited: the poll's connection is not held while Kafka is slow or away, and a renewal that
-    fails only leaves the worker's own."""
-    command = cmd.RenewLease(f"dl-{gw.new_id()}", answer.job_id, answer.epoch, answer.worker_id)
-    try:
-        sent = asyncio.ensure_future(gw.deps.commands.send_nowait(command))
-    except Exception as exc:  # the producer's queue is full: the worker's own renewals still come
-        log.warning("renewal of late-delivered lease %s/%s not sent: %s", answer.job_id, answer.epoch, exc)
-        return
-
-    def settled(fut: asyncio.Future) -> None:
-        if fut.cancelled():
-            return
-        if fut.exception() is not None:
-            log.warning("renewal of late-delivered lease %s/%s not acknowledged: %s", answer.job_id,
-                        answer.epoch, fut.exception())
-        else:
-            gw.metrics.commands.labels("RenewLease").inc()
-    sent.add_done_callback(settled)
 
 
 # -- fenced lease commands --------------------------------------------------------------------------------
@@ -382,10 +114,10 @@ async def _fenced(request: web.Request, spec: dict[str, tuple],
     epoch comes back as a CommandRejected (409). No read of the job on the way, so a fleet's heartbeats cost
     Kafka round trips only. With `answers`, the reply also carries what the verdict asks of the holder
     (cancel, drain) and the new expiry."""
-    gw, job_id = _gw(request), _job_id(request)
-    _note_age(request, gw)
-    body = await _body(request)
-    f = _take(body, {**FENCE, **spec})
+    gw, job_id = gateway(request), job_id_of(request)
+    note_age(request, gw)
+    body = await read_body(request)
+    f = take(body, {**FENCE, **spec})
     request.app[DESK].confirm(f["worker_id"], job_id)  # the lease written to this worker reached it
     command_id = body.get("command_id")
     if command_id is None or command_id == "":
@@ -394,7 +126,7 @@ async def _fenced(request: web.Request, spec: dict[str, tuple],
     elif not isinstance(command_id, str) or len(command_id) > 128:
         raise invalid("command_id", "command_id must be a string of at most 128 characters")
     command = make(command_id, job_id, f)
-    bus = _bus(gw)
+    bus = work_bus(gw)
     await bus.ensure_started()
     fut = bus.expect_verdict(command_id, job_id)
     sent_at = time.monotonic()
