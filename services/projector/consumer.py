@@ -31,7 +31,9 @@ from spotreel.codec.mapping import mapping_for
 from spotreel.domain import events as ev
 from spotreel.domain.evolve import fold
 from spotreel.domain.state import JobState
-from spotreel.services.projector.projection import Envelope, RowOp, full_state_ops, project_batch
+from spotreel.services.projector.job_rows import full_state_ops
+from spotreel.services.projector.projection import project_batch
+from spotreel.services.projector.rows import Envelope, RowOp
 from spotreel.services.projector.store import Store, pools_touched
 
 log = logging.getLogger("spotreel.projector")

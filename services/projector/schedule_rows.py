@@ -11,7 +11,7 @@ from typing import Any
 
 from spotreel.domain import events as ev
 from spotreel.domain.schedules import template_body
-from spotreel.services.projector.projection import RowOp
+from spotreel.services.projector.rows import RowOp
 
 SCHEDULES = "schedules_by_id"
 TENANT_SCHEDULES = "schedules_by_tenant"

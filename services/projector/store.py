@@ -13,7 +13,7 @@ from cassandra.cluster import Session
 from cassandra.concurrent import execute_concurrent_with_args
 from cassandra.query import BatchStatement, BatchType, PreparedStatement
 
-from spotreel.services.projector.projection import POOL_JOBS, RowOp
+from spotreel.services.projector.rows import POOL_JOBS, RowOp
 
 log = logging.getLogger("spotreel.projector")
 

@@ -13,7 +13,7 @@ from spotreel.codec import Codec
 from spotreel.domain import events as ev
 from spotreel.domain.evolve import fold
 from spotreel.platform.migrate import migrate
-from spotreel.services.projector import projection as pj
+from spotreel.services.projector import job_rows as jr
 from spotreel.services.projector.store import PROJECTED_TABLES
 from spotreel.settings import Settings
 from tests.unit.projection_histories import ACTIONS, history
@@ -105,7 +105,7 @@ def assert_tables_are_the_fold(cql, keyspace: str, histories: list[list[Any]]) -
     for h in histories:
         state = fold(h)
         row = {k: _plain(v) for k, v in jobs[state.job_id].items()}
-        expected = pj.job_row(state)
+        expected = jr.job_row(state)
         diffs = {k: (row.get(k), v) for k, v in expected.items() if row.get(k) != v}
         assert not diffs, f"{state.job_id}: (table, fold) {diffs}"
         accepted = [(e.version, type(e).__name__) for e in h if not isinstance(e, ev.CommandRejected)]

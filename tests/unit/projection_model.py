@@ -11,7 +11,8 @@ from __future__ import annotations
 import random
 from typing import Any, Iterable
 
-from spotreel.services.projector.projection import Envelope, RowOp, project
+from spotreel.services.projector.projection import project
+from spotreel.services.projector.rows import Envelope, RowOp
 
 
 class Tables:

@@ -125,7 +125,7 @@ def test_the_document_states_the_gateways_limits():
 def test_the_projector_keeps_the_policy_in_params():
     import json
 
-    from spotreel.services.projector.projection import params_json
+    from spotreel.services.projector.job_rows import params_json
     from tests.unit.jobkit import Driver
 
     d = Driver()

@@ -9,7 +9,9 @@ from hypothesis import strategies as st
 
 from spotreel.domain import events as ev
 from spotreel.domain.evolve import fold
+from spotreel.services.projector import job_rows as jr
 from spotreel.services.projector import projection as pj
+from spotreel.services.projector import rows as pr
 from tests.unit.jobkit import T0, Driver
 from tests.unit.projection_histories import histories
 from tests.unit.projection_model import Tables, project_all, scrambled
@@ -23,7 +25,7 @@ def _no_nones(row: dict) -> dict:
 
 def _expected(history: list) -> tuple:
     state = fold(history)
-    return state, _no_nones(pj.job_row(state)), _no_nones(pj.tenant_row(state))
+    return state, _no_nones(jr.job_row(state)), _no_nones(jr.tenant_row(state))
 
 
 def _scripted() -> list[list]:
@@ -85,15 +87,15 @@ def test_every_accepted_event_is_a_history_row_and_a_rejection_a_rejection_row()
             _, ops = pj.project(None if isinstance(e, ev.JobSubmitted) else fold([x for x in h if x.version < e.version and not isinstance(x, ev.CommandRejected)]), e)
             tables = {op.table for op in ops}
             if isinstance(e, ev.CommandRejected):
-                assert tables == {pj.REJECTIONS}
+                assert tables == {pr.REJECTIONS}
                 (op,) = ops
                 assert dict(op.key) == {"job_id": e.job_id, "version": e.version, "command_id": e.command_id}
             else:
-                history_rows = [op for op in ops if op.table == pj.EVENTS]
+                history_rows = [op for op in ops if op.table == pr.EVENTS]
                 assert len(history_rows) == 1 and dict(history_rows[0].key)["version"] == e.version
                 assert dict(history_rows[0].values)["event_type"] == type(e).__name__
-                assert all(op.timestamp == e.version for op in ops if op.table in pj.JOB_SCOPED)
-                assert pj.JOBS in tables  # every accepted event moves version/updated_at at least
+                assert all(op.timestamp == e.version for op in ops if op.table in pr.JOB_SCOPED)
+                assert pr.JOBS in tables  # every accepted event moves version/updated_at at least
 
 
 def test_lease_lifecycle_rows():
@@ -107,19 +109,19 @@ def test_lease_lifecycle_rows():
     t = Tables()
     for ops in project_all(d.history)[1]:
         t.apply_all(ops)
-    attempts = t.table(pj.ATTEMPTS)
+    attempts = t.table(pr.ATTEMPTS)
     first = attempts[(("job_id", d.job_id), ("lease_epoch", 1))]
     second = attempts[(("job_id", d.job_id), ("lease_epoch", 2))]
     assert (first["status"], first["worker_id"], first["last_step"], first["reason"]) == ("lost", "w1", 8, "lease_expired")
     assert (second["status"], second["worker_id"]) == ("succeeded", "w2")
-    workers = t.table(pj.WORKERS)
+    workers = t.table(pr.WORKERS)
     assert workers[(("worker_id", "w1"),)]["status"] == "gone"
     assert workers[(("worker_id", "w2"),)]["status"] == "idle"
     assert "current_job_id" not in workers[(("worker_id", "w2"),)]
-    job = t.table(pj.JOBS)[(("job_id", d.job_id),)]
+    job = t.table(pr.JOBS)[(("job_id", d.job_id),)]
     assert job["status"] == "succeeded" and job["result_key"] and job["lease_epoch"] == 2
-    assert t.table(pj.POOL_JOBS) == {}  # terminal: gone from its pool's live set
-    assert t.table(pj.TENANT_LIVE) == {}  # and from its tenant's (the gateway's in-flight guard counts those)
+    assert t.table(pr.POOL_JOBS) == {}  # terminal: gone from its pool's live set
+    assert t.table(pr.TENANT_LIVE) == {}  # and from its tenant's (the gateway's in-flight guard counts those)
 
 
 def _worker_row(histories: list[list], order: list[int]) -> dict:
@@ -129,11 +131,11 @@ def _worker_row(histories: list[list], order: list[int]) -> dict:
         state = None
         for e in h:
             state, ops = pj.project(state, e)
-            steps.append([op for op in ops if op.table == pj.WORKERS])
+            steps.append([op for op in ops if op.table == pr.WORKERS])
     t = Tables()
     for i in order:
         t.apply_all(steps[i])
-    return t.table(pj.WORKERS)[(("worker_id", "w"),)]
+    return t.table(pr.WORKERS)[(("worker_id", "w"),)]
 
 
 @given(st.randoms(use_true_random=False), st.sampled_from(["complete", "fail", "release", "expire"]))
@@ -183,21 +185,21 @@ def test_status_rows_written_by_the_event_time_ordering_give_way_to_the_lease_or
     x.submit()
     x.grant(worker="w")
     leased = x.history[-1]
-    old_busy = pj.RowOp(pj.WORKERS, (("worker_id", "w"),), (("status", "busy"), ("current_job_id", x.job_id)),
+    old_busy = pr.RowOp(pr.WORKERS, (("worker_id", "w"),), (("status", "busy"), ("current_job_id", x.job_id)),
                         pj.worker_timestamp(leased))
     x.progress(50.0, 5)
     x.complete()
-    end_ops = [op for op in pj.project(fold(x.history[:-1]), x.history[-1])[1] if op.table == pj.WORKERS]
-    row = Tables().apply_all([old_busy, *end_ops]).table(pj.WORKERS)[(("worker_id", "w"),)]
+    end_ops = [op for op in pj.project(fold(x.history[:-1]), x.history[-1])[1] if op.table == pr.WORKERS]
+    row = Tables().apply_all([old_busy, *end_ops]).table(pr.WORKERS)[(("worker_id", "w"),)]
     assert row["status"] == "idle" and "current_job_id" not in row, row
-    old_end = pj.RowOp(pj.WORKERS, (("worker_id", "w"),), (("status", "idle"),),
+    old_end = pr.RowOp(pr.WORKERS, (("worker_id", "w"),), (("status", "idle"),),
                        pj.worker_timestamp(x.history[-1]))
     y = Driver()
     y.submit(key="y")
     y.now = x.now + 1
     y.grant(worker="w")
-    busy_ops = [op for op in pj.project(fold(y.history[:-1]), y.history[-1])[1] if op.table == pj.WORKERS]
-    row = Tables().apply_all([old_end, *busy_ops]).table(pj.WORKERS)[(("worker_id", "w"),)]
+    busy_ops = [op for op in pj.project(fold(y.history[:-1]), y.history[-1])[1] if op.table == pr.WORKERS]
+    row = Tables().apply_all([old_end, *busy_ops]).table(pr.WORKERS)[(("worker_id", "w"),)]
     assert row["status"] == "busy" and row["current_job_id"] == y.job_id, row
 
 
@@ -215,7 +217,7 @@ def test_a_rejection_changes_no_state_row():
     assert isinstance(rejected, ev.CommandRejected)
     state = fold(d.history)
     after, ops = pj.project(state, rejected)
-    assert after is state and [op.table for op in ops] == [pj.REJECTIONS]
+    assert after is state and [op.table for op in ops] == [pr.REJECTIONS]
 
 
 def test_a_replayed_event_only_rewrites_its_history_row():
@@ -224,7 +226,7 @@ def test_a_replayed_event_only_rewrites_its_history_row():
     d.grant()
     state = fold(d.history)
     after, ops = pj.project(state, d.history[-1])
-    assert after is state and [op.table for op in ops] == [pj.EVENTS]
+    assert after is state and [op.table for op in ops] == [pr.EVENTS]
 
 
 def test_schedule_events_touch_only_the_schedule_tables():
@@ -241,11 +243,11 @@ def test_in_order_projection_is_the_fold(history):
     t = Tables()
     for ops in per_event:
         t.apply_all(ops)
-    assert t.table(pj.JOBS) == {(("job_id", state.job_id),): expected_job}
+    assert t.table(pr.JOBS) == {(("job_id", state.job_id),): expected_job}
     tkey = (("tenant_id", state.tenant), ("created_at", state.submitted_at_ms), ("job_id", state.job_id))
-    assert t.table(pj.TENANT_JOBS) == {tkey: expected_tenant}
-    live = t.table(pj.POOL_JOBS)
-    tenant_live = t.table(pj.TENANT_LIVE)
+    assert t.table(pr.TENANT_JOBS) == {tkey: expected_tenant}
+    live = t.table(pr.POOL_JOBS)
+    tenant_live = t.table(pr.TENANT_LIVE)
     if state.is_terminal:
         assert live == {} and tenant_live == {}
     else:
@@ -253,11 +255,11 @@ def test_in_order_projection_is_the_fold(history):
         assert live == {(("pool", state.pool), ("job_id", state.job_id)): row}
         assert tenant_live == {(("tenant_id", state.tenant), ("job_id", state.job_id)): row}
     accepted = [e for e in history if not isinstance(e, ev.CommandRejected)]
-    assert sorted(k[1][1] for k in t.table(pj.EVENTS)) == [e.version for e in accepted]
+    assert sorted(k[1][1] for k in t.table(pr.EVENTS)) == [e.version for e in accepted]
     rejected = {(e.version, e.command_id) for e in history if isinstance(e, ev.CommandRejected)}
-    assert {(k[1][1], k[2][1]) for k in t.table(pj.REJECTIONS)} == rejected
+    assert {(k[1][1], k[2][1]) for k in t.table(pr.REJECTIONS)} == rejected
     epochs = {e.epoch for e in history if isinstance(e, ev.JobLeased)}
-    assert {k[1][1] for k in t.table(pj.ATTEMPTS)} == epochs
+    assert {k[1][1] for k in t.table(pr.ATTEMPTS)} == epochs
 
 
 @FAST

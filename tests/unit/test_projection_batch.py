@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 
 from spotreel.domain import events as ev
 from spotreel.domain.evolve import fold
+from spotreel.services.projector import job_rows as jr
 from spotreel.services.projector import projection as pj
+from spotreel.services.projector import rows as pr
 from tests.unit.jobkit import Driver
 from tests.unit.projection_histories import histories
 from tests.unit.projection_model import Tables
@@ -20,8 +22,8 @@ from tests.unit.projection_model import Tables
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def _env(event: Any) -> pj.Envelope:
-    return pj.Envelope(b"payload-" + str(event.version).encode(), "spotreel.v1." + type(event).__name__)
+def _env(event: Any) -> pr.Envelope:
+    return pr.Envelope(b"payload-" + str(event.version).encode(), "spotreel.v1." + type(event).__name__)
 
 
 def _interleaved(hs: list[list[Any]], rnd: random.Random) -> list[Any]:
@@ -67,8 +69,8 @@ class _Projector:
         self.rows: dict[str, Any] = {}  # the row cache the consumer keeps from one batch to the next
         self.written = written
 
-    def batch(self, events: list[Any]) -> list[pj.RowOp]:
-        restored: list[pj.RowOp] = []
+    def batch(self, events: list[Any]) -> list[pr.RowOp]:
+        restored: list[pr.RowOp] = []
         for e in events:
             job = e.job_id
             if job in self.states or isinstance(e, ev.CommandRejected):
@@ -79,14 +81,14 @@ class _Projector:
             state = fold(self._history(job, e.version))
             self.states[job] = state
             if state is not None:
-                restored += pj.full_state_ops(state)
+                restored += jr.full_state_ops(state)
         ops, states = pj.project_batch([(e, _env(e)) for e in events], self.states.get, restored, self.rows)
         self.states.update(states)
         self.rows = {job: self.rows[job] for job in states if job in self.rows}
         return ops
 
     def _history(self, job: str, below: int) -> list[Any]:
-        rows = self.written.table(pj.EVENTS)
+        rows = self.written.table(pr.EVENTS)
         return [_EVENTS[(job, version)] for (_, (_, version)) in sorted(k for k in rows if k[0][1] == job)
                 if version < below]
 
@@ -163,7 +165,7 @@ def test_a_redelivered_batch_changes_nothing(hs, sizes, seed):
     assert t.snapshot() == _one_by_one(stream)
 
 
-def _by_row(ops: list[pj.RowOp]) -> dict:
+def _by_row(ops: list[pr.RowOp]) -> dict:
     return {(op.row_id, op.delete): (op.timestamp, dict(op.values)) for op in ops}
 
 
@@ -172,15 +174,15 @@ def _by_row(ops: list[pj.RowOp]) -> dict:
 def test_job_rows_are_what_coalesce_makes_of_the_per_event_writes(hs, seed):
     stream = _interleaved(list(hs), random.Random(seed))
     states: dict[str, Any] = {}
-    per_event: list[pj.RowOp] = []
+    per_event: list[pr.RowOp] = []
     for e in stream:
         state, ops = pj.project(states.get(e.job_id), e, _env(e))
         if not isinstance(e, ev.CommandRejected):
             states[e.job_id] = state
         per_event += ops
     batched, final = pj.project_batch([(e, _env(e)) for e in stream], {}.get)
-    job_scoped = [op for op in batched if op.table in pj.JOB_SCOPED]
-    assert _by_row(job_scoped) == _by_row(pj.coalesce([op for op in per_event if op.table in pj.JOB_SCOPED]))
+    job_scoped = [op for op in batched if op.table in pr.JOB_SCOPED]
+    assert _by_row(job_scoped) == _by_row(pj.coalesce([op for op in per_event if op.table in pr.JOB_SCOPED]))
     assert len(job_scoped) == len(_by_row(job_scoped))  # one write per row (and one delete)
     assert final == {job: states[job] for job in final}
     assert set(final) == {e.job_id for e in stream if not isinstance(e, ev.CommandRejected)}
@@ -190,21 +192,21 @@ _cells = st.lists(st.tuples(st.sampled_from("abc"), st.sampled_from([None, 1, 2]
 
 
 @st.composite
-def _ops(draw: st.DrawFn, table: str) -> list[pj.RowOp]:
+def _ops(draw: st.DrawFn, table: str) -> list[pr.RowOp]:
     """Any writes and deletes of two rows of one table, in any order, timestamps colliding often."""
     out = []
     for _ in range(draw(st.integers(0, 12))):
         key = (("id", draw(st.sampled_from(["r1", "r2"]))),)
         ts = draw(st.integers(1, 6))
-        if table != pj.WORKERS and draw(st.integers(0, 4)) == 0:
-            out.append(pj.RowOp(table, key, (), ts, delete=True))
+        if table != pr.WORKERS and draw(st.integers(0, 4)) == 0:
+            out.append(pr.RowOp(table, key, (), ts, delete=True))
         else:
-            out.append(pj.RowOp(table, key, tuple(draw(_cells)), ts))
+            out.append(pr.RowOp(table, key, tuple(draw(_cells)), ts))
     return out
 
 
 @FAST
-@given(_ops(pj.POOL_JOBS))
+@given(_ops(pr.POOL_JOBS))
 def test_batch_rows_merge_job_rows_as_coalesce_does(ops):
     rows = pj.BatchRows()
     rows.extend(ops)
@@ -212,7 +214,7 @@ def test_batch_rows_merge_job_rows_as_coalesce_does(ops):
 
 
 @FAST
-@given(_ops(pj.WORKERS), st.randoms(use_true_random=False))
+@given(_ops(pr.WORKERS), st.randoms(use_true_random=False))
 def test_batch_rows_leave_each_worker_cell_as_the_separate_writes_would(ops, rnd):
     rows = pj.BatchRows()
     rows.extend(ops)
@@ -237,19 +239,19 @@ def test_a_jobs_heartbeats_in_one_batch_are_one_write_per_row_but_every_history_
     tables: dict[str, int] = {}
     for op in ops:
         tables[op.table] = tables.get(op.table, 0) + 1
-    assert tables == {pj.EVENTS: 20, pj.JOBS: 1, pj.TENANT_JOBS: 1, pj.POOL_JOBS: 1, pj.TENANT_LIVE: 1, pj.ATTEMPTS: 1,
-                      pj.WORKERS: 1}
-    job = next(op for op in ops if op.table == pj.JOBS)
+    assert tables == {pr.EVENTS: 20, pr.JOBS: 1, pr.TENANT_JOBS: 1, pr.POOL_JOBS: 1, pr.TENANT_LIVE: 1, pr.ATTEMPTS: 1,
+                      pr.WORKERS: 1}
+    job = next(op for op in ops if op.table == pr.JOBS)
     assert job.timestamp == batch[-1].version
     assert dict(job.values)["step"] == 10 and dict(job.values)["progress_pct"] == 50.0
-    worker = next(op for op in ops if op.table == pj.WORKERS)
+    worker = next(op for op in ops if op.table == pr.WORKERS)
     assert dict(worker.values) == {"last_seen_at": batch[-1].at_ms}
     assert states[d.job_id] == fold(d.history)
 
 
 def test_worker_cells_at_one_timestamp_with_different_values_are_left_to_cassandra():
-    a = pj.RowOp(pj.WORKERS, (("worker_id", "w"),), (("status", "busy"), ("current_job_id", "x")), 7)
-    b = pj.RowOp(pj.WORKERS, (("worker_id", "w"),), (("status", "busy"), ("current_job_id", "y")), 7)
+    a = pr.RowOp(pr.WORKERS, (("worker_id", "w"),), (("status", "busy"), ("current_job_id", "x")), 7)
+    b = pr.RowOp(pr.WORKERS, (("worker_id", "w"),), (("status", "busy"), ("current_job_id", "y")), 7)
     rows = pj.BatchRows()
     rows.extend([a, b])
     for order in ([a, b], [b, a]):

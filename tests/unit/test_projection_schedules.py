@@ -8,7 +8,8 @@ import pytest
 
 from spotreel.domain import commands as c
 from spotreel.domain import events as ev
-from spotreel.services.projector.projection import Envelope, project, project_batch
+from spotreel.services.projector.projection import project, project_batch
+from spotreel.services.projector.rows import Envelope
 from spotreel.services.projector.schedule_rows import OCCURRENCES, SCHEDULES, TENANT_SCHEDULES, schedule_ops
 from tests.unit.test_job_schedules import HOUR, MIN, T, Sched
 

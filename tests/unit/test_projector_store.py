@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spotreel.services.projector import projection as pj
+from spotreel.services.projector import rows as pr
 from spotreel.services.projector.store import PACK_BYTES, PACK_PARTITIONS, PendingWrites, Store, row_bytes
 
 
@@ -43,13 +43,13 @@ class _PlanStore(Store):
         return list(ops), ()
 
 
-def _partition(op: pj.RowOp):
+def _partition(op: pr.RowOp):
     return ("job", op.key[0][1]) if op.table in ("jobs_by_id", "events_by_job", "rejections_by_job",
                                                  "attempts_by_job") else (op.table, op.key[0][1])
 
 
 _op = st.builds(
-    lambda table, part, n, size, ts: pj.RowOp(table, (("k", f"p{part}"), ("c", n)), (("v", "x" * size),), ts),
+    lambda table, part, n, size, ts: pr.RowOp(table, (("k", f"p{part}"), ("c", n)), (("v", "x" * size),), ts),
     st.sampled_from(["events_by_job", "jobs_by_id", "workers", "jobs_by_tenant", "pool_jobs"]),
     st.integers(0, 30), st.integers(0, 400), st.sampled_from([0, 10, 300, 2000, 5000]), st.integers(1, 9))
 

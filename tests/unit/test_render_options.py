@@ -107,7 +107,7 @@ def test_a_submit_job_over_kafka_beyond_the_limits_is_refused(change, words):
 def test_the_read_model_shows_the_options_a_job_set_and_nothing_for_one_that_set_none():
     import json
 
-    from spotreel.services.projector.projection import params_json
+    from spotreel.services.projector.job_rows import params_json
 
     assert {k: v for k, v in json.loads(params_json(leased_job(**OPTIONS).s)).items() if k in OPTIONS} == OPTIONS
     assert not set(OPTIONS) & set(json.loads(params_json(leased_job().s)))

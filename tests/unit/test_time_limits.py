@@ -66,7 +66,7 @@ def test_a_run_at_past_the_limit_already_in_the_log_is_projected_as_the_limit():
     """Records written before the limit existed: the projector stores the limit, a time the driver decodes."""
     import dataclasses
 
-    from spotreel.services.projector.projection import job_row
+    from spotreel.services.projector.job_rows import job_row
     from spotreel.domain.evolve import fold
 
     events = decide(None, submit(run_at_ms=limits.MAX_TIME_MS), 1_700_000_000_000)
