@@ -461,18 +461,38 @@ async def submit_loop(sh: Shared, until: float) -> None:
         await asyncio.wait(pending, timeout=60)
 
 
-async def _submit(sh: Shared, tenant: str, tier: int) -> None:
+# A client refused with 429 or 503 comes back after the answer's Retry-After, as a product client would (the
+# same Idempotency-Key makes it safe), up to this many refusals or this long in all; then it gives up.
+SUBMIT_REFUSALS_MAX = 5
+SUBMIT_RETRY_BUDGET_S = 60.0
+
+
+async def _submit(sh: Shared, tenant: str, tier: int, sleep=asyncio.sleep) -> None:
+    """One client's submission: errors (no answer, a 5xx without Retry-After) tried again 3 times at 0.5 s, a
+    refusal (429, 503) after its Retry-After. `sh.refused` counts every refusal answer by its code, and the
+    submissions given up: `gave_up` (refused too often) and `no_answer`."""
     body = {"prompt": f"simulated clip {uuid.uuid4().hex[:8]}", "model": sh.model, "gpu_type": sh.gpu_type,
             "num_steps": sh.cfg.steps, "priority": tier, "resolution": "64x64", "duration": 2.0}
     key = f"sim-{uuid.uuid4().hex}"
-    for _ in range(3):  # the same Idempotency-Key makes a retry safe
+    errors = refusals = 0
+    waited = 0.0
+    while errors < 3:
         status, data = await sh.call("submit", "/v1/videos", body, key=sh.tenant_keys[tenant],
                                      headers={"Idempotency-Key": key})
         if status == 202 and data:
             sh.accepted.append(Accepted(data["job_id"], tenant, tier, int(time.time() * 1000)))
             return
         if status in (429, 503):
-            sh.refused[(data or {}).get("error", {}).get("code", str(status))] += 1
-            return
-        await asyncio.sleep(0.5)
+            error = (data or {}).get("error", {}) if isinstance(data, dict) else {}
+            sh.refused[error.get("code", str(status))] += 1
+            refusals += 1
+            pause = float(error.get("retry_after_s") or 1) * (1 + 0.2 * sh.rng.random())  # spread the herd
+            if refusals >= SUBMIT_REFUSALS_MAX or waited + pause > SUBMIT_RETRY_BUDGET_S or sh.stopping.is_set():
+                sh.refused["gave_up"] += 1
+                return
+            waited += pause
+            await sleep(pause)
+            continue
+        errors += 1
+        await sleep(0.5)
     sh.refused["no_answer"] += 1
