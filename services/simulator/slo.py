@@ -104,7 +104,7 @@ def measure(events: Iterable[Any], p0_priority: int = 9,
 
 def ack_verdict(ack: dict[str, Any] | None) -> dict[str, Any]:
     """The submit ack's row from what Prometheus answered (slo_cli.ack_from_prometheus): {"p50", "p99" (s),
-    "n" (acks in the window, from increase(), so fractional), "error" (Prometheus did not answer), "note"}.
+    "n" (acks counted between the window's first and last scrape), "error" (Prometheus did not answer), "note"}.
     Without a figure the status says why ("not measured": no Prometheus, or it did not answer; "no data": it
     answered, with no 202 to POST /v1/videos in the window) and the value is None: never a made-up number."""
     target = BY_NAME["ack"]

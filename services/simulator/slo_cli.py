@@ -39,19 +39,54 @@ def ack_window(window: str | None, submitted: tuple[int, int] | None) -> tuple[s
     """The ack query's range and evaluation time: with `submitted` (epoch ms) exactly that window, ending at
     its end; else `window` (a PromQL duration, default 1h) ending now (time None)."""
     if submitted is not None:
-        return f"{max(1, math.ceil((submitted[1] - submitted[0]) / 1000))}s", submitted[1] / 1000
+        # In milliseconds: rounded up to whole seconds, the range reached up to a second before the window and
+        # counted what was answered there.
+        return f"{max(1, submitted[1] - submitted[0])}ms", submitted[1] / 1000
     return window or "1h", None
+
+
+def counter_increase(values: list[float]) -> float:
+    """What a counter counted between its first and last sample: every rise, and a fall taken as a restart
+    that counted from 0. Unlike PromQL's increase(), nothing is extrapolated to the window's edges, so the
+    figure is whole and each bucket of a histogram is counted alike."""
+    total = 0.0
+    for before, after in zip(values, values[1:]):
+        total += after - before if after >= before else after
+    return total
+
+
+def histogram_quantile(q: float, buckets: dict[float, float]) -> float | None:
+    """PromQL's histogram_quantile over cumulative `buckets` (upper bound -> count, +Inf included): the rank's
+    bucket found, then linear interpolation inside it (the first bucket from 0); a rank in the +Inf bucket
+    is the highest finite bound. None without observations or without +Inf."""
+    bounds = sorted(buckets.items())
+    if len(bounds) < 2 or not math.isinf(bounds[-1][0]):
+        return None
+    counts, top = [], 0.0
+    for _, n in bounds:  # cumulative counts never fall (a bucket's samples scraped a moment apart may)
+        top = max(top, n)
+        counts.append(top)
+    if counts[-1] <= 0:
+        return None
+    rank = q * counts[-1]
+    b = next(i for i, n in enumerate(counts) if n >= rank)
+    if b == len(bounds) - 1:
+        return bounds[-2][0]
+    lower, below = (bounds[b - 1][0], counts[b - 1]) if b > 0 else (0.0, 0.0)
+    inside = counts[b] - below
+    return lower + (bounds[b][0] - lower) * ((rank - below) / inside if inside > 0 else 1.0)
 
 
 def ack_from_prometheus(url: str, window: str = "1h", at_s: float | None = None, prefix: str | None = None,
                         timeout: float = 10.0) -> dict[str, Any]:
     """The submit ack from the gateway's `spotreel_gateway_request_seconds` histogram (202s to POST /v1/videos)
-    as Prometheus has it over `window` ending at `at_s` (epoch s; None: now): p50 and p99 by
-    histogram_quantile over the buckets' increase(), n (increase of the count, extrapolated to the window's
-    edges, so fractional), the other answers to POST /v1/videos by status, and a note when there is no figure
-    (no gateway series at all, or no 202 in the window). {"error": ...} when Prometheus did not answer.
-    `prefix`: only the gateways whose scrape target has that topic_prefix label (`infra monitoring up` and
-    `spotreel simulate` label theirs), so one Prometheus can scrape several stacks."""
+    as Prometheus scraped it over `window` ending at `at_s` (epoch s; None: now): n, p50 and p99 from each
+    series' samples in the window (`counter_increase`: what was counted between the window's first and last
+    scrape, no extrapolation, so every bucket is counted alike and n is the acks answered), summed over the
+    gateways, then `histogram_quantile`; the other answers to POST /v1/videos by status, and a note when there
+    is no figure (no gateway series at all, or no 202 in the window). {"error": ...} when Prometheus did not
+    answer. `prefix`: only the gateways whose scrape target has that topic_prefix label (`infra monitoring up`
+    and `spotreel simulate` label theirs), so one Prometheus can scrape several stacks."""
     stack = f'topic_prefix="{prefix}"' if prefix is not None else ""
     ack = f'method="POST",route="/v1/videos",status="202"{"," + stack if stack else ""}'
     other = f'method="POST",route="/v1/videos",status!="202"{"," + stack if stack else ""}'
@@ -71,20 +106,24 @@ def ack_from_prometheus(url: str, window: str = "1h", at_s: float | None = None,
             raise _PromError(f"{answer.get('errorType', 'error')}: {answer.get('error')}")
         return answer["data"]["result"]
 
-    def scalar(result: list[dict[str, Any]]) -> float | None:
-        value = float(result[0]["value"][1]) if result else None
-        return None if value is None or math.isnan(value) else value
+    def counted(series: str, by: str) -> dict[str, float]:
+        """Each label value of `by` -> what its series counted in the window (raw samples, summed)."""
+        out: dict[str, float] = {}
+        for r in query(f"{series}[{window}]"):
+            key = r["metric"].get(by, "")
+            out[key] = out.get(key, 0.0) + counter_increase([float(v) for _, v in r["values"]])
+        return out
 
     try:
-        n = scalar(query(f"sum(increase(spotreel_gateway_request_seconds_count{{{ack}}}[{window}]))"))
+        buckets = {float(le): n for le, n in counted(f"spotreel_gateway_request_seconds_bucket{{{ack}}}", "le").items()}
+        n = sum(counted(f"spotreel_gateway_request_seconds_count{{{ack}}}", "status").values()) if buckets else None
         out: dict[str, Any] = {"window": window, "at_s": at_s, "n": n}
         for q in (0.5, 0.99):
-            out[f"p{q * 100:g}"] = scalar(query(
-                f"histogram_quantile({q}, sum by (le) (increase(spotreel_gateway_request_seconds_bucket{{{ack}}}"
-                f"[{window}])))"))
-        others = query(f"sum by (status) (increase(spotreel_gateway_request_seconds_count{{{other}}}[{window}]))")
-        out["other_statuses"] = {r["metric"].get("status", "?"): round(float(r["value"][1]), 1) for r in others}
-        if n is None or out["p99"] is None:
+            out[f"p{q * 100:g}"] = histogram_quantile(q, buckets)
+        others = counted(f"spotreel_gateway_request_seconds_count{{{other}}}", "status")
+        out["other_statuses"] = {status: n for status, n in sorted(others.items())}
+        if not n or out["p99"] is None:
+            out["n"] = n or None
             seen = query(f"count(count_over_time(spotreel_gateway_request_seconds_count{{{stack}}}[{window}]))")
             out["note"] = ("no 202 to POST /v1/videos in the window" if seen else
                            f"this Prometheus has no spotreel_gateway_request_seconds{{{stack}}} series in the "

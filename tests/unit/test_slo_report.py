@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from spotreel.services.simulator.slo import ack_verdict, measure, render_text, report
-from spotreel.services.simulator.slo_cli import ack_from_prometheus, ack_window
+from spotreel.services.simulator.slo_cli import ack_from_prometheus, ack_window, counter_increase, histogram_quantile
 from tests.unit.jobkit import Driver
 
 
@@ -98,8 +100,8 @@ def test_the_ack_row_has_a_figure_only_when_prometheus_gave_one_and_says_why_not
 
 def test_the_ack_query_covers_the_submission_window_when_one_is_given() -> None:
     assert ack_window(None, None) == ("1h", None) and ack_window("5m", None) == ("5m", None)
-    assert ack_window("5m", (1_700_000_000_000, 1_700_000_180_500)) == ("181s", 1_700_000_180.5)
-    assert ack_window(None, (1_000, 1_001)) == ("1s", 1.001)
+    assert ack_window("5m", (1_700_000_000_000, 1_700_000_180_500)) == ("180500ms", 1_700_000_180.5)
+    assert ack_window(None, (1_000, 1_001)) == ("1ms", 1.001) and ack_window(None, (5, 5)) == ("1ms", 0.005)
 
 
 def test_an_unreachable_prometheus_is_an_error_not_a_figure() -> None:
@@ -132,3 +134,25 @@ def test_a_simulation_announces_its_private_services_to_the_local_prometheus_onl
         {"targets": ["127.0.0.1:25004"], "labels": {"service": "gateway", "topic_prefix": "sim.abc"}}]
     assert set(groups) == {"sim-abc-scheduler.json", "sim-abc-projector.json", "sim-abc-webhooks.json",
                            "sim-abc-gateway.json"}
+
+
+def test_a_counter_counts_what_it_counted_between_its_samples_a_restart_from_zero() -> None:
+    assert counter_increase([]) == 0 and counter_increase([7.0]) == 0
+    assert counter_increase([3.0, 3.0, 5.0, 9.0]) == 6  # no extrapolation past the first and last sample
+    assert counter_increase([10.0, 12.0, 1.0, 4.0]) == 2 + 1 + 3  # restarted between 12 and 1
+
+
+INF = float("inf")
+
+
+def test_histogram_quantile_is_promqls_rule() -> None:
+    # 30 observations: 4 up to 10 ms, 26 in (10, 25] ms.
+    buckets = {0.005: 0.0, 0.01: 4.0, 0.025: 30.0, 0.05: 30.0, 0.1: 30.0, INF: 30.0}
+    assert histogram_quantile(0.99, buckets) == pytest.approx(0.01 + 0.015 * (29.7 - 4) / 26)
+    assert histogram_quantile(0.5, buckets) == pytest.approx(0.01 + 0.015 * (15 - 4) / 26)
+    assert histogram_quantile(0.1, buckets) == pytest.approx(0.005 + 0.005 * 3 / 4)
+    assert histogram_quantile(0.0, {0.01: 2.0, INF: 2.0}) == 0.0  # the first bucket starts at 0
+    assert histogram_quantile(0.99, {0.01: 2.0, 0.1: 2.0, INF: 10.0}) == 0.1  # in +Inf: the highest bound
+    assert histogram_quantile(0.5, {0.01: 3.0, 0.025: 2.0, INF: 4.0}) == pytest.approx(0.01 * 2 / 3)  # made monotonic
+    assert histogram_quantile(0.5, {0.01: 0.0, INF: 0.0}) is None  # nothing observed
+    assert histogram_quantile(0.5, {0.01: 1.0, 0.1: 1.0}) is None  # no +Inf bucket
