@@ -46,8 +46,8 @@ async def lease(request: web.Request) -> web.StreamResponse:
     body = await read_body(request)
     known = request.app[PROFILES].get(wid, {})
     f = take({k: v for k, v in body.items() if k not in ("models", "warm_models")},
-              {"gpu_type": ("str", False), "draining": ("bool", False), "wait_seconds": ("float", False),
-               "lease_ttl_ms": ("int", False)})
+             {"gpu_type": ("str", False), "draining": ("bool", False), "wait_seconds": ("float", False),
+              "lease_ttl_ms": ("int", False)})
     gpu = f.get("gpu_type") or known.get("gpu_type")
     models = model_list(body["models"], "models") if "models" in body else known.get("models")
     warm = model_list(body["warm_models"], "warm_models") if "warm_models" in body else known.get("warm_models", ())

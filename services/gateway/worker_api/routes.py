@@ -90,7 +90,7 @@ async def register(request: web.Request) -> web.Response:
     gw, wid = gateway(request), worker_id_of(request)
     body = await read_body(request)
     f = take({k: v for k, v in body.items() if k not in ("models", "warm_models")},
-              {"gpu_type": ("str", True), "draining": ("bool", False)})
+             {"gpu_type": ("str", True), "draining": ("bool", False)})
     profile = {"gpu_type": f["gpu_type"], "models": model_list(body.get("models"), "models"),
                "warm_models": model_list(body.get("warm_models", []), "warm_models")}
     # A hint for lease requests that omit their profile; each lease request may carry its own, so a fleet
