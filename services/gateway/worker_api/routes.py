@@ -1,4 +1,5 @@
-"""The worker API under /internal/ (DESIGN §3): register, lease long-poll, and the fenced lease commands.
+"""The worker API under /internal/ (DESIGN §3): register, the lease long-poll (leasepoll.py), and the fenced lease
+commands.
 
 Credentials: a worker key (`Authorization: Bearer <key>`), an api_keys row of kind 'worker' looked up by
 its SHA-256 like tenant keys; tenant keys are refused here and worker keys on /v1. The local stack seeds one
