@@ -124,9 +124,10 @@ class Janitor:
             except CodecError as exc:
                 log.warning("skipping undecodable record %s@%d: %s", m.partition(), m.offset(), exc)
         todo = deletions_for(events)
-        if todo.keys or todo.jobs:
-            await self._until_done(lambda: self._delete(todo), stop)
-        if ends and not stop.is_set():
+        done = not (todo.keys or todo.jobs) or await self._until_done(lambda: self._delete(todo), stop)
+        # Committed once the deletions are done, stopping or not: a janitor stopped just after them (a CI run
+        # stopped it between the two) would otherwise read the batch again on its next start.
+        if ends and done:
             await asyncio.to_thread(self._commit, ends)
 
     def _delete(self, todo: Deletions) -> None:
@@ -136,13 +137,14 @@ class Janitor:
             n += objects.delete_prefix(self.s3, bucket, f"{CHECKPOINTS}{job_id}/")
         self.deleted += n
 
-    async def _until_done(self, call: Callable[[], None], stop: asyncio.Event) -> None:
-        """Deletions retry until they succeed: the batch's offsets are not committed before they do."""
+    async def _until_done(self, call: Callable[[], None], stop: asyncio.Event) -> bool:
+        """Deletions retry until they succeed (True) or the janitor stops (False): the batch's offsets are not
+        committed before they succeed."""
         delay = 0.2
         while not stop.is_set():
             try:
                 await asyncio.to_thread(call)
-                return
+                return True
             except Exception as exc:  # noqa: BLE001 - every S3 error is retried
                 log.warning("deletions failed (%s: %s); retrying in %.1fs", type(exc).__name__, exc, delay)
                 try:
@@ -150,6 +152,7 @@ class Janitor:
                 except asyncio.TimeoutError:
                     pass
                 delay = min(delay * 2, 10.0)
+        return False
 
     def _commit(self, ends: dict[tuple[str, int], int]) -> None:
         try:

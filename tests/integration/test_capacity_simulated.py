@@ -86,6 +86,10 @@ def test_a_simulated_fleet_follows_the_queue_and_drains_on_notice(plane):
                        "the fleet to shrink to its idle buffer")
             shrunk = time.time()
             bus.poll(1.0)
+            # Machines go on dying while the test ends: every notice announced by now is handled by one more
+            # tick (a CI run compared counts taken a moment apart: 18 announced, 17 handled).
+            announced = provider.summary()["notices"]
+            mgr.tick()
     finally:
         summary = provider.summary()
         attempts = provider.attempts()
@@ -118,7 +122,7 @@ def test_a_simulated_fleet_follows_the_queue_and_drains_on_notice(plane):
 
     # Every announced death was drained in time: its job (if any) checkpointed and released, never expired.
     assert notices, "a minute's mean lifetime over a few dozen machines brings notices"
-    assert summary["notices"] == len(notices) == mgr.preempted
+    assert announced <= len(notices) == mgr.preempted <= summary["notices"], (announced, summary)
     assert not by_type["LeaseExpired"], "no lease was left to expire"
     outcomes = summary["attempts_by_outcome"]
     assert not outcomes.get("vanished") and outcomes.get("completed", 0) >= JOBS
