@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 from spotreel.devstack import ports as portlib
@@ -124,17 +125,27 @@ class Cassandra(Server):
             raise ProbeFailed(f"CQL query failed: {type(exc).__name__}: {str(exc)[:200]}") from None
         return f"Cassandra {row.release_version}"
 
+    @contextmanager
+    def schema_session(self):
+        """(session, settle) the schema is applied through; a cluster node's goes through itself only."""
+        with cql_session(self.settings, 20.0) as session:
+            yield session, None
+
     def setup(self, say: Say) -> None:
         from spotreel.platform.migrate import migrate
         from spotreel.platform.seed import seed_dev_tenant
 
+        s = self.settings
+
         def apply() -> None:
-            with cql_session(self.settings, 20.0) as session:
-                migrate(session, self.settings.cassandra_keyspace, say, replication=self.settings.cassandra_rf,
-                        datacenter=self.settings.cassandra_datacenter)
-                seed_dev_tenant(session, self.settings, say)
+            with self.schema_session() as (session, settle):
+                migrate(session, s.cassandra_keyspace, say, replication=s.cassandra_rf,
+                        datacenter=s.cassandra_datacenter, settle=settle)
+                seed_dev_tenant(session, s, say)
 
         try:
+            # Just after a node joined or came back, a replica may lack a new table's schema (INCOMPATIBLE_SCHEMA)
+            # or a quorum read may time out while it replays its commit log: every step is idempotent (settling.py).
             settled(apply, "cassandra", say)
         except InfraError:
             raise

@@ -17,7 +17,6 @@ from spotreel.devstack import ports as portlib
 from spotreel.devstack.cassandra import Cassandra
 from spotreel.devstack.render import render, write_if_changed
 from spotreel.devstack.server import Say
-from spotreel.devstack.settling import settled
 from spotreel.platform.errors import InfraError, ProbeFailed
 
 # Gossip waits of a production node (30 s ring delay, up to a minute for gossip to settle) are for a ring
@@ -81,30 +80,14 @@ class CassandraNode(Cassandra):
         normal = sum(1 for g in gossip if g.startswith("NORMAL"))
         return f"Cassandra {row.release_version}, ring: {normal} of {len(gossip)} nodes joined (NORMAL)"
 
+    def schema_session(self):
+        return schema_session(self.settings, self.bind_host())
+
     def setup(self, say: Say) -> None:
         if self.node != 1:
             return
         wait_for_nodes(self.settings, self.settings.start_timeout)
-        from spotreel.platform.migrate import migrate
-        from spotreel.platform.seed import seed_dev_tenant
-
-        s = self.settings
-
-        def apply() -> None:
-            with schema_session(s, self.bind_host()) as (session, settle):
-                migrate(session, s.cassandra_keyspace, say, replication=s.cassandra_rf,
-                        datacenter=s.cassandra_datacenter, settle=settle)
-                seed_dev_tenant(session, s, say)
-
-        try:
-            # Just after a node joined or came back, a replica may lack a new table's schema (INCOMPATIBLE_SCHEMA)
-            # or a quorum read may time out while it replays its commit log: every step is idempotent (settling.py).
-            settled(apply, "cassandra", say)
-        except InfraError:
-            raise
-        except Exception as exc:
-            raise InfraError(f"cassandra: schema setup failed: {type(exc).__name__}: {str(exc)[:300]}",
-                             [f"log: {self.main_log()}"]) from None
+        super().setup(say)
 
 
 def node_session(settings, host: str, timeout: float):
