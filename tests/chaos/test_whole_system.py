@@ -44,7 +44,10 @@ from tests.integration.workerkit import reference_checksum, tiny_model
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(1500)]
 
-MIN_JOBS, MAX_JOBS = 12, 20
+# At least MIN_JOBS jobs; MAX_JOBS only bounds a runaway stream. The number made is set by how long the
+# chaos lasts: while a lane runs, the fleet must always have work (a CI run with 20 as the bound ran out of
+# jobs while the worker lane still waited for a busy worker).
+MIN_JOBS, MAX_JOBS = 12, 60
 IN_FLIGHT = 6  # unfinished jobs the stream keeps ahead of the fleet while the chaos goes on
 REQUESTS = [
     {"prompt": "a red fox running in snow", "seed": 1234},
@@ -190,6 +193,8 @@ class Scenario:
     def busy_worker(self, rng: random.Random, max_step: int = SHAPE["num_steps"]) -> tuple[Any, str, int, int]:
         def pick():
             self.feed()
+            assert self.sub.allowed < MAX_JOBS or self.unfinished() > 0, (
+                f"all {MAX_JOBS} orders ended before the worker lane found a busy worker")
             return sorted(([b for b in self.fleet.busy(2) if b[3] <= max_step]), key=lambda b: b[0].worker_id)
 
         return rng.choice(wait_until(pick, 300, "a worker in the middle of a job", on_timeout=self.diagnose))
