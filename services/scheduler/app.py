@@ -1,13 +1,15 @@
 """The scheduler's Faust application, built by a factory (no module-global app): `Scheduler(settings)`.
 
-One agent reads `<prefix>.commands` and hands each batch to the pipeline; two timers drive the timer tick and
-the stats and eviction ticks; the job table tells the scheduler when Faust restored it after a rebalance.
+One agent reads `<prefix>.commands` and hands each batch to the pipeline; timers drive the timer tick, the
+stats and eviction ticks and the recovery watch; the job table tells the scheduler when Faust restored it
+after a rebalance.
 The work itself lives in modules named for it, mixed into `Scheduler`, which owns the shared state:
   table.py     the job table (JobTable, keys, reads through the cache, writes, markers);
   rebuild.py   on assignment: a partition's state from the table and the events topic's tail;
   pipeline.py  `on_batch`: the per-command I/O order that makes the scheduler exactly-once;
   timers.py    the timer tick (lease deadlines, queue timeouts, schedules);
-  stats.py     pool stats, tenant usage, preemption, eviction.
+  stats.py     pool stats, tenant usage, preemption, eviction;
+  recoverywatch.py  a changelog partition Faust's recovery stopped reading is sought again.
 README.md says why the order is what it is."""
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from spotreel.services.scheduler.partition import PartitionState
 from spotreel.services.scheduler.pipeline import Pipeline
 from spotreel.services.scheduler.preempting import PoolStatsView, budget_of
 from spotreel.services.scheduler.rebuild import Rebuild
+from spotreel.services.scheduler.recoverywatch import INTERVAL_S, RecoveryWatch
 from spotreel.services.scheduler.stats import Stats
 from spotreel.services.scheduler.table import JobTable, TableAccess
 from spotreel.services.scheduler.timers import Timers
@@ -139,6 +142,8 @@ class Scheduler(TableAccess, Rebuild, Pipeline, InOrder, Timers, Stats):
         app.timer(timer_interval)(self.fire_timers)
         app.timer(stats_interval)(self.publish_stats)
         app.timer(stats_interval)(self.evict)
+        self.recovery_watch = RecoveryWatch(app, self.flow_state, self.metrics.recovery_nudges.inc)
+        app.timer(INTERVAL_S)(self.recovery_watch.check)
 
         async def start_metrics() -> None:
             taskdump.install(asyncio.get_running_loop(), self.flow_state)

@@ -40,6 +40,9 @@ class Metrics:
         self.holes_accepted = Counter("spotreel_scheduler_offset_holes_accepted",
                                       "holes in a commands partition taken as real after every rewind came back "
                                       "past them (ordering.py)", registry=r)
+        self.recovery_nudges = Counter("spotreel_scheduler_recovery_nudges",
+                                       "changelog partitions sought again after Faust's recovery read nothing from "
+                                       "them for a while (recoverywatch.py)", registry=r)
         self.skipped = Counter("spotreel_scheduler_redelivered_skipped", "already-applied commands", registry=r)
         self.evicted = Counter("spotreel_scheduler_evicted", "terminal jobs evicted from the table after their "
                                "retention (kind=job), and their summaries forgotten (kind=summary)", ["kind"],
