@@ -93,12 +93,17 @@ class RecoveryWatch:
                     "from %s. %s", self.quiet_s, [f"{tp.topic}[{tp.partition}]" for tp in tps],
                     {tp.partition: remaining[tp] for tp in tps}, {tp.partition: o for tp, o in targets.items()},
                     self.flow_state())
-        active = getattr(consumer, "_active_partitions", None)
-        paused = [tp for tp in tps if active is not None and tp not in active]
-        if paused:  # recovery resumed them; something paused them since: nothing would ever be handed on
-            consumer.resume_partitions(paused)
-        await consumer.seek_wait(targets)
-        for tp in tps:
+        for tp in tps:  # a failed try waits its quiet time too
             self.nudged_at[tp] = now
+        try:
+            active = getattr(consumer, "_active_partitions", None)
+            paused = [tp for tp in tps if active is not None and tp not in active]
+            if paused:  # recovery resumed them; something paused them since: nothing would ever be handed on
+                consumer.resume_partitions(paused)
+            await consumer.seek_wait(targets)
+        except Exception as exc:  # noqa: BLE001 - a timer that raised would end; the next try comes
+            log.warning("could not seek %s again (%s: %s); trying again in %.0f s", sorted(targets, key=repr),
+                        type(exc).__name__, exc, self.quiet_s)
+            return []
         self.on_nudge(len(tps))
         return tps

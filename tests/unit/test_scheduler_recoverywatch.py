@@ -136,3 +136,24 @@ def test_the_faust_fields_the_watch_reads_are_there():
     consumer = app.consumer
     assert consumer._active_partitions == set()
     assert callable(consumer.seek_wait) and callable(consumer.resume_partitions)
+
+
+def test_a_seek_that_fails_is_logged_and_tried_again_after_the_quiet_time(caplog):
+    app, tp = _app(highwaters={"c0": 7}, offsets={"c0": 3})
+    calls = []
+
+    async def broken(offsets):
+        calls.append(offsets)
+        raise TimeoutError("broker away")
+
+    app.consumer.seek_wait = broken
+    now = [QUIET_S]
+    watch, nudges = _watch(app, now)
+    assert asyncio.run(watch.check()) == [] and nudges == [] and len(calls) == 1
+    assert "could not seek" in caplog.text
+    now[0] += QUIET_S / 2
+    asyncio.run(watch.check())
+    assert len(calls) == 1
+    now[0] += QUIET_S / 2
+    asyncio.run(watch.check())
+    assert calls == [{tp["c0"]: 4}] * 2
