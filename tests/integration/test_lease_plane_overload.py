@@ -19,13 +19,21 @@ LEASE_TTL_S = 12.0
 STALL_S = 15.0  # longer than a lease TTL
 
 
+# Every refusal the gateway documents with a Retry-After (services/gateway/README.md): 429 `rate_limited`;
+# 503 `overloaded`, `store_unavailable` and `kafka_unavailable` (a write in flight across a gateway frozen past
+# the producer's 10 s message timeout is not acknowledged: a CI run had one, retried and accepted).
+DOCUMENTED_REFUSALS = {"overloaded", "rate_limited", "kafka_unavailable", "store_unavailable"}
+
+
 def _every_submission_answered(report: dict, at_least: int) -> None:
     """Accepted, or refused with a documented code and Retry-After: the gateway sheds submissions while it
     runs 5 s behind (services/gateway/loopwatch.py), as it does those read late after a freeze; none is left
     without an answer. `at_least` accepted, so the lease plane had work to carry."""
     assert report["accepted"] >= at_least, report["submissions_refused"]
-    # gave_up: a client refused 5 times in a row stops (fleet.py SUBMIT_REFUSALS_MAX), each refusal an answer.
-    assert set(report["submissions_refused"]) <= {"overloaded", "rate_limited", "gave_up"}, report["submissions_refused"]
+    # A refused client submits again after the Retry-After with the same key (fleet.py `_submit`), so a code
+    # here may also have ended in a 202. gave_up: a client refused 5 times in a row stops
+    # (SUBMIT_REFUSALS_MAX), each refusal an answer. no_answer (no HTTP answer at all) is never allowed.
+    assert set(report["submissions_refused"]) <= DOCUMENTED_REFUSALS | {"gave_up"}, report["submissions_refused"]
 
 
 def _every_job_once_and_no_lease_expired(report: dict) -> None:
