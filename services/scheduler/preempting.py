@@ -25,7 +25,11 @@ back (`PoolStats.preemptible_by_tier`) in the same record as the requests made f
 `preempting`), so when the decider's leases stop being candidates the next one sees what was spent. Still
 not exact: an instance that has no fresh record of a lower partition (its owner just started or stopped
 publishing) decides as if it were alone, and the victim is the lowest tier among the decider's own leases,
-not necessarily the pool's. With one instance owning every partition the budget is exact. The request times are memory: a new owner of a partition
+not necessarily the pool's. Nor does another instance see one instance's records of several partitions at
+once: a view holding the new record of one (its lease asked, no candidate left there, so the viewer is now
+the lowest holder) and the old record of another (its request not counted yet) lets a second decider spend
+the budget again (a CI run: 3 requests against a budget of 2). With one instance owning every partition the
+budget is exact. The request times are memory: a new owner of a partition
 starts with an empty minute (the previous owner's requests stop counting). Demand counts every
 queued job of a higher tier, also one whose tenant is at its in-flight ceiling and so cannot take the freed
 worker, and another instance's `idle_workers` may still count a worker that has since taken a lease
