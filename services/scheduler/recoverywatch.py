@@ -96,10 +96,6 @@ class RecoveryWatch:
         for tp in tps:  # a failed try waits its quiet time too
             self.nudged_at[tp] = now
         try:
-            active = getattr(consumer, "_active_partitions", None)
-            paused = [tp for tp in tps if active is not None and tp not in active]
-            if paused:  # recovery resumed them; something paused them since: nothing would ever be handed on
-                consumer.resume_partitions(paused)
             await consumer.seek_wait(targets)
         except Exception as exc:  # noqa: BLE001 - a timer that raised would end; the next try comes
             log.warning("could not seek %s again (%s: %s); trying again in %.0f s", sorted(targets, key=repr),

@@ -61,27 +61,21 @@ def test_resume_offset_is_after_the_last_applied_record():
 
 
 class FakeConsumer:
-    def __init__(self, active):
-        self._active_partitions = set(active)
+    def __init__(self):
         self.sought: list[dict] = []
-        self.resumed: list = []
 
     async def seek_wait(self, offsets):
         self.sought.append(dict(offsets))
 
-    def resume_partitions(self, tps):
-        self.resumed.extend(tps)
-        self._active_partitions.update(tps)
 
-
-def _app(in_recovery=True, highwaters=None, offsets=None, received=None, started=0.0, active=("c0", "c1")):
+def _app(in_recovery=True, highwaters=None, offsets=None, received=None, started=0.0):
     tp = {name: TP("jobs-changelog", int(name[1])) for name in ("c0", "c1", "c2")}
     rec = SimpleNamespace(in_recovery=in_recovery, _recovery_started_at=started,
                           _active_events_received_at={tp[k]: v for k, v in (received or {}).items()},
                           active_offsets=Counter({tp[k]: v for k, v in (offsets or {}).items()}))
     hw = {tp[k]: v for k, v in (highwaters or {}).items()}
     rec.active_remaining = lambda: Counter({t: h - rec.active_offsets.get(t, -1) for t, h in hw.items()})
-    consumer = FakeConsumer(tp[k] for k in active)
+    consumer = FakeConsumer()
     return SimpleNamespace(tables=SimpleNamespace(recovery=rec), consumer=consumer), tp
 
 
@@ -103,12 +97,11 @@ def test_the_watch_seeks_a_silent_partition_again_once_per_quiet_time():
     assert len(app.consumer.sought) == 2
 
 
-def test_a_partition_never_read_is_read_again_from_its_start_and_resumed_if_something_paused_it():
-    app, tp = _app(highwaters={"c2": 7}, active=("c0",))
+def test_a_partition_never_read_is_read_again_from_its_start():
+    app, tp = _app(highwaters={"c2": 7})
     watch, _ = _watch(app, [QUIET_S])
     assert asyncio.run(watch.check()) == [tp["c2"]]
     assert app.consumer.sought == [{tp["c2"]: 0}]
-    assert app.consumer.resumed == [tp["c2"]]
 
 
 def test_the_watch_does_nothing_outside_recovery_or_on_a_faust_without_the_fields():
@@ -133,9 +126,7 @@ def test_the_faust_fields_the_watch_reads_are_there():
     assert rec.in_recovery is False and rec._recovery_started_at is None
     assert rec._active_events_received_at == {} and rec.active_offsets == Counter()
     assert rec.active_remaining() == Counter()
-    consumer = app.consumer
-    assert consumer._active_partitions == set()
-    assert callable(consumer.seek_wait) and callable(consumer.resume_partitions)
+    assert callable(app.consumer.seek_wait)
 
 
 def test_a_seek_that_fails_is_logged_and_tried_again_after_the_quiet_time(caplog):
