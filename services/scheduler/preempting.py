@@ -28,8 +28,10 @@ publishing) decides as if it were alone, and the victim is the lowest tier among
 not necessarily the pool's. Nor does another instance see one instance's records of several partitions at
 once: a view holding the new record of one (its lease asked, no candidate left there, so the viewer is now
 the lowest holder) and the old record of another (its request not counted yet) lets a second decider spend
-the budget again (a CI run: 3 requests against a budget of 2). With one instance owning every partition the
-budget is exact. The request times are memory: a new owner of a partition
+the budget again (a CI run: 3 requests against a budget of 2). So an instance also waits while another
+instance's requests are arriving: for `SETTLE_S` after its view last saw a request counted on a partition it
+does not own (`PoolStatsView.settling`), the records of that instance's other partitions, published in the
+same tick, have time to arrive. With one instance owning every partition the budget is exact. The request times are memory: a new owner of a partition
 starts with an empty minute (the previous owner's requests stop counting). Demand counts every
 queued job of a higher tier, also one whose tenant is at its in-flight ceiling and so cannot take the freed
 worker, and another instance's `idle_workers` may still count a worker that has since taken a lease
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
@@ -62,6 +65,9 @@ log = logging.getLogger("spotreel.scheduler.preempting")
 STALE_MS = 10_000
 # A worker that asked for work within this window, and holds nothing, is taken as free for the pool.
 FREE_WINDOW_MS = 15_000
+# After the view sees another partition's record count a new request, this instance does not decide for the
+# pool for this long: two stats ticks, time for the records of the requester's other partitions to arrive.
+SETTLE_S = 2.5
 
 
 def budget_of(settings: Settings) -> Budget:
@@ -211,14 +217,29 @@ def tiers_of_tenants(entries: Iterable[str]) -> Counter:
     return out
 
 
+def counts_new_request(before: ev.PoolStats | None, after: ev.PoolStats) -> bool:
+    """Whether `after` (the newer record of one pool and partition) counts a preemption request `before`
+    did not: more asked in the last minute, or more leases yielding."""
+    asked = getattr(after, "preempted_1m", 0) or 0
+    yielding = getattr(after, "preempting", 0) or 0
+    if before is None:
+        return asked > 0 or yielding > 0
+    return asked > (getattr(before, "preempted_1m", 0) or 0) or yielding > (getattr(before, "preempting", 0) or 0)
+
+
 class PoolStatsView:
     """The latest pool-stats record of every (pool, partition), from the compacted topic (one consumer
     thread, from the beginning; not waited for: preemption simply sees less until it has read)."""
 
-    def __init__(self, settings: Settings, codec: Codec | None = None) -> None:
+    def __init__(self, settings: Settings, codec: Codec | None = None,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.settings = settings
         self.codec = codec or Codec.default()
+        self._monotonic = monotonic
         self._latest: dict[tuple[str, int], ev.PoolStats] = {}
+        # (pool, partition) -> when this view last read a record of it counting more requests than the one
+        # before (preempted_1m or preempting up): another decider is spending the budget.
+        self._asked_seen: dict[tuple[str, int], float] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -230,9 +251,21 @@ class PoolStatsView:
     def apply(self, record: Any) -> None:
         if isinstance(record, ev.PoolStats):
             with self._lock:
-                current = self._latest.get((record.pool, record.partition))
+                key = (record.pool, record.partition)
+                current = self._latest.get(key)
                 if current is None or current.at_ms <= record.at_ms:
-                    self._latest[(record.pool, record.partition)] = record
+                    self._latest[key] = record
+                    if counts_new_request(current, record):
+                        self._asked_seen[key] = self._monotonic()
+
+    def settling(self, pool: str, own: Iterable[int], within_s: float = SETTLE_S) -> bool:
+        """Whether, within the last `within_s`, this view read a record of `pool` on a partition not in `own`
+        that counted a new preemption request: the requester's records of its other partitions may still
+        be on their way, so a decision now could spend the budget a second time."""
+        mine = set(own)
+        since = self._monotonic() - within_s
+        with self._lock:
+            return any(at >= since for (p, part), at in self._asked_seen.items() if p == pool and part not in mine)
 
     @property
     def started(self) -> bool:

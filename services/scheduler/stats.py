@@ -90,6 +90,8 @@ class Stats:
         others = self.pool_view.records()
         usage, policies = self.global_usage(None, now), self.fair.policies()
         for pool in sorted(pools):
+            if self.pool_view.settling(pool, parts):
+                continue  # another instance's requests are arriving (preempting.py, SETTLE_S)
             chosen = decide_pool(pool, parts, others, now, self.preempt_budget, self.get,
                                  lambda w: bool(self.worker_leases.held_by(w)), self.settings.preempt_fair_share_ratio,
                                  lambda t: share_if_room(usage.get(t), policies.get(t)),

@@ -142,3 +142,54 @@ def test_only_the_owner_of_the_lowest_partition_with_a_lease_to_ask_back_decides
     # The record the scheduler publishes says which of its leases may be asked back.
     [record] = pool_stats(part, now, preemptible_of=lambda pool: Counter({1: 1}))
     assert record.preemptible_by_tier == ("1=1",)
+
+
+def _asked(partition: int, at_ms: int, asked: int = 0, yielding: int = 0, pool: str = POOL) -> ev.PoolStats:
+    return ev.PoolStats(pool=pool, partition=partition, at_ms=at_ms, queued=0, leased=1, oldest_wait_ms=0,
+                        preempted_1m=asked, preempting=yielding)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_a_view_settles_after_another_partition_counts_a_new_request() -> None:
+    """The race a CI run showed: the other instance asked two leases, on its partitions 0 and 2; this one read
+    partition 0's new record first and would have spent the budget's last unit before partition 2's arrived."""
+    from spotreel.services.scheduler.preempting import SETTLE_S, PoolStatsView
+    from spotreel.settings import Settings
+
+    clock = _Clock()
+    view = PoolStatsView(Settings(), monotonic=clock)
+    view.apply(_asked(0, T0))
+    view.apply(_asked(2, T0))
+    assert not view.settling(POOL, {1, 3})
+    view.apply(_asked(0, T0 + 1000, asked=1, yielding=1))
+    assert view.settling(POOL, {1, 3})
+    assert not view.settling(POOL, {0, 2}), "its own partitions' records never hold an instance back"
+    assert not view.settling("other-pool", {1, 3})
+    clock.t += SETTLE_S / 2
+    view.apply(_asked(2, T0 + 1000, asked=1, yielding=1))
+    clock.t += SETTLE_S * 0.75
+    assert view.settling(POOL, {1, 3}), "the window runs from the last new request read"
+    clock.t += SETTLE_S
+    assert not view.settling(POOL, {1, 3})
+    # The same counts again (the next tick's record), fewer, or an older record read late: not a new request.
+    view.apply(_asked(2, T0 + 2000, asked=1, yielding=1))
+    view.apply(_asked(2, T0 + 3000, asked=1, yielding=0))
+    view.apply(_asked(0, T0 + 500, asked=5, yielding=5))
+    assert not view.settling(POOL, {1, 3})
+
+
+def test_counts_new_request_compares_both_counts() -> None:
+    from spotreel.services.scheduler.preempting import counts_new_request
+
+    assert counts_new_request(None, _asked(0, T0, asked=1))
+    assert not counts_new_request(None, _asked(0, T0))
+    assert counts_new_request(_asked(0, T0, asked=1), _asked(0, T0 + 1, asked=1, yielding=1))
+    assert counts_new_request(_asked(0, T0, asked=1, yielding=1), _asked(0, T0 + 1, asked=2, yielding=0))
+    assert not counts_new_request(_asked(0, T0, asked=2, yielding=1), _asked(0, T0 + 1, asked=1, yielding=1))
