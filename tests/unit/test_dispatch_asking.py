@@ -155,3 +155,28 @@ def test_stats_versions_move_only_when_what_a_partition_shows_changes() -> None:
     assert first.hinted == (2,) and first.queued == {2: 1}
     queues.record(SimpleNamespace(pool="m@gpu", partition=2, queued=0, min_share=None, queued_by_tier=()))
     assert queues.view(M).versions[2] == 2 and len(changes) == 2 and queues.view(M).hinted == ()
+
+
+async def test_a_replaced_poll_ends_a_timed_out_one_asks_again_and_a_cancelled_woken_one_frees_its_slot() -> None:
+    queues = PoolQueues()
+    for p in range(N):
+        queues.record(SimpleNamespace(pool="m@gpu", partition=p, queued=0))
+    ids = iter(range(10_000))
+    polls = IdlePolls(Asking(N, presence_s=60.0), queues.view, lambda: str(next(ids)), clock=lambda: 1.0)
+    polls.asking.sent("seed", "w", 0, M, 0.0)
+    queues.on_change = polls.stats_changed
+    first = asyncio.create_task(polls.next("w", M, 5.0))
+    await asyncio.sleep(0.01)
+    second = asyncio.create_task(polls.next("w", M, 0.05))  # the same worker polls again: the first gives way
+    assert await first is None
+    assert await second is None and polls.waiting == 0  # its wait ran out with nothing in sight
+    woken = asyncio.create_task(polls.next("w", M, 5.0))
+    await asyncio.sleep(0.01)
+    queues.record(SimpleNamespace(pool="m@gpu", partition=2, queued=1))
+    woken.cancel()  # woken and cancelled before it ran: the request was never sent
+    try:
+        await woken
+    except asyncio.CancelledError:
+        pass
+    assert polls.asking.free(M, queues.view(M)) == 1, "the slot counted for the woken poll is free again"
+    assert polls.waiting == 0
