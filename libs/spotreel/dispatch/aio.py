@@ -42,6 +42,24 @@ class Handoff:
             callback(arg)
 
 
+async def result_within(fut: asyncio.Future[Any], timeout: float) -> Any:
+    """`fut`'s result, or None when `timeout` seconds pass first (`fut` is then cancelled), like
+    `asyncio.wait_for` without its waiter future and callbacks (Python 3.11): a timer cancels the future, and a
+    cancellation of the caller itself (`Task.cancelling`) still propagates. For a future only the caller
+    waits on: a verdict or an answer it asked for."""
+    loop = asyncio.get_running_loop()
+    timer = loop.call_later(max(0.0, timeout), fut.cancel)
+    try:
+        return await fut
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+        return None
+    finally:
+        timer.cancel()
+
+
 class AsyncDispatch:
     def __init__(self, settings: Settings, codec: Codec | None = None, *, name: str = "gateway") -> None:
         self.settings = settings

@@ -1,9 +1,9 @@
 """Commands to Kafka for asyncio callers, awaited until the broker acknowledged them (acks=all, idempotent
 producer).
 
-confluent-kafka reports deliveries from `poll()`; one daemon thread polls and hands the reports one poll
-served to the event loop in one call (a wake-up of the loop per report cost a self-pipe write and read each:
-about 3% of the gateway's CPU at the HTTP peak, py-spy). A command goes to the partition the shared partitioner (spotreel.adapters.partitioning) gives
+confluent-kafka reports deliveries from `poll()`; one daemon thread polls and hands the reports to the
+event loop through a `Handoff` (aio.py): one wake-up of the loop for the reports that arrive before it runs,
+not a self-pipe write and read per report (about 3% of the gateway's CPU at the HTTP peak, py-spy). A command goes to the partition the shared partitioner (spotreel.adapters.partitioning) gives
 its key, the one whose scheduler owns the job, unless the caller names one (a RequestWork). A command sent
 inside a sampled span (a traced HTTP request) carries its `traceparent` header (spotreel/tracing.py), and one
 sent for a worker's request the gateway's worker API handles carries its intake headers (intake.py).
@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections import deque
-from typing import Any, Callable
+from typing import Any
 
 from spotreel import tracing
 from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
 from spotreel.dispatch import intake
+from spotreel.dispatch.aio import Handoff
 from spotreel.dispatch.listener import DispatchUnavailable
 from spotreel.platform.topics import commands_topic
 from spotreel.settings import Settings
@@ -48,27 +48,13 @@ class AsyncCommandSender:
             "message.timeout.ms": delivery_timeout_ms,
         })
         self._stop = threading.Event()
-        # Settlements waiting for their loop, filled by the delivery callbacks of one poll.
-        self._settled: deque[tuple[asyncio.AbstractEventLoop, Callable[[], None]]] = deque()
+        self._handoff: Handoff | None = None
         self._thread = threading.Thread(target=self._poll, name=f"{name}-kafka-poll", daemon=True)
         self._thread.start()
 
     def _poll(self) -> None:
         while not self._stop.is_set():
             self.producer.poll(0.1)
-            self._hand_over()
-
-    def _hand_over(self) -> None:
-        """The settlements the last poll collected, to their loops: one call per loop, in delivery order."""
-        batches: dict[asyncio.AbstractEventLoop, list[Callable[[], None]]] = {}
-        while self._settled:
-            loop, settle = self._settled.popleft()
-            batches.setdefault(loop, []).append(settle)
-        for loop, settles in batches.items():
-            try:
-                loop.call_soon_threadsafe(_run_all, settles)
-            except RuntimeError:
-                pass  # that loop is closed: nobody waits for these futures any more
 
     async def send(self, command: Any, partition: int | None = None) -> None:
         await self.send_nowait(command, partition)
@@ -78,20 +64,24 @@ class AsyncCommandSender:
         anything sent after it (a gateway's next pulse included). The future settles with Kafka's ack (or
         DispatchUnavailable); the current intake origin (intake.py) hears of the ack either way."""
         loop = asyncio.get_running_loop()
+        if self._handoff is None or self._handoff.loop is not loop:
+            self._handoff = Handoff(loop)
+        handoff = self._handoff
         done: asyncio.Future[None] = loop.create_future()
         on_produced = intake.produced_hook()
 
+        def settle(err: Any) -> None:
+            if done.done():
+                return
+            if err is not None:
+                done.set_exception(DispatchUnavailable(str(err)))
+            else:
+                done.set_result(None)
+                if on_produced is not None:
+                    on_produced()
+
         def report(err: Any, msg: Any) -> None:
-            def settle() -> None:
-                if done.done():
-                    return
-                if err is not None:
-                    done.set_exception(DispatchUnavailable(str(err)))
-                else:
-                    done.set_result(None)
-                    if on_produced is not None:
-                        on_produced()
-            self._settled.append((loop, settle))
+            handoff.put(settle, err)
 
         key = command_key(command)
         if partition is None:
@@ -108,9 +98,3 @@ class AsyncCommandSender:
         self.producer.flush(timeout)
         self._stop.set()
         self._thread.join(timeout)
-        self._hand_over()  # what the flush delivered
-
-
-def _run_all(settles: list[Callable[[], None]]) -> None:
-    for settle in settles:
-        settle()

@@ -37,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict, defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
@@ -58,6 +58,46 @@ class _Sent:
     answered: bool = False
 
 
+class Mailbox:
+    """A poll's answers: `asyncio.Queue`'s put_nowait, get_nowait and empty for the desk, and a timed get for
+    the one handler that reads it, with a timer instead of `asyncio.wait_for(queue.get())` (a task per wait)."""
+
+    def __init__(self) -> None:
+        self._items: deque[Any] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put_nowait(self, item: Any) -> None:
+        self._items.append(item)
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def get_nowait(self) -> Any:
+        if not self._items:
+            raise asyncio.QueueEmpty
+        return self._items.popleft()
+
+    def empty(self) -> bool:
+        return not self._items
+
+    async def get_within(self, timeout: float) -> Any:
+        """The oldest item, or None when `timeout` seconds pass with none."""
+        if not self._items:
+            loop = asyncio.get_running_loop()
+            waiter = self._waiter = loop.create_future()
+            timer = loop.call_later(max(0.0, timeout), _wake, waiter)
+            try:
+                await waiter
+            finally:
+                timer.cancel()
+                self._waiter = None
+        return self._items.popleft() if self._items else None
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 @dataclass
 class Poll:
     """One long-poll of one worker: answers for that worker arrive in `queue`."""
@@ -66,7 +106,7 @@ class Poll:
     models: tuple[str, ...]
     draining: bool
     alive: Callable[[], bool]
-    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    queue: Mailbox = field(default_factory=lambda: Mailbox())
     closed: bool = False
 
     def wants(self, answer: ev.WorkAssigned) -> bool:
@@ -74,10 +114,7 @@ class Poll:
 
     async def next(self, timeout: float) -> Any:
         """The next answer, SUPERSEDED, or None when `timeout` passed."""
-        try:
-            return await asyncio.wait_for(self.queue.get(), max(0.0, timeout))
-        except asyncio.TimeoutError:
-            return None
+        return await self.queue.get_within(timeout)
 
 
 class LeaseDesk:

@@ -20,7 +20,6 @@ skipped while the read model does not answer (as is a fresh credential check for
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from typing import Any, Callable
@@ -30,6 +29,7 @@ from aiohttp import web
 from spotreel.api.config import GatewayConfig
 from spotreel.api.errors import ApiError, invalid
 from spotreel.dispatch import verdicts
+from spotreel.dispatch.aio import result_within
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
 from spotreel.platform.seed import api_key_hash
@@ -134,10 +134,7 @@ async def _fenced(request: web.Request, spec: dict[str, tuple],
     try:
         await gw.deps.commands.send(command)
         gw.metrics.commands.labels(type(command).__name__).inc()
-        try:
-            verdict = await asyncio.wait_for(fut, gw.cfg.verdict_seconds)
-        except asyncio.TimeoutError:
-            verdict = None
+        verdict = await result_within(fut, gw.cfg.verdict_seconds)
         gw.watch.note_verdict_wait(int((time.monotonic() - sent_at) * 1000))
     finally:
         bus.forget_verdict(command_id, job_id)
