@@ -35,6 +35,8 @@ class Settings:
     # (young, middle, old; spotreel.gctune), with what start-up built frozen out of its sight. Empty: Python's
     # defaults (700,10,10), nothing frozen.
     gc_threshold: str = "7000,20,100"
+    # The gateway's event loop (spotreel.eventloop): uvloop, or asyncio for the stock selector loop.
+    event_loop: str = "uvloop"
     # Downloads (the local stack's jars, the tests' tiny models) live outside the repo and outside `home`, so
     # `--fresh` never refetches them.
     cache_dir: Path = field(default_factory=_default_cache)
@@ -235,6 +237,10 @@ class Settings:
                     raise ValueError(f"SPOTREEL_{f.name.upper()} must be an integer, got {raw!r}") from None
             else:
                 kwargs[f.name] = raw
+        if "event_loop" in kwargs:
+            from spotreel.eventloop import check
+
+            check(str(kwargs["event_loop"]))  # refused at start, with the variable's name
         if "gc_threshold" in kwargs:
             from spotreel.gctune import parse
 

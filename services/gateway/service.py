@@ -8,7 +8,7 @@ import logging
 from aiohttp import web
 from aiohttp.web_log import AccessLogger
 
-from spotreel import gctune, tracing
+from spotreel import eventloop, gctune, tracing
 from spotreel.services.gateway.app import create_app, serve_metrics
 from spotreel.api.config import GatewayConfig, from_env as gateway_config
 from spotreel.services.gateway.wiring import real_deps
@@ -39,7 +39,9 @@ def serve(settings: Settings, port: int | None = None, metrics_port: int = 0,
             serve_metrics(app, settings.host, metrics_port)
         gctune.install(settings.gc_threshold)
         # Bound to settings.host (127.0.0.1 by default) only, never 0.0.0.0.
+        loop = eventloop.factory(settings.event_loop)()
+        logging.getLogger("spotreel.gateway").info("event loop: %s", eventloop.name_of(loop))
         web.run_app(app, host=settings.host, port=port or settings.gateway_port,
-                    access_log_class=AccessLog,
+                    access_log_class=AccessLog, loop=loop,
                     print=lambda *a: logging.getLogger("spotreel.gateway").info(*a))
     return 0
