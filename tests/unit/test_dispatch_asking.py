@@ -120,12 +120,17 @@ def test_requests_out_never_exceed_the_queue_but_for_presence_and_scouts(ops) ->
         assert dict(per) == {p: n for p, n in a._per_partition.items() if n}  # noqa: SLF001
 
 
-async def test_a_change_wakes_only_as_many_waiting_polls_as_may_go() -> None:
+def _idle_polls() -> tuple[PoolQueues, IdlePolls]:
+    """Every partition's stats showing nothing queued, and a gateway's idle polls reading them."""
     queues = PoolQueues()
     for p in range(N):
         queues.record(SimpleNamespace(pool="m@gpu", partition=p, queued=0))
     ids = iter(range(10_000))
-    polls = IdlePolls(Asking(N, presence_s=60.0), queues.view, lambda: str(next(ids)), clock=lambda: 1.0)
+    return queues, IdlePolls(Asking(N, presence_s=60.0), queues.view, lambda: str(next(ids)), clock=lambda: 1.0)
+
+
+async def test_a_change_wakes_only_as_many_waiting_polls_as_may_go() -> None:
+    queues, polls = _idle_polls()
     for i in range(20):  # every worker just asked (its presence is not due)
         polls.asking.sent(f"seed{i}", f"w{i}", 0, M, 0.0)
     queues.on_change = polls.stats_changed
@@ -158,11 +163,7 @@ def test_stats_versions_move_only_when_what_a_partition_shows_changes() -> None:
 
 
 async def test_a_replaced_poll_ends_a_timed_out_one_asks_again_and_a_cancelled_woken_one_frees_its_slot() -> None:
-    queues = PoolQueues()
-    for p in range(N):
-        queues.record(SimpleNamespace(pool="m@gpu", partition=p, queued=0))
-    ids = iter(range(10_000))
-    polls = IdlePolls(Asking(N, presence_s=60.0), queues.view, lambda: str(next(ids)), clock=lambda: 1.0)
+    queues, polls = _idle_polls()
     polls.asking.sent("seed", "w", 0, M, 0.0)
     queues.on_change = polls.stats_changed
     first = asyncio.create_task(polls.next("w", M, 5.0))
