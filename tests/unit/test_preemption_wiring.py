@@ -149,22 +149,14 @@ def _asked(partition: int, at_ms: int, asked: int = 0, yielding: int = 0, pool: 
                         preempted_1m=asked, preempting=yielding)
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 def test_a_view_settles_after_another_partition_counts_a_new_request() -> None:
     """The race a CI run showed: the other instance asked two leases, on its partitions 0 and 2; this one read
     partition 0's new record first and would have spent the budget's last unit before partition 2's arrived."""
     from spotreel.services.scheduler.preempting import SETTLE_S, PoolStatsView
     from spotreel.settings import Settings
 
-    clock = _Clock()
-    view = PoolStatsView(Settings(), monotonic=clock)
+    now = [100.0]
+    view = PoolStatsView(Settings(), monotonic=lambda: now[0])
     view.apply(_asked(0, T0))
     view.apply(_asked(2, T0))
     assert not view.settling(POOL, {1, 3})
@@ -172,11 +164,11 @@ def test_a_view_settles_after_another_partition_counts_a_new_request() -> None:
     assert view.settling(POOL, {1, 3})
     assert not view.settling(POOL, {0, 2}), "its own partitions' records never hold an instance back"
     assert not view.settling("other-pool", {1, 3})
-    clock.t += SETTLE_S / 2
+    now[0] += SETTLE_S / 2
     view.apply(_asked(2, T0 + 1000, asked=1, yielding=1))
-    clock.t += SETTLE_S * 0.75
+    now[0] += SETTLE_S * 0.75
     assert view.settling(POOL, {1, 3}), "the window runs from the last new request read"
-    clock.t += SETTLE_S
+    now[0] += SETTLE_S
     assert not view.settling(POOL, {1, 3})
     # The same counts again (the next tick's record), fewer, or an older record read late: not a new request.
     view.apply(_asked(2, T0 + 2000, asked=1, yielding=1))

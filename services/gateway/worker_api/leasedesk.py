@@ -41,6 +41,7 @@ from collections import OrderedDict, defaultdict, deque
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
+from spotreel.dispatch.aio import result_within
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
 from spotreel.domain.leases import UNCLAIMED
@@ -82,20 +83,12 @@ class Mailbox:
     async def get_within(self, timeout: float) -> Any:
         """The oldest item, or None when `timeout` seconds pass with none."""
         if not self._items:
-            loop = asyncio.get_running_loop()
-            waiter = self._waiter = loop.create_future()
-            timer = loop.call_later(max(0.0, timeout), _wake, waiter)
+            self._waiter = asyncio.get_running_loop().create_future()
             try:
-                await waiter
+                await result_within(self._waiter, timeout)
             finally:
-                timer.cancel()
                 self._waiter = None
         return self._items.popleft() if self._items else None
-
-
-def _wake(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
 
 
 @dataclass
@@ -106,7 +99,7 @@ class Poll:
     models: tuple[str, ...]
     draining: bool
     alive: Callable[[], bool]
-    queue: Mailbox = field(default_factory=lambda: Mailbox())
+    queue: Mailbox = field(default_factory=Mailbox)
     closed: bool = False
 
     def wants(self, answer: ev.WorkAssigned) -> bool:
