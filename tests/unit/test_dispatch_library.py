@@ -15,6 +15,7 @@ from spotreel.dispatch import verdicts
 from spotreel.dispatch.listener import DispatchListener
 from spotreel.dispatch.order import PoolQueues, request_order
 from spotreel.domain import events as ev
+from spotreel.domain.spec import RenderSpec
 from spotreel.settings import Settings
 
 
@@ -108,6 +109,28 @@ def test_the_listener_routes_answers_verdicts_and_observed_events_and_decodes_no
     lis._route(_Msg(lis.assignments, b"w1", codec.encode_message(answer)))
     assert len(got["answer"]) == 2
 
+
+
+def test_the_listener_hands_on_a_grant_once_however_often_it_is_answered() -> None:
+    """After a rebalance the scheduler answers a RequestWork it had granted again, with the same grant: a
+    Kafka worker rendering under the first copy must not see the second (it would release its own lease as
+    unclaimed). A different grant to the same request is handed on; a dropped request hears nothing."""
+    codec = Codec.default()
+    lis = DispatchListener(Settings.from_env(), codec, name="unit")
+    got: list = []
+    lis.on_answer("rw-1", got.append)
+    spec = RenderSpec("m", "a fox", 2.0, "64x64", 8, 7, 20)
+    grant = ev.WorkAssigned("rw-1", "w1", "j1", 1, 1, 1000, 30_000, 31_000, "m@cpu", "cpu", spec)
+    for _ in range(3):
+        lis._route(_Msg(lis.assignments, b"w1", codec.encode_message(grant)))
+    assert got == [grant]
+    other = ev.WorkAssigned("rw-1", "w1", "j2", 1, 1, 2000, 30_000, 32_000, "m@cpu", "cpu", spec)
+    lis._route(_Msg(lis.assignments, b"w1", codec.encode_message(other)))
+    assert got == [grant, other]
+    lis.drop_answer("rw-1")
+    lis.on_answer("rw-1", got.append)  # registered anew: nothing remembered from before
+    lis._route(_Msg(lis.assignments, b"w1", codec.encode_message(grant)))
+    assert got == [grant, other, grant]
 
 def test_the_dispatch_library_imports_no_service_and_no_worker() -> None:
     """import-linter cannot see `spotreel.services` / `spotreel.worker` (mapped from other folders), so this

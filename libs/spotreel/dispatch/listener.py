@@ -59,6 +59,7 @@ class DispatchListener:
         self._all_events = all_events
         self._lock = threading.Lock()
         self._answers: dict[str, Handler] = {}
+        self._granted: dict[str, tuple[str, int]] = {}  # request id -> (job, epoch) handed on
         self._verdicts: dict[str, Handler] = {}
         self._interest: dict[bytes, int] = defaultdict(int)  # job id -> verdicts waited on
         self._observers: dict[bytes, Handler] = {}  # job id -> sees every event of that job
@@ -119,13 +120,18 @@ class DispatchListener:
     # -- registrations (any thread) ----------------------------------------------------------------------
 
     def on_answer(self, request_id: str, handler: Handler) -> None:
-        """`handler(answer)` for every answer to this request until `drop_answer`."""
+        """`handler(answer)` for every answer to this request until `drop_answer`, but a grant only once: an
+        owner that reads its uncommitted tail again after a rebalance answers a RequestWork it had granted
+        with the same grant again (scheduler `reanswer`), and a worker already rendering under the first
+        copy would take the second for one nobody claimed and hand its own lease back (`unclaimed`). A
+        different grant to the same request is still handed on."""
         with self._lock:
             self._answers[request_id] = handler
 
     def drop_answer(self, request_id: str) -> None:
         with self._lock:
             self._answers.pop(request_id, None)
+            self._granted.pop(request_id, None)
 
     def on_verdict(self, command_id: str, job_id: str, handler: Handler) -> None:
         """`handler(event)` once, for the verdict on this command (an event it caused or its rejection)."""
@@ -223,6 +229,11 @@ class DispatchListener:
                 self._trace_lease(answer, tracing.traceparent_of(headers))
             with self._lock:
                 handler = self._answers.get(answer.request_id)
+                if handler is not None and isinstance(answer, ev.WorkAssigned):
+                    grant = (answer.job_id, answer.epoch)
+                    if self._granted.get(answer.request_id) == grant:
+                        return  # the same grant again (see `on_answer`)
+                    self._granted[answer.request_id] = grant
             if handler is not None:
                 handler(answer)
         elif msg.value() is not None:
