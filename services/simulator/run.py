@@ -24,7 +24,7 @@ from spotreel.fleetsim.figures import (gpu_accounting, goodput_by_stage, goodput
                                                     interval_by_stage, judge_events, saturated, summary_ms)
 from spotreel.fleetsim.fleet import Fleet, Meter, Shared, submit_loop
 from spotreel.services.simulator.kafka_link import KafkaLink
-from spotreel.services.simulator.stack import CpuWindow, PrivateStack, read_events
+from spotreel.services.simulator.stack import CpuWindow, PrivateStack, read_events, read_job_records
 from spotreel.settings import Settings
 
 
@@ -128,6 +128,39 @@ def expired_under_live_workers(attempts: list, events: list[Any], stopped_at_ms:
             and not ((e.job_id, e.epoch) in stopped and e.at_ms >= stopped_at_ms)]
 
 
+def _epoch(event: Any) -> str | None:
+    epoch = getattr(event, "epoch", None)
+    return None if epoch is None else f"e{epoch}"
+
+
+def lease_timelines(under_live: list[Any], events: list[Any], attempts: list,
+                    records: list[tuple[int, str, Any]] = (), most: int = 5) -> list[dict[str, Any]]:
+    """For the first `most` leases lost under live workers: every event of the job (name, epoch where it has
+    one, ms from the lease's grant, the command that caused it), every command and reply keyed by it
+    (`records`: append ms, kind, record; the commands at their append time) and what the simulated holder
+    made of each attempt, so a failed run says what happened without its topics (dropped unless --keep)."""
+    out = []
+    for lost in under_live[:most]:
+        mine = sorted((e for e in events if getattr(e, "job_id", None) == lost.job_id), key=lambda e: e.at_ms)
+        granted = next((e.at_ms for e in mine if type(e).__name__ == "JobLeased" and e.epoch == lost.epoch),
+                       mine[0].at_ms if mine else 0)
+        sent = sorted(((at, kind, r) for at, kind, r in records if getattr(r, "job_id", None) == lost.job_id),
+                      key=lambda rec: rec[0])
+        out.append({
+            "job_id": lost.job_id, "epoch": lost.epoch, "worker_id": lost.worker_id,
+            "events": [" ".join(filter(None, (type(e).__name__, _epoch(e), f"{e.at_ms - granted:+d} ms",
+                                              getattr(e, "reason", None), e.causation_id)))
+                       for e in mine[:60]],
+            "records": [" ".join(filter(None, (kind, type(r).__name__, _epoch(r), f"{at - granted:+d} ms",
+                                               getattr(r, "command_id", None) or getattr(r, "causation_id", None))))
+                        for at, kind, r in sent[:120]],
+            "attempts": [{"epoch": a.epoch, "worker_id": a.worker_id, "outcome": a.outcome,
+                          "leased_at": a.leased_at_ms - granted, "steps_done": a.steps_done}
+                         for a in attempts if a.job_id == lost.job_id],
+        })
+    return out
+
+
 def simulate(cfg: SimConfig, base: Settings, out: Path | None, *, partitions: int = 6, keep: bool = False,
              say: Callable[[str], None] = print) -> dict[str, Any]:
     run_id = uuid.uuid4().hex[:10]
@@ -138,12 +171,14 @@ def simulate(cfg: SimConfig, base: Settings, out: Path | None, *, partitions: in
         result = asyncio.run(_run(cfg, stack, say))
         time.sleep(2.0)  # the last verdicts' events are written before their answers; let stragglers land
         events = read_events(stack.settings)
+        sh = result["sh"]
+        under_live = expired_under_live_workers(sh.attempts, events, result["stopped_at_ms"])
+        # What the holders of the first lost leases sent and were answered, before the topics are dropped.
+        records = read_job_records(stack.settings, {e.job_id for e in under_live[:5]}) if under_live else []
     finally:
         stack.stop(drop=not keep)
-    sh = result["sh"]
     judged = judge_events(sh.accepted, events)
     expired = [e for e in events if type(e).__name__ == "LeaseExpired"]
-    under_live = expired_under_live_workers(sh.attempts, events, result["stopped_at_ms"])
     goodput = goodput_by_stage(sh.attempts, result["stages"], cfg.step_s)
     for i, (st, ivl) in enumerate(zip(result["stages"], interval_by_stage(sh.attempts, result["stages"]))):
         st["mtbf_s"] = cfg.stage_mtbf_s(i)
@@ -164,6 +199,7 @@ def simulate(cfg: SimConfig, base: Settings, out: Path | None, *, partitions: in
         "lease_expired_under_live_workers": len(under_live),
         # (job, epoch, holder) of each: which leases to look up in the run's events (--keep)
         "lease_expired_under_live_workers_list": [(e.job_id, e.epoch, e.worker_id) for e in under_live[:20]],
+        "lease_expired_under_live_workers_timelines": lease_timelines(under_live, events, sh.attempts, records),
         "goodput_by_stage": [round(g, 2) for g in goodput], "goodput_hold": goodput_hold(goodput),
         "vanished": sum(1 for a in sh.attempts if a.outcome == "vanished"),
         "worker_transport": cfg.transport,

@@ -197,3 +197,22 @@ def read_events(settings: Settings) -> list[Any]:
             if msg.value() is not None:
                 out.append(codec.decode_message(msg.value()))
     return out
+
+
+def read_job_records(settings: Settings, job_ids: set[str]) -> list[tuple[int, str, Any]]:
+    """(append ms, topic kind, decoded) of every command and reply keyed by one of `job_ids`, from their
+    partitions of the run's commands and replies topics: what a lost lease's holder sent and was answered."""
+    from spotreel.adapters.kafka import read_partition
+    from spotreel.adapters.partitioning import partition_for
+    from spotreel.codec import Codec
+    from spotreel.platform.topics import commands_topic, replies_topic
+
+    codec = Codec.default()
+    keys = {j.encode() for j in job_ids}
+    out = []
+    for kind, topic in (("command", commands_topic(settings)), ("reply", replies_topic(settings))):
+        for p in sorted({partition_for(j, settings.partitions) for j in job_ids}):
+            for msg in read_partition(settings.kafka_bootstrap, topic, p, timeout=30.0):
+                if msg.key() in keys and msg.value() is not None:
+                    out.append((msg.timestamp()[1], kind, codec.decode_message(msg.value())))
+    return out

@@ -40,8 +40,8 @@ def _every_job_once_and_no_lease_expired(report: dict) -> None:
     assert report["lost"] == 0 and report["duplicated"] == 0, report
     assert report["completed"] == report["accepted"], report
     assert report["vanished"] == 0
-    assert report["lease_expired"] == 0, report["lease_expired"]
-    assert report["lease_expired_under_live_workers"] == 0
+    assert report["lease_expired"] == 0, (report["lease_expired"], report["lease_expired_under_live_workers_timelines"])
+    assert report["lease_expired_under_live_workers"] == 0, report["lease_expired_under_live_workers_timelines"]
 
 
 @pytest.mark.parametrize("transport", ["http", "kafka"])

@@ -234,3 +234,27 @@ async def test_the_meter_records_how_late_the_simulators_loop_wakes_and_hands_it
     assert len(stage.loop_lag) >= 3 and min(stage.loop_lag) >= 0.0
     assert max(stage.loop_lag) >= 50.0
     assert meter.loop_lag == [] and meter.rtt == {}
+
+
+def test_a_lost_lease_comes_with_its_jobs_timeline_from_the_grant() -> None:
+    """A run that lost a live worker's lease says what happened to that job (its topics are dropped)."""
+    from spotreel.domain import events as ev
+    from spotreel.fleetsim.figures import Attempt
+    from spotreel.services.simulator.run import lease_timelines
+
+    leased = ev.JobLeased("j1", 2, 10_000, "rw-1", "w1", "m@cpu", 1, 1, 12_000, 22_000, None, None, None)
+    expired = ev.LeaseExpired("j1", 3, 22_500, "exp-1", 1, "w1", 1)
+    other = ev.LeaseExpired("j2", 3, 22_500, "exp-2", 1, "w2", 1)
+    attempts = [Attempt("j1", 1, "w1", 0, 3, 0, 0.0, 0.0, 0, "fenced", leased_at_ms=10_400)]
+    from spotreel.domain import commands as cmd
+
+    records = [(14_000, "command", cmd.RenewLease("hb-2", "j1", 1, "w1")), (10_300, "reply", None),
+               (11_000, "command", cmd.RenewLease("hb-1", "j1", 1, "w1")),
+               (11_000, "command", cmd.RenewLease("hb-9", "j2", 1, "w2"))]
+    [timeline] = lease_timelines([expired], [expired, other, leased], attempts, records)
+    assert timeline["job_id"] == "j1" and timeline["epoch"] == 1 and timeline["worker_id"] == "w1"
+    assert timeline["events"] == ["JobLeased e1 +0 ms rw-1", "LeaseExpired e1 +12500 ms exp-1"]
+    assert timeline["records"] == ["command RenewLease e1 +1000 ms hb-1", "command RenewLease e1 +4000 ms hb-2"]
+    assert timeline["attempts"] == [{"epoch": 1, "worker_id": "w1", "outcome": "fenced", "leased_at": 400,
+                                     "steps_done": 3}]
+    assert lease_timelines([], [expired], attempts) == []
