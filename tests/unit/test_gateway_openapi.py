@@ -270,8 +270,9 @@ def test_the_prompt_pattern_refuses_exactly_what_the_gateway_strips_away_in_any_
 
 def test_the_repositorys_schemathesis_config_loads_and_names_documented_operations():
     """schemathesis.toml (read by a `schemathesis run` started in the repository) adds 422 to what
-    positive_data_acceptance expects for the two operations whose rules JSON Schema cannot carry, and only
-    for operations the document has."""
+    positive_data_acceptance expects for the three operations whose rules JSON Schema cannot carry (a
+    duration's frame range at the request's fps, DAG references, a cron that never fires), and only for
+    operations the document has."""
     import tomllib
     from pathlib import Path
 
@@ -282,7 +283,7 @@ def test_the_repositorys_schemathesis_config_loads_and_names_documented_operatio
     operations = tomllib.loads(path.read_text())["operations"]
     paths = document(_WITH_REGISTRY)["paths"]
     assert {(op["include-path"], op["include-method"]) for op in operations} == {
-        ("/v1/dags", "POST"), ("/v1/schedules", "POST")}
+        ("/v1/videos", "POST"), ("/v1/dags", "POST"), ("/v1/schedules", "POST")}
     for op in operations:
         assert op["include-method"].lower() in paths[op["include-path"]]
         assert "422" in op["checks"]["positive_data_acceptance"]["expected-statuses"]
