@@ -174,7 +174,12 @@ def simulate(cfg: SimConfig, base: Settings, out: Path | None, *, partitions: in
         sh = result["sh"]
         under_live = expired_under_live_workers(sh.attempts, events, result["stopped_at_ms"])
         # What the holders of the first lost leases sent and were answered, before the topics are dropped.
-        records = read_job_records(stack.settings, {e.job_id for e in under_live[:5]}) if under_live else []
+        records: list[tuple[int, str, Any]] = []
+        if under_live:
+            try:
+                records = read_job_records(stack.settings, {e.job_id for e in under_live[:5]})
+            except Exception as exc:  # the report matters more than this detail of it
+                say(f"could not read the lost leases' commands and replies: {exc}")
     finally:
         stack.stop(drop=not keep)
     judged = judge_events(sh.accepted, events)

@@ -213,6 +213,10 @@ def read_job_records(settings: Settings, job_ids: set[str]) -> list[tuple[int, s
     for kind, topic in (("command", commands_topic(settings)), ("reply", replies_topic(settings))):
         for p in sorted({partition_for(j, settings.partitions) for j in job_ids}):
             for msg in read_partition(settings.kafka_bootstrap, topic, p, timeout=30.0):
-                if msg.key() in keys and msg.value() is not None:
+                if msg.key() not in keys or msg.value() is None:
+                    continue
+                try:
                     out.append((msg.timestamp()[1], kind, codec.decode_message(msg.value())))
+                except Exception:  # a record the codec refuses (the scheduler dead-letters those): not told
+                    continue
     return out
