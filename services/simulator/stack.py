@@ -12,7 +12,7 @@ import os
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
 from spotreel.devstack.ports import bindable
 from spotreel.devstack.services import services
@@ -184,39 +184,41 @@ class CpuWindow:
                 "seconds": round(dt, 1)}
 
 
-def read_events(settings: Settings) -> list[Any]:
-    """Every event of the run's events topic, decoded."""
+def _read(settings: Settings, topic: str, partitions: Iterable[int], keys: set[bytes] | None = None
+          ) -> Iterator[tuple[int, Any]]:
+    """(append ms, decoded) of the records of these partitions of `topic`; with `keys`, only those keyed by
+    one of them, and a record the codec refuses (a poison command, which the scheduler dead-letters) is
+    passed over. Without, every record must decode."""
     from spotreel.adapters.kafka import read_partition
-    from spotreel.codec import Codec
-    from spotreel.platform.topics import events_topic
+    from spotreel.codec import Codec, CodecError
 
     codec = Codec.default()
-    out = []
-    for p in range(settings.partitions):
-        for msg in read_partition(settings.kafka_bootstrap, events_topic(settings), p, timeout=30.0):
-            if msg.value() is not None:
-                out.append(codec.decode_message(msg.value()))
-    return out
+    for p in partitions:
+        for msg in read_partition(settings.kafka_bootstrap, topic, p, timeout=30.0):
+            if msg.value() is None or (keys is not None and msg.key() not in keys):
+                continue
+            try:
+                yield msg.timestamp()[1], codec.decode_message(msg.value())
+            except CodecError:
+                if keys is None:
+                    raise
+
+
+def read_events(settings: Settings) -> list[Any]:
+    """Every event of the run's events topic, decoded."""
+    from spotreel.platform.topics import events_topic
+
+    return [event for _, event in _read(settings, events_topic(settings), range(settings.partitions))]
 
 
 def read_job_records(settings: Settings, job_ids: set[str]) -> list[tuple[int, str, Any]]:
     """(append ms, topic kind, decoded) of every command and reply keyed by one of `job_ids`, from their
     partitions of the run's commands and replies topics: what a lost lease's holder sent and was answered."""
-    from spotreel.adapters.kafka import read_partition
     from spotreel.adapters.partitioning import partition_for
-    from spotreel.codec import Codec
     from spotreel.platform.topics import commands_topic, replies_topic
 
-    codec = Codec.default()
     keys = {j.encode() for j in job_ids}
-    out = []
-    for kind, topic in (("command", commands_topic(settings)), ("reply", replies_topic(settings))):
-        for p in sorted({partition_for(j, settings.partitions) for j in job_ids}):
-            for msg in read_partition(settings.kafka_bootstrap, topic, p, timeout=30.0):
-                if msg.key() not in keys or msg.value() is None:
-                    continue
-                try:
-                    out.append((msg.timestamp()[1], kind, codec.decode_message(msg.value())))
-                except Exception:  # a record the codec refuses (the scheduler dead-letters those): not told
-                    continue
-    return out
+    partitions = sorted({partition_for(j, settings.partitions) for j in job_ids})
+    return [(at, kind, record)
+            for kind, topic in (("command", commands_topic(settings)), ("reply", replies_topic(settings)))
+            for at, record in _read(settings, topic, partitions, keys)]
