@@ -20,6 +20,7 @@ class Metrics:
     commands: Counter
     lease_answers: Counter
     behind: Gauge
+    late_verdicts_told: Counter
 
     @classmethod
     def create(cls) -> Metrics:
@@ -47,4 +48,9 @@ class Metrics:
                          "how far behind the gateway runs (loopwatch.py): the largest of its event loop's lag, "
                          "the median age of the worker requests it reads and the median verdict wait; what it "
                          "sheds idle lease polls and submissions by", registry=reg),
+            late_verdicts_told=Counter("spotreel_gateway_late_verdicts_told_total",
+                                       "renewals answered pending that told their holder what a verdict which "
+                                       "came after an earlier renewal's answer said (worker_api/lateverdicts.py): "
+                                       "refused (409, the lease is gone) or asked (cancel or drain)",
+                                       ["told"], registry=reg),
         )

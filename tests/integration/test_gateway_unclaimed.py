@@ -66,7 +66,8 @@ def _free_port() -> int:
 async def gateway(plane, cql):
     s, proc, bus = plane
     key = create_worker_key(cql, "fleet-u")
-    cfg = GatewayConfig(unclaimed_lease_hold_seconds=HOLD_S, lease_ttl_ms=TTL_MS)
+    # The verdict in the answer (the fenced heartbeat below must see its 409, however slow the scheduler).
+    cfg = GatewayConfig(unclaimed_lease_hold_seconds=HOLD_S, lease_ttl_ms=TTL_MS, renewal_answer_seconds=5.0)
     with real_deps(s, session=cql) as deps:
         app = create_app(s, deps, cfg)
         metrics_port = _free_port()

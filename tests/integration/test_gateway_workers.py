@@ -4,6 +4,7 @@ superseded gets 409 with the scheduler's reason. Per-test topic prefix and keysp
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from dataclasses import replace
@@ -36,16 +37,29 @@ def wk_settings(settings, unique, cql, tmp_path):
         drop_topics(s)
 
 
-@pytest_asyncio.fixture(loop_scope="function")
-async def gw(wk_settings, cql):
+async def _client(settings, cql, cfg: GatewayConfig):
     keys = {"tenant": create_tenant(cql, "alpha"), "worker": create_worker_key(cql, "fleet-a")}
-    with real_deps(wk_settings, session=cql) as deps:
-        client = TestClient(TestServer(create_app(wk_settings, deps, GatewayConfig(verdict_seconds=10.0))))
+    with real_deps(settings, session=cql) as deps:
+        client = TestClient(TestServer(create_app(settings, deps, cfg)))
         await client.start_server()
         try:
             yield client, keys
         finally:
             await client.close()
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def gw(wk_settings, cql):
+    # Every answer carries its verdict, however slow the scheduler.
+    async for pair in _client(wk_settings, cql, GatewayConfig(verdict_seconds=10.0, renewal_answer_seconds=10.0)):
+        yield pair
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def gw_late(wk_settings, cql):
+    # A renewal is answered before its verdict can come; the verdict is watched for 10 s.
+    async for pair in _client(wk_settings, cql, GatewayConfig(verdict_seconds=10.0, renewal_answer_seconds=0.0)):
+        yield pair
 
 
 def bearer(key: str) -> dict[str, str]:
@@ -247,3 +261,46 @@ async def test_pause_resume_and_cancel_reach_the_holder_in_its_renewal_answers(g
     assert asks(await renew("progress")) == (True, False)
     rel = await client.post(f"/internal/leases/{job_id}/release", json={**fence, "reason": "cancelled"}, headers=w)
     assert rel.status == 200, await rel.text()
+
+
+async def test_a_verdict_that_comes_after_its_answer_is_told_on_the_next_renewal(gw_late):
+    # Renewals answered at once (202 pending): a cancel asked in one renewal's verdict reaches the holder in a
+    # later answer, and a refusal that proves the lease gone comes back as that later renewal's 409.
+    client, keys = gw_late
+    w, t = bearer(keys["worker"]), bearer(keys["tenant"])
+    model = f"m-{uuid.uuid4().hex[:8]}"
+    r = await client.post("/v1/videos", json={"prompt": "a crane", "model": model, "gpu_type": "cpu"},
+                          headers={**t, "Idempotency-Key": "k-late"})
+    assert r.status == 202, await r.text()
+    job_id = (await r.json())["job_id"]
+    lease = await client.post("/internal/workers/w-l/lease", json={"gpu_type": "cpu", "models": [model],
+                                                                   "wait_seconds": 20}, headers=w)
+    assert lease.status == 200, await lease.text()
+    fence = {"epoch": (await lease.json())["epoch"], "worker_id": "w-l"}
+
+    async def heartbeat():
+        r = await client.post(f"/internal/leases/{job_id}/heartbeat", json=fence, headers=w)
+        return r.status, await r.json()
+
+    status, first = await heartbeat()
+    assert status == 202 and first["verdict"] == "pending" and (first["cancel"], first["drain"]) == (False, False)
+    assert first["renew_in_seconds"] > 0  # no verdict in time: the holder is paced
+    r = await client.post(f"/v1/videos/{job_id}/cancel", headers=t)
+    assert r.status == 202, await r.text()
+
+    async def until(done, what: str):
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            status, body = await heartbeat()
+            if done(status, body):
+                return status, body
+            assert status == 202 and body["verdict"] == "pending", (status, body)
+            await asyncio.sleep(0.3)
+        raise AssertionError(f"no renewal answer told {what} within 15 s")
+
+    status, told = await until(lambda s, b: s == 202 and b["cancel"], "the cancel")
+    assert told["verdict"] == "pending" and told["drain"] is False
+    rel = await client.post(f"/internal/leases/{job_id}/release", json={**fence, "reason": "cancelled"}, headers=w)
+    assert rel.status == 200, await rel.text()
+    status, refused = await until(lambda s, b: s == 409, "the refusal")
+    assert refused["error"]["code"] in ("stale_epoch", "terminal"), refused  # released, and cancelled by it

@@ -51,7 +51,7 @@ async def gw(tr_settings, cql):
     tracing.setup("gateway", env={})
     keys = {"tenant": create_tenant(cql, "alpha"), "worker": create_worker_key(cql, "fleet-a")}
     with real_deps(s, session=cql) as deps:
-        client = TestClient(TestServer(create_app(s, deps, GatewayConfig(verdict_seconds=10.0))))
+        client = TestClient(TestServer(create_app(s, deps, GatewayConfig(verdict_seconds=10.0, renewal_answer_seconds=10.0))))
         await client.start_server()
         try:
             yield client, keys, s, proc

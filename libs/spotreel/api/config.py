@@ -104,6 +104,9 @@ class GatewayConfig:
     lease_request_stale_seconds: float = 30.0
     # How long a fenced command waits for the scheduler's verdict before answering 202 "pending".
     verdict_seconds: float = 5.0
+    # A heartbeat or progress report is answered within this: with its verdict if the scheduler judged it by then,
+    # else 202 "pending"; its verdict is watched for up to verdict_seconds and told on the holder's next renewal.
+    renewal_answer_seconds: float = 1.0
     # A renewal verdict slower than this (or none in time) adds `renew_in_seconds` (a third of a TTL) to the answer:
     # the holder spaces out its renewals while the control plane is behind (domain.leases.renew_in_s).
     slow_verdict_seconds: float = 1.0

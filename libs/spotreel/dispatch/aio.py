@@ -60,6 +60,28 @@ async def result_within(fut: asyncio.Future[Any], timeout: float) -> Any:
         timer.cancel()
 
 
+async def settled_within(fut: asyncio.Future[Any], timeout: float) -> bool:
+    """Whether `fut` is done within `timeout` seconds; unlike `result_within` it is left alone when not (the
+    caller may go on watching it). A cancellation of the caller itself propagates."""
+    if fut.done():
+        return True
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[None] = loop.create_future()
+
+    def wake(_: Any = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    fut.add_done_callback(wake)
+    timer = loop.call_later(max(0.0, timeout), wake)
+    try:
+        await waiter
+    finally:
+        timer.cancel()
+        fut.remove_done_callback(wake)
+    return fut.done()
+
+
 class AsyncDispatch:
     def __init__(self, settings: Settings, codec: Codec | None = None, *, name: str = "gateway") -> None:
         self.settings = settings

@@ -29,7 +29,7 @@ from aiohttp import web
 from spotreel.api.config import GatewayConfig
 from spotreel.api.errors import ApiError, invalid
 from spotreel.dispatch import verdicts
-from spotreel.dispatch.aio import result_within
+from spotreel.dispatch.aio import result_within, settled_within
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
 from spotreel.platform.seed import api_key_hash
@@ -38,9 +38,10 @@ from spotreel.services.gateway.deps import Deps, StoreUnavailable
 from spotreel.services.gateway.metrics import Metrics
 from spotreel.services.gateway.worker_api.intake import Intake, intake_middleware
 from spotreel.services.gateway.worker_api.intake import start_pulses as intake_start_pulses
+from spotreel.services.gateway.worker_api.lateverdicts import LateVerdicts
 from spotreel.services.gateway.worker_api.leasedesk import LeaseDesk
 from spotreel.services.gateway.worker_api.leasepoll import lease
-from spotreel.services.gateway.worker_api.wire import (DESK, IDLE, INTAKE, PROFILES, WORKER, job_id_of, model_list,
+from spotreel.services.gateway.worker_api.wire import (DESK, IDLE, INTAKE, LATE, PROFILES, WORKER, job_id_of, model_list,
                                                        note_age, read_body, take, work_bus, worker_id_of)
 from spotreel.settings import Settings
 
@@ -131,13 +132,38 @@ async def _fenced(request: web.Request, spec: dict[str, tuple],
     await bus.ensure_started()
     fut = bus.expect_verdict(command_id, job_id)
     sent_at = time.monotonic()
+    late = request.app[LATE]
+    following = False
     try:
         await gw.deps.commands.send(command)
         gw.metrics.commands.labels(type(command).__name__).inc()
-        verdict = await result_within(fut, gw.cfg.verdict_seconds)
-        gw.watch.note_verdict_wait(int((time.monotonic() - sent_at) * 1000))
+        if answers and gw.cfg.renewal_answer_seconds < gw.cfg.verdict_seconds:
+            # A renewal is answered within renewal_answer_seconds; its verdict is watched for up to
+            # verdict_seconds and told on the holder's next renewal (lateverdicts.py).
+            if await settled_within(fut, gw.cfg.renewal_answer_seconds):
+                verdict = None if fut.cancelled() else fut.result()
+            else:
+                verdict, following = None, True
+                late.follow(fut, job_id, f["epoch"], f["worker_id"], sent_at,
+                            gw.cfg.verdict_seconds - (time.monotonic() - sent_at),
+                            lambda ms: (bus.forget_verdict(command_id, job_id), gw.watch.note_verdict_wait(ms)))
+        else:
+            verdict = await result_within(fut, gw.cfg.verdict_seconds)
+        if not following:
+            gw.watch.note_verdict_wait(int((time.monotonic() - sent_at) * 1000))
     finally:
-        bus.forget_verdict(command_id, job_id)
+        if not following:
+            bus.forget_verdict(command_id, job_id)
+    kept = None
+    if verdict is not None:
+        late.note(job_id, f["epoch"], f["worker_id"], verdict)
+    elif answers:
+        kept = late.kept(job_id, f["epoch"], f["worker_id"])  # what an earlier renewal's late verdict said
+        if kept is not None:
+            gw.metrics.late_verdicts_told.labels("refused" if isinstance(kept, ev.CommandRejected)
+                                                 else "asked").inc()
+            if isinstance(kept, ev.CommandRejected):
+                verdict = kept
     answer: dict[str, Any] = {"job_id": job_id, "command_id": command_id, "epoch": f["epoch"]}
     if isinstance(verdict, ev.CommandRejected):
         if verdict.reason == "stale_epoch":
@@ -153,6 +179,9 @@ async def _fenced(request: web.Request, spec: dict[str, tuple],
         status = 200
     if answers:
         answer |= _instructions(verdict)
+        if kept is not None:  # a cancel or drain asked in a verdict that came after its own answer
+            told = verdicts.instructions(kept) or {}
+            answer["cancel"], answer["drain"] = bool(told.get("cancel")), bool(told.get("drain"))
         # Behind: tell the holder to space its renewals out instead of adding to the backlog.
         pace = verdicts.pace(verdict, time.monotonic() - sent_at, gw.cfg.lease_ttl_ms,
                              slow_s=gw.cfg.slow_verdict_seconds)
@@ -234,6 +263,7 @@ def build(settings: Settings, deps: Deps, cfg: GatewayConfig | None = None,
                      on_outcome=(lambda o: outcomes.labels(o).inc()) if outcomes is not None else (lambda o: None),
                      watch=getattr(deps.work, "observe_job", None) or (lambda job_id, on_event: None))
     sub[DESK] = desk
+    sub[LATE] = LateVerdicts()
     sub[IDLE] = []
 
     async def release_parked(_app: web.Application) -> None:

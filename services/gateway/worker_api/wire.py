@@ -16,6 +16,7 @@ from spotreel.dispatch.intake import SENT_AT_HTTP_HEADER
 from spotreel.services.gateway.context import Gateway
 from spotreel.services.gateway.jsonbody import whole_number
 from spotreel.services.gateway.worker_api.intake import Intake
+from spotreel.services.gateway.worker_api.lateverdicts import LateVerdicts
 from spotreel.services.gateway.worker_api.leasedesk import LeaseDesk
 
 WORKER = web.RequestKey("worker_key", str)
@@ -23,6 +24,7 @@ PROFILES = web.AppKey("worker_profiles", dict)
 DESK = web.AppKey("lease_desk", LeaseDesk)
 IDLE = web.AppKey("idle_polls", list)  # [IdlePolls] once made
 INTAKE = web.AppKey("intake", Intake)
+LATE = web.AppKey("late_verdicts", LateVerdicts)
 _WORKER_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
 MAX_LONG = 2**63 - 1
 

@@ -1,0 +1,97 @@
+"""Renewal verdicts that come after the answer (routes.py).
+
+A heartbeat or progress report is answered within `renewal_answer_seconds`: with the scheduler's verdict when
+it has one by then, else 202 `pending` (the command is on the commands log, judged at its append or send time,
+so it keeps the lease whatever the verdict's delay: services/scheduler/README.md, "Leases under load"). The
+verdict is still watched for, up to `verdict_seconds` from the send. When it comes it counts toward how far
+behind the scheduler runs (loopwatch.py, the same figure the gateway sheds by), and what it asks of the
+holder is kept for the job until the holder's next renewal, whose answer then tells it even if that
+renewal's own verdict is pending too:
+
+- a refusal that proves the lease gone (`GONE`: a stale epoch, another worker, an expired lease, a job that
+  ended or left the table) is answered 409 with that reason: every later command of that lease is refused
+  for the same reason, since epochs only grow and an ended job absorbs everything;
+- a renewal verdict asking the holder to stop (`cancel`) or to checkpoint and hand the lease back (`drain`)
+  sets those flags in the answer.
+
+Any other verdict (a plain renewal, a refusal of that one command such as `invalid_progress`) replaces what
+was kept: only the newest verdict of the lease counts (by the scheduler's `at_ms`; verdicts come on two
+topics, the events and the replies, with no order between them). Kept per job, for the lease (epoch and
+worker) it judged; the newest verdict's time of at most `MAX_JOBS` jobs is remembered (the job heard from
+least recently forgotten first)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Callable
+
+from spotreel.dispatch import verdicts
+from spotreel.domain import events as ev
+from spotreel.domain.outcomes import Reason
+
+GONE = frozenset({Reason.STALE_EPOCH, Reason.WORKER_MISMATCH, Reason.LEASE_EXPIRED, Reason.TERMINAL,
+                  Reason.EVICTED})
+MAX_JOBS = 50_000
+
+
+def tells(verdict: Any) -> bool:
+    """Whether a verdict asks something of the holder that a later answer must still say."""
+    if isinstance(verdict, ev.CommandRejected):
+        return verdict.reason in GONE
+    told = verdicts.instructions(verdict)
+    return bool(told and (told["cancel"] or told["drain"]))
+
+
+class LateVerdicts:
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic, max_jobs: int = MAX_JOBS) -> None:
+        self._monotonic = monotonic
+        self._max_jobs = max_jobs
+        self._kept: dict[str, tuple[int, str, Any]] = {}  # job id -> (epoch, worker id, verdict)
+        self._newest: dict[str, int] = {}  # job id -> at_ms of its newest verdict (oldest job first)
+        self.followed = 0  # verdicts watched for after their answer
+        self.told = 0  # answers that told a kept verdict
+
+    def follow(self, fut: asyncio.Future[Any], job_id: str, epoch: int, worker_id: str, sent_at: float,
+               left_s: float, done: Callable[[int], None]) -> None:
+        """Watch `fut` (the verdict of a command already answered pending) for `left_s` more seconds; `done(ms)`
+        once it came or the time ran out, with the milliseconds since `sent_at` (the caller stops routing
+        the verdict there and counts the wait)."""
+        self.followed += 1
+        timer = asyncio.get_running_loop().call_later(max(0.0, left_s), fut.cancel)
+
+        def settled(f: asyncio.Future[Any]) -> None:
+            timer.cancel()
+            done(int((self._monotonic() - sent_at) * 1000))
+            if not f.cancelled():
+                self.note(job_id, epoch, worker_id, f.result())
+
+        fut.add_done_callback(settled)
+
+    def note(self, job_id: str, epoch: int, worker_id: str, verdict: Any) -> None:
+        """A verdict of this lease's command, in time or late: the newest one decides what is kept."""
+        at = getattr(verdict, "at_ms", 0)
+        newest = self._newest.pop(job_id, None)
+        if newest is not None and at < newest:
+            self._newest[job_id] = newest
+            return  # an older verdict that came later (the other topic)
+        self._newest[job_id] = at
+        if len(self._newest) > self._max_jobs:
+            oldest = next(iter(self._newest))
+            del self._newest[oldest]
+            self._kept.pop(oldest, None)
+        if tells(verdict):
+            self._kept[job_id] = (epoch, worker_id, verdict)
+        else:
+            self._kept.pop(job_id, None)
+
+    def kept(self, job_id: str, epoch: int, worker_id: str) -> Any:
+        """The newest verdict that still tells this lease's holder something, or None."""
+        entry = self._kept.get(job_id)
+        if entry is None or entry[0] != epoch or entry[1] != worker_id:
+            return None
+        self.told += 1
+        return entry[2]
+
+    def __len__(self) -> int:
+        return len(self._kept)

@@ -1,0 +1,92 @@
+"""Renewals answered before their verdict (services/gateway/worker_api/lateverdicts.py): what a late verdict
+asks of the holder is kept for its lease until a newer verdict says otherwise, and `settled_within` waits for
+a verdict without cancelling it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from spotreel.dispatch.aio import settled_within
+from spotreel.domain import events as ev
+from spotreel.services.gateway.worker_api.lateverdicts import LateVerdicts, tells
+
+pytestmark = pytest.mark.unit
+JOB = "j" + "2" * 32
+
+
+def renewed(at_ms: int, cancel: bool = False, drain: bool = False) -> ev.LeaseRenewed:
+    return ev.LeaseRenewed(job_id=JOB, version=4, at_ms=at_ms, causation_id="c", epoch=2,
+                           lease_expires_at_ms=at_ms + 30_000, cancel_requested=cancel, drain_requested=drain)
+
+
+def refused(at_ms: int, reason: str) -> ev.CommandRejected:
+    return ev.CommandRejected(job_id=JOB, version=0, at_ms=at_ms, causation_id="c", command_id="k", command_type="RenewLease",
+                              reason=reason, detail="", epoch_given=2, current_epoch=3)
+
+
+def test_only_what_asks_something_of_the_holder_is_kept() -> None:
+    assert tells(renewed(1, cancel=True)) and tells(renewed(1, drain=True)) and not tells(renewed(1))
+    assert tells(refused(1, "stale_epoch")) and tells(refused(1, "lease_expired")) and tells(refused(1, "terminal"))
+    # A refusal of that one command says nothing of the lease.
+    assert not tells(refused(1, "invalid_progress")) and not tells(refused(1, "unknown_epoch"))
+
+
+def test_a_kept_verdict_belongs_to_its_lease_and_the_newest_verdict_decides() -> None:
+    late = LateVerdicts()
+    late.note(JOB, 2, "w", renewed(100, cancel=True))
+    assert late.kept(JOB, 2, "w").cancel_requested
+    assert late.kept(JOB, 3, "w") is None and late.kept(JOB, 2, "other") is None, "another lease hears nothing"
+    late.note(JOB, 2, "w", renewed(90))  # older, from the other topic: changes nothing
+    assert late.kept(JOB, 2, "w") is not None
+    late.note(JOB, 2, "w", renewed(110))  # newer and asks nothing: the drain/cancel is withdrawn
+    assert late.kept(JOB, 2, "w") is None
+    late.note(JOB, 2, "w", renewed(105, drain=True))  # older than the plain one: not kept
+    assert late.kept(JOB, 2, "w") is None
+    late.note(JOB, 2, "w", refused(120, "stale_epoch"))
+    assert late.kept(JOB, 2, "w").reason == "stale_epoch" and len(late) == 1
+
+
+def test_the_remembered_jobs_are_bounded_oldest_first() -> None:
+    late = LateVerdicts(max_jobs=3)
+    for i in range(5):
+        job = f"j{i}"
+        late.note(job, 1, "w", ev.CommandRejected(job_id=job, version=0, at_ms=i, causation_id="c", command_id="k",
+                                                  command_type="RenewLease", reason="terminal", detail="",
+                                                  epoch_given=1, current_epoch=1))
+    assert len(late) == 3 and late.kept("j0", 1, "w") is None and late.kept("j4", 1, "w") is not None
+
+
+async def test_a_followed_verdict_is_kept_when_it_comes_and_dropped_when_it_does_not() -> None:
+    loop = asyncio.get_running_loop()
+    late = LateVerdicts()
+    waits: list[int] = []
+    fut = loop.create_future()
+    late.follow(fut, JOB, 2, "w", time.monotonic(), 5.0, waits.append)
+    fut.set_result(renewed(100, cancel=True))
+    await asyncio.sleep(0)
+    assert len(waits) == 1 and late.kept(JOB, 2, "w").cancel_requested
+    never = loop.create_future()
+    late.follow(never, "j-other", 1, "w", time.monotonic(), 0.02, waits.append)
+    await asyncio.sleep(0.05)
+    assert never.cancelled() and len(waits) == 2 and waits[1] >= 20, "the wait counts up to the end of watching"
+    assert late.kept("j-other", 1, "w") is None and late.followed == 2
+
+
+async def test_settled_within_waits_without_cancelling() -> None:
+    loop = asyncio.get_running_loop()
+    fut = loop.create_future()
+    loop.call_later(0.01, fut.set_result, "verdict")
+    assert await settled_within(fut, 5.0) and fut.result() == "verdict"
+    slow = loop.create_future()
+    assert not await settled_within(slow, 0.01)
+    assert not slow.done(), "left for the caller to go on watching"
+    slow.set_result("late")  # and it still resolves normally
+    assert await settled_within(slow, 0) and slow.result() == "late"
+    caller = asyncio.create_task(settled_within(loop.create_future(), 5.0))
+    await asyncio.sleep(0.01)
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
