@@ -45,6 +45,13 @@ def test_a_kept_verdict_belongs_to_its_lease_and_the_newest_verdict_decides() ->
     assert late.kept(JOB, 2, "w") is None
     late.note(JOB, 2, "w", renewed(105, drain=True))  # older than the plain one: not kept
     assert late.kept(JOB, 2, "w") is None
+    late.note(JOB, 2, "w", renewed(115, cancel=True))
+    # A checkpoint recorded or a refusal of that one command says nothing of the cancel: it stays.
+    late.note(JOB, 2, "w", ev.CheckpointRecorded(job_id=JOB, version=5, at_ms=116, causation_id="c", epoch=2,
+                                                 checkpoint_key="k", step=3, progress_pct=15.0, checksum="0" * 64,
+                                                 size_bytes=1, pruned_keys=()))
+    late.note(JOB, 2, "w", refused(117, "invalid_progress"))
+    assert late.kept(JOB, 2, "w").cancel_requested
     late.note(JOB, 2, "w", refused(120, "stale_epoch"))
     assert late.kept(JOB, 2, "w").reason == "stale_epoch" and len(late) == 1
 

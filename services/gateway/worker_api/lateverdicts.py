@@ -14,9 +14,10 @@ renewal's own verdict is pending too:
 - a renewal verdict asking the holder to stop (`cancel`) or to checkpoint and hand the lease back (`drain`)
   sets those flags in the answer.
 
-Any other verdict (a plain renewal, a refusal of that one command such as `invalid_progress`) replaces what
-was kept: only the newest verdict of the lease counts (by the scheduler's `at_ms`; verdicts come on two
-topics, the events and the replies, with no order between them). Kept per job, for the lease (epoch and
+A later renewal verdict that asks nothing withdraws what was kept (a resumed job's drain); other verdicts (a
+checkpoint recorded, a refusal of that one command such as `invalid_progress`) change nothing. Only the
+newest renewal verdict or refusal counts (by the scheduler's `at_ms`; verdicts come on two topics, the events
+and the replies, with no order between them). Kept per job, for the lease (epoch and
 worker) it judged; the newest verdict's time of at most `MAX_JOBS` jobs is remembered (the job heard from
 least recently forgotten first)."""
 
@@ -69,8 +70,13 @@ class LateVerdicts:
         fut.add_done_callback(settled)
 
     def note(self, job_id: str, epoch: int, worker_id: str, verdict: Any) -> None:
-        """A verdict of this lease's command, in time or late: the newest one decides what is kept."""
-        at = getattr(verdict, "at_ms", 0)
+        """A verdict of this lease's command, in time or late: the newest one that speaks of the lease decides
+        what is kept. Only a renewal's verdict states the holder's instructions (as of it), and only a refusal
+        in `GONE` speaks of the lease; any other verdict (a checkpoint recorded, a refused progress report)
+        leaves what is kept as it is."""
+        if not (tells(verdict) or verdicts.instructions(verdict) is not None):
+            return
+        at = verdict.at_ms
         newest = self._newest.pop(job_id, None)
         if newest is not None and at < newest:
             self._newest[job_id] = newest
