@@ -23,9 +23,12 @@ FENCE = {"epoch": {**LONG, "description": "the lease's fencing epoch"}, "worker_
 VERDICT = {"type": "object", "properties": {
     "job_id": {"type": "string"}, "command_id": {"type": "string"}, "epoch": {"type": "integer"},
     "verdict": {"type": "string", "enum": ["accepted", "pending"]}, "event": {"type": "string"},
-    "cancel": {"type": "boolean", "description": "heartbeat/progress: stop, the job was cancelled"},
+    "cancel": {"type": "boolean", "description": "heartbeat/progress: stop, the job was cancelled (from this "
+                                                  "renewal's verdict, or from an earlier one's that came late)"},
     "drain": {"type": "boolean", "description": "heartbeat/progress: checkpoint and release (paused)"},
-    "lease_expires_at_ms": {"type": "integer"}}}
+    "lease_expires_at_ms": {"type": "integer"},
+    "renew_in_seconds": {"type": "number", "description": "heartbeat/progress: the scheduler is behind; send "
+                                                          "the next renewal no sooner than this after this one"}}}
 LEASE_BODIES = {
     "heartbeat": ("renew the lease; the answer carries cancel/drain instructions", {}, ()),
     "progress": ("report progress", {"step": LONG, "progress_pct": {"type": "number"},
@@ -80,7 +83,9 @@ def worker_paths(cfg: GatewayConfig) -> dict[str, Any]:
     for action, (summary, fields, required) in LEASE_BODIES.items():
         paths[f"/internal/leases/{{job_id}}/{action}"] = {"post": op(
             summary + "; fenced by the lease epoch (409 when stale)",
-            {"200": ("the scheduler accepted it", VERDICT), "202": ("durable, no verdict yet", VERDICT)},
+            {"200": ("the scheduler accepted it", VERDICT),
+             "202": ("durable, no verdict yet (a heartbeat or progress report is answered within "
+                     "renewal_answer_seconds)", VERDICT)},
             (400, 401, 404, 409, 422, 503), [JOB_ID],
             {"type": "object", "required": ["epoch", "worker_id", *required], "additionalProperties": False,
              "properties": {**FENCE, **fields}})}
