@@ -143,10 +143,13 @@ async def _fenced(request: web.Request, spec: dict[str, tuple],
             if await settled_within(fut, gw.cfg.renewal_answer_seconds):
                 verdict = None if fut.cancelled() else fut.result()
             else:
+                def watched(waited_ms: int) -> None:  # the verdict came, or verdict_seconds passed
+                    bus.forget_verdict(command_id, job_id)
+                    gw.watch.note_verdict_wait(waited_ms)
+
                 verdict, following = None, True
                 late.follow(fut, job_id, f["epoch"], f["worker_id"], sent_at,
-                            gw.cfg.verdict_seconds - (time.monotonic() - sent_at),
-                            lambda ms: (bus.forget_verdict(command_id, job_id), gw.watch.note_verdict_wait(ms)))
+                            gw.cfg.verdict_seconds - (time.monotonic() - sent_at), watched)
         else:
             verdict = await result_within(fut, gw.cfg.verdict_seconds)
         if not following:
