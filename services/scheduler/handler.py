@@ -141,10 +141,9 @@ class Handler:
 
     def _request_work(self, part: PartitionState, c: cmd.RequestWork, now_ms: int) -> HandlerResult:
         offer = WorkerOffer(c.worker_id, c.gpu_type, frozenset(c.models), frozenset(c.warm_models), c.draining)
-        seen = part.workers.get(c.worker_id)
-        part.workers[c.worker_id] = WorkerSeen(now_ms, c.draining, tuple(pool_key(p.model, p.gpu_type) for p in offer.pools), True,
-                                               tuple(pool_key(p.model, p.gpu_type) for p in offer.pools if offer.is_warm(p)))
-        del seen
+        part.worker_asked(c.worker_id, WorkerSeen(
+            now_ms, c.draining, tuple(pool_key(p.model, p.gpu_type) for p in offer.pools), True,
+            tuple(pool_key(p.model, p.gpu_type) for p in offer.pools if offer.is_warm(p))))
 
         def none(reason: str) -> HandlerResult:
             return HandlerResult(answer=ev.NoWorkAvailable(c.command_id, c.worker_id, now_ms, reason, part.partition))

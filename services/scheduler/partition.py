@@ -23,6 +23,13 @@ from spotreel.services.scheduler.fairshare import DEFAULT_EST_MS, TenantLedger
 from spotreel.services.scheduler.intake import GatewayIntake
 
 
+# A worker heard from within this window (RequestWork, or a command of its lease) counts as present (pool
+# stats); the partition forgets one it has not heard from for longer (`forget_workers`), so the walks over
+# its workers (pool stats and preemption, every second) cost what the live fleet does, not every worker
+# that ever asked. Preemption's free-worker window (preempting.FREE_WINDOW_MS) is shorter.
+WORKER_WINDOW_MS = 60_000
+
+
 @dataclass
 class WorkerSeen:
     last_ms: int
@@ -64,6 +71,8 @@ class PartitionState:
     in_flight: Counter = field(default_factory=Counter)
     leased_by_pool: Counter = field(default_factory=Counter)
     leased_at: dict[str, int] = field(default_factory=dict)
+    # The workers heard from, least recently heard first (every touch moves one to the end: `worker_asked`,
+    # `seen_worker`); none older than WORKER_WINDOW_MS once `forget_workers` ran.
     workers: dict[str, WorkerSeen] = field(default_factory=dict)
     run_ms: deque = field(default_factory=lambda: deque(maxlen=200))
     run_ms_by_pool: dict[str, deque] = field(default_factory=dict)
@@ -215,10 +224,28 @@ class PartitionState:
         `free`: the command ended the worker's own lease (its job completed or its attempt failed), so it
         holds nothing and counts as idle (pool stats, the ETA) until its next lease, without waiting for
         its next RequestWork, which its asking policy may hold back while no partition shows work."""
-        seen = self.workers.get(worker_id)
+        seen = self.workers.pop(worker_id, None)
         if seen is not None:
             seen.last_ms = max(seen.last_ms, now_ms)
             seen.idle = free and not seen.draining
+            self.workers[worker_id] = seen
+
+    def worker_asked(self, worker_id: str, seen: WorkerSeen) -> None:
+        """A RequestWork: what the worker offers, as of now (moved to the end of `workers`)."""
+        self.workers.pop(worker_id, None)
+        self.workers[worker_id] = seen
+
+    def forget_workers(self, now_ms: int) -> int:
+        """Drop the workers not heard from within WORKER_WINDOW_MS (from the front: least recently heard
+        first); how many. Every reader looks no further back than that window."""
+        dropped = 0
+        while self.workers:
+            oldest = next(iter(self.workers))
+            if now_ms - self.workers[oldest].last_ms <= WORKER_WINDOW_MS:
+                break
+            del self.workers[oldest]
+            dropped += 1
+        return dropped
 
     def remember_grant(self, request_id: str, leased: Any, keep: int = 10_000) -> None:
         # Only the uncommitted tail (a commit interval's worth) can be redelivered: a bounded memory does.

@@ -14,11 +14,9 @@ from spotreel.domain.fairness import TenantPolicy, TenantUsage, share
 from spotreel.domain.quotas import has_in_flight_room
 from spotreel.domain.ids import pool_key
 
-from spotreel.services.scheduler.partition import PartitionState
+from spotreel.services.scheduler.partition import WORKER_WINDOW_MS, PartitionState
 from spotreel.services.scheduler.preempting import asked_1m
 
-# A worker heard from within this window (RequestWork, or a heartbeat of its lease) counts as present.
-WORKER_WINDOW_MS = 60_000
 HOUR_MS = 3_600_000
 
 

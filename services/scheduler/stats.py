@@ -43,6 +43,7 @@ class Stats:
     async def publish_stats(self) -> None:
         now = clock.now_ms()
         for p, part in list(self.parts.items()):
+            part.forget_workers(now)
             await self._release_double_grants(p, part)
             for tenant, used in part.ledger.used_s.items():
                 self.metrics.tenant_gpu_seconds.labels(tenant, str(p)).set(used)
