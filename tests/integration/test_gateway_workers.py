@@ -223,20 +223,24 @@ async def test_checkpoint_write_time_reaches_pool_stats_through_the_http_worker_
     assert rec.mean_checkpoint_ms == 100.0 and rec.leased == 1
 
 
+async def _submitted_and_leased(client, w: dict, t: dict, worker: str) -> tuple[str, dict]:
+    """A job of a model of its own submitted with the tenant key `t`, leased by `worker`: (job id, fence)."""
+    model = f"m-{uuid.uuid4().hex[:8]}"
+    r = await client.post("/v1/videos", json={"prompt": "a heron", "model": model, "gpu_type": "cpu"},
+                          headers={**t, "Idempotency-Key": f"k-{worker}"})
+    assert r.status == 202, await r.text()
+    lease = await client.post(f"/internal/workers/{worker}/lease", json={"gpu_type": "cpu", "models": [model],
+                                                                         "wait_seconds": 20}, headers=w)
+    assert lease.status == 200, await lease.text()
+    return (await r.json())["job_id"], {"epoch": (await lease.json())["epoch"], "worker_id": worker}
+
+
 async def test_pause_resume_and_cancel_reach_the_holder_in_its_renewal_answers(gw):
     # The answer's cancel/drain come from the scheduler's verdict (no read model on the way): a pause asks the
     # holder to drain, a resume withdraws it, a cancel tells it to stop, each on the very next renewal.
     client, keys = gw
     w, t = bearer(keys["worker"]), bearer(keys["tenant"])
-    model = f"m-{uuid.uuid4().hex[:8]}"
-    r = await client.post("/v1/videos", json={"prompt": "a heron", "model": model, "gpu_type": "cpu"},
-                          headers={**t, "Idempotency-Key": "k-asks"})
-    assert r.status == 202, await r.text()
-    job_id = (await r.json())["job_id"]
-    lease = await client.post("/internal/workers/w-h/lease", json={"gpu_type": "cpu", "models": [model],
-                                                                   "wait_seconds": 20}, headers=w)
-    assert lease.status == 200, await lease.text()
-    fence = {"epoch": (await lease.json())["epoch"], "worker_id": "w-h"}
+    job_id, fence = await _submitted_and_leased(client, w, t, "w-h")
 
     async def renew(kind: str) -> dict:
         body = fence if kind == "heartbeat" else {**fence, "step": 3, "progress_pct": 10.0}
@@ -268,15 +272,7 @@ async def test_a_verdict_that_comes_after_its_answer_is_told_on_the_next_renewal
     # later answer, and a refusal that proves the lease gone comes back as that later renewal's 409.
     client, keys = gw_late
     w, t = bearer(keys["worker"]), bearer(keys["tenant"])
-    model = f"m-{uuid.uuid4().hex[:8]}"
-    r = await client.post("/v1/videos", json={"prompt": "a crane", "model": model, "gpu_type": "cpu"},
-                          headers={**t, "Idempotency-Key": "k-late"})
-    assert r.status == 202, await r.text()
-    job_id = (await r.json())["job_id"]
-    lease = await client.post("/internal/workers/w-l/lease", json={"gpu_type": "cpu", "models": [model],
-                                                                   "wait_seconds": 20}, headers=w)
-    assert lease.status == 200, await lease.text()
-    fence = {"epoch": (await lease.json())["epoch"], "worker_id": "w-l"}
+    job_id, fence = await _submitted_and_leased(client, w, t, "w-l")
 
     async def heartbeat():
         r = await client.post(f"/internal/leases/{job_id}/heartbeat", json=fence, headers=w)
