@@ -238,14 +238,14 @@ class PartitionState:
     def forget_workers(self, now_ms: int) -> int:
         """Drop the workers not heard from within WORKER_WINDOW_MS (from the front: least recently heard
         first); how many. Every reader looks no further back than that window."""
-        dropped = 0
-        while self.workers:
-            oldest = next(iter(self.workers))
-            if now_ms - self.workers[oldest].last_ms <= WORKER_WINDOW_MS:
+        stale = []
+        for worker_id, seen in self.workers.items():  # one walk: `next(iter())` per drop would be quadratic
+            if now_ms - seen.last_ms <= WORKER_WINDOW_MS:
                 break
-            del self.workers[oldest]
-            dropped += 1
-        return dropped
+            stale.append(worker_id)
+        for worker_id in stale:
+            del self.workers[worker_id]
+        return len(stale)
 
     def remember_grant(self, request_id: str, leased: Any, keep: int = 10_000) -> None:
         # Only the uncommitted tail (a commit interval's worth) can be redelivered: a bounded memory does.
