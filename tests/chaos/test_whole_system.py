@@ -368,6 +368,7 @@ def verify(sc: Scenario) -> list[str]:
         f"lease expiries: {kinds['LeaseExpired']}, releases: {kinds['LeaseReleased']}, "
         f"attempt failures: {kinds['AttemptFailed']}",
         f"  worker-side lease outcomes: {dict(outs)}",
+        f"  the test's event reader replaced after a silent stall: {sc.log.replaced} time(s)",
         f"  stale writes refused by the scheduler (recorded): {stale} of {sum(result.rejections().values())} "
         f"rejections {dict(result.rejections())}; accepted events from an old epoch: 0 "
         f"(of {result.total('fenced_applied')} fenced events)",
