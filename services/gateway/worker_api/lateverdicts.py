@@ -50,15 +50,12 @@ class LateVerdicts:
         self._max_jobs = max_jobs
         self._kept: dict[str, tuple[int, str, Any]] = {}  # job id -> (epoch, worker id, verdict)
         self._newest: dict[str, int] = {}  # job id -> at_ms of its newest verdict (oldest job first)
-        self.followed = 0  # verdicts watched for after their answer
-        self.told = 0  # answers that told a kept verdict
 
     def follow(self, fut: asyncio.Future[Any], job_id: str, epoch: int, worker_id: str, sent_at: float,
                left_s: float, done: Callable[[int], None]) -> None:
         """Watch `fut` (the verdict of a command already answered pending) for `left_s` more seconds; `done(ms)`
         once it came or the time ran out, with the milliseconds since `sent_at` (the caller stops routing
         the verdict there and counts the wait)."""
-        self.followed += 1
         timer = asyncio.get_running_loop().call_later(max(0.0, left_s), fut.cancel)
 
         def settled(f: asyncio.Future[Any]) -> None:
@@ -74,7 +71,8 @@ class LateVerdicts:
         what is kept. Only a renewal's verdict states the holder's instructions (as of it), and only a refusal
         in `GONE` speaks of the lease; any other verdict (a checkpoint recorded, a refused progress report)
         leaves what is kept as it is."""
-        if not (tells(verdict) or verdicts.instructions(verdict) is not None):
+        telling = tells(verdict)
+        if not (telling or verdicts.instructions(verdict) is not None):
             return
         at = verdict.at_ms
         newest = self._newest.pop(job_id, None)
@@ -86,7 +84,7 @@ class LateVerdicts:
             oldest = next(iter(self._newest))
             del self._newest[oldest]
             self._kept.pop(oldest, None)
-        if tells(verdict):
+        if telling:
             self._kept[job_id] = (epoch, worker_id, verdict)
         else:
             self._kept.pop(job_id, None)
@@ -96,7 +94,6 @@ class LateVerdicts:
         entry = self._kept.get(job_id)
         if entry is None or entry[0] != epoch or entry[1] != worker_id:
             return None
-        self.told += 1
         return entry[2]
 
     def __len__(self) -> int:
