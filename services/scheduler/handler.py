@@ -172,7 +172,7 @@ class Handler:
             if leased is None:
                 part.index.discard(job_id)
                 continue
-            part.workers[c.worker_id].idle = False
+            part.worker_took_lease(c.worker_id)
             out.answer = work_assigned(c.command_id, leased, out.states[job_id][1], part.partition)
             return out
         return none("no_queued_job")

@@ -21,22 +21,9 @@ from spotreel.domain.timers import Timer, TimerKind, schedule_timers, timers_for
 from spotreel.services.scheduler.eviction import Evictions
 from spotreel.services.scheduler.fairshare import DEFAULT_EST_MS, TenantLedger
 from spotreel.services.scheduler.intake import GatewayIntake
+from spotreel.services.scheduler.workerroll import WORKER_WINDOW_MS, WorkerRoll, WorkerSeen
 
-
-# A worker heard from within this window (RequestWork, or a command of its lease) counts as present (pool
-# stats); the partition forgets one it has not heard from for longer (`forget_workers`), so the walks over
-# its workers (pool stats and preemption, every second) cost what the live fleet does, not every worker
-# that ever asked. Preemption's free-worker window (preempting.FREE_WINDOW_MS) is shorter.
-WORKER_WINDOW_MS = 60_000
-
-
-@dataclass
-class WorkerSeen:
-    last_ms: int
-    draining: bool
-    pools: tuple[str, ...]  # pool keys (model@gpu) it offered to serve
-    idle: bool
-    warm: tuple[str, ...] = ()  # those whose model it has loaded (RequestWork.warm_models)
+__all__ = ["WORKER_WINDOW_MS", "PartitionState", "WorkerSeen"]
 
 
 @dataclass
@@ -72,8 +59,9 @@ class PartitionState:
     leased_by_pool: Counter = field(default_factory=Counter)
     leased_at: dict[str, int] = field(default_factory=dict)
     # The workers heard from, least recently heard first (every touch moves one to the end: `worker_asked`,
-    # `seen_worker`); none older than WORKER_WINDOW_MS once `forget_workers` ran.
-    workers: dict[str, WorkerSeen] = field(default_factory=dict)
+    # `seen_worker`), with their counts per pool kept as they change (workerroll.py); none older than
+    # WORKER_WINDOW_MS once `forget_workers` ran. Read it; change it only through the methods below.
+    workers: WorkerRoll = field(default_factory=WorkerRoll)
     run_ms: deque = field(default_factory=lambda: deque(maxlen=200))
     run_ms_by_pool: dict[str, deque] = field(default_factory=dict)
     checkpoint_ms_by_pool: dict[str, deque] = field(default_factory=dict)  # reported write times
@@ -224,28 +212,20 @@ class PartitionState:
         `free`: the command ended the worker's own lease (its job completed or its attempt failed), so it
         holds nothing and counts as idle (pool stats, the ETA) until its next lease, without waiting for
         its next RequestWork, which its asking policy may hold back while no partition shows work."""
-        seen = self.workers.pop(worker_id, None)
-        if seen is not None:
-            seen.last_ms = max(seen.last_ms, now_ms)
-            seen.idle = free and not seen.draining
-            self.workers[worker_id] = seen
+        self.workers.heard(worker_id, now_ms, free)
 
     def worker_asked(self, worker_id: str, seen: WorkerSeen) -> None:
         """A RequestWork: what the worker offers, as of now (moved to the end of `workers`)."""
-        self.workers.pop(worker_id, None)
-        self.workers[worker_id] = seen
+        self.workers.asked(worker_id, seen)
+
+    def worker_took_lease(self, worker_id: str) -> None:
+        """A grant to the worker: it no longer counts as idle."""
+        self.workers.took_lease(worker_id)
 
     def forget_workers(self, now_ms: int) -> int:
         """Drop the workers not heard from within WORKER_WINDOW_MS (from the front: least recently heard
         first); how many. Every reader looks no further back than that window."""
-        stale = []
-        for worker_id, seen in self.workers.items():  # one walk: `next(iter())` per drop would be quadratic
-            if now_ms - seen.last_ms <= WORKER_WINDOW_MS:
-                break
-            stale.append(worker_id)
-        for worker_id in stale:
-            del self.workers[worker_id]
-        return len(stale)
+        return self.workers.forget(now_ms)
 
     def remember_grant(self, request_id: str, leased: Any, keep: int = 10_000) -> None:
         # Only the uncommitted tail (a commit interval's worth) can be redelivered: a bounded memory does.

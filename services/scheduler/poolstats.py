@@ -14,7 +14,7 @@ from spotreel.domain.fairness import TenantPolicy, TenantUsage, share
 from spotreel.domain.quotas import has_in_flight_room
 from spotreel.domain.ids import pool_key
 
-from spotreel.services.scheduler.partition import WORKER_WINDOW_MS, PartitionState
+from spotreel.services.scheduler.partition import PartitionState
 from spotreel.services.scheduler.preempting import asked_1m
 
 HOUR_MS = 3_600_000
@@ -65,7 +65,9 @@ def pool_stats(part: PartitionState, now_ms: int,
                preemptible_of: Callable[[str], Counter] | None = None) -> list[ev.PoolStats]:
     """`share_of(tenant)`: the tenant's fair share over all partitions, None if it may get no lease now;
     `standing_of(tenant)`: `standing` above (None: the records carry no `tenant_standing`);
-    `preemptible_of(pool)`: this partition's leases of the pool that may be asked back now, by tier."""
+    `preemptible_of(pool)`: this partition's leases of the pool that may be asked back now, by tier.
+    The worker counts are of the workers the partition remembers (`PartitionState.workers`): those heard
+    from within WORKER_WINDOW_MS when `forget_workers(now_ms)` ran just before, as every caller does."""
     by_pool: dict[str, list] = {}
     for job in list(part.index._jobs.values()):  # noqa: SLF001 - a read-only walk of the hint index
         by_pool.setdefault(pool_key(job.model, job.gpu_type), []).append(job)
@@ -74,7 +76,6 @@ def pool_stats(part: PartitionState, now_ms: int,
     pools = (set(by_pool) | {p for p, n in part.leased_by_pool.items() if n > 0} | part.known_pools
              | set(part.run_ms_by_pool))
     part.known_pools |= pools
-    recent = [w for w in part.workers.values() if now_ms - w.last_ms <= WORKER_WINDOW_MS]
     mean_cp = _mean(part.checkpoint_gaps_ms)
     out = []
     for pool in sorted(pools):
@@ -89,7 +90,6 @@ def pool_stats(part: PartitionState, now_ms: int,
                 standings.append(f"{tenant}={used!r}/{weight!r}/{'' if room is None else room}")
         shares = [x for x in map(share_of, tenants) if x is not None]
         oldest = min((j.enqueued_at_ms for j in jobs), default=now_ms)
-        in_pool = [w for w in recent if pool in w.pools]
         holding = {part.workers_of.get(j) for j, p in part.holders.items() if p == pool} - {None}
         lost, rate, leased_s = lease_losses(part, pool, now_ms)
         out.append(ev.PoolStats(
@@ -97,9 +97,9 @@ def pool_stats(part: PartitionState, now_ms: int,
             leased=part.leased_by_pool.get(pool, 0), oldest_wait_ms=max(0, now_ms - oldest),
             queued_by_tier=tuple(f"{k}={v}" for k, v in sorted(tiers.items())),
             queued_by_tenant=tuple(f"{k}={v}" for k, v in sorted(tenants.items())),
-            idle_workers=sum(1 for w in in_pool if w.idle and not w.draining),
-            warm_idle_workers=sum(1 for w in in_pool if w.idle and not w.draining and pool in w.warm),
-            draining_workers=sum(1 for w in in_pool if w.draining),
+            idle_workers=len(part.workers.idle_in(pool)),
+            warm_idle_workers=part.workers.warm_idle_in(pool),
+            draining_workers=part.workers.draining_in(pool),
             mean_run_ms=_mean(part.run_ms_by_pool.get(pool, ())),
             mean_checkpoint_interval_ms=mean_cp,
             active_workers=len(holding),

@@ -98,10 +98,30 @@ def running_of(part: PartitionState, pool: str, get: Callable[[str], JobState | 
     return out
 
 
+class RunningMemo:
+    """`running_of` once per (partition, pool) for one stats tick: the pool stats (preemptible counts) and
+    preemption (victims) of the tick read the same list instead of walking the held leases twice. Built
+    afresh every tick; a lease that ended meanwhile (a batch ran between the tick's sends) is at worst asked
+    back in vain: `decide` judges a PreemptLease against the job's state when it is read, as always."""
+
+    def __init__(self, get: Callable[[str], JobState | None]) -> None:
+        self.get = get
+        self._lists: dict[tuple[int, str], list[Running]] = {}
+
+    def of(self, part: PartitionState, pool: str) -> list[Running]:
+        key = (part.partition, pool)
+        found = self._lists.get(key)
+        if found is None:
+            found = self._lists[key] = running_of(part, pool, self.get)
+        return found
+
+
 def preemptible_by_tier(part: PartitionState, pool: str, now_ms: int, budget: Budget,
-                        get: Callable[[str], JobState | None]) -> Counter:
-    """This partition's leases of `pool` that may be asked back now (`may_yield`), by tier."""
-    return Counter(r.priority for r in running_of(part, pool, get) if may_yield(r, now_ms, budget))
+                        get: Callable[[str], JobState | None], running: list[Running] | None = None) -> Counter:
+    """This partition's leases of `pool` that may be asked back now (`may_yield`), by tier (`running`: its
+    `running_of`, when already at hand)."""
+    held = running_of(part, pool, get) if running is None else running
+    return Counter(r.priority for r in held if may_yield(r, now_ms, budget))
 
 
 def decider(own: dict[int, Counter], others: dict[int, Counter], below: int | None) -> int | None:
@@ -136,9 +156,8 @@ def free_workers(parts: Iterable[PartitionState], pool: str, now_ms: int, holds:
     keeps the next tick from asking a second lease back for the same waiting job)."""
     free = set()
     for part in parts:
-        for worker_id, seen in part.workers.items():
-            if (pool in seen.pools and seen.idle and not seen.draining and now_ms - seen.last_ms <= FREE_WINDOW_MS
-                    and not holds(worker_id)):
+        for worker_id in part.workers.idle_in(pool):  # kept per pool (workerroll.py): no walk of the fleet
+            if now_ms - part.workers[worker_id].last_ms <= FREE_WINDOW_MS and not holds(worker_id):
                 free.add(worker_id)
         for worker_id, at_ms in list(part.freed.items()):
             if now_ms - at_ms > FREE_WINDOW_MS:
@@ -151,11 +170,13 @@ def free_workers(parts: Iterable[PartitionState], pool: str, now_ms: int, holds:
 def decide_pool(pool: str, parts: dict[int, PartitionState], others: Iterable[ev.PoolStats], now_ms: int,
                 budget: Budget, get: Callable[[str], JobState | None], holds: Callable[[str], bool],
                 fair_ratio: int = 0, share_if_room: Callable[[str], float | None] = lambda t: None,
-                share_of: Callable[[str], float] = lambda t: 0.0) -> list[tuple[int, Preemption]]:
+                share_of: Callable[[str], float] = lambda t: 0.0,
+                running_in: Callable[[PartitionState], list[Running]] | None = None) -> list[tuple[int, Preemption]]:
     """(partition, preemption) for the leases of this instance's partitions to ask back for `pool` now: for
     higher tiers first, then (with `fair_ratio` >= 1) for under-served tenants within what is left of the
     budget. `share_if_room(tenant)`: its share over all partitions, None at its in-flight ceiling;
-    `share_of(tenant)`: its share whatever its ceiling."""
+    `share_of(tenant)`: its share whatever its ceiling; `running_in(part)`: the partition's `running_of`
+    for the pool (a `RunningMemo`'s), else walked here."""
     waiting: Counter = Counter()
     tenants: set[str] = set()
     top: dict[str, int] = {}  # each waiting tenant's highest queued tier, where known
@@ -173,7 +194,7 @@ def decide_pool(pool: str, parts: dict[int, PartitionState], others: Iterable[ev
             top[j.tenant] = max(top.get(j.tenant, j.priority), j.priority)
         yielding += yielding_of(part, pool)
         recent += asked_1m(part, pool, now_ms)
-        mine = running_of(part, pool, get)
+        mine = running_of(part, pool, get) if running_in is None else running_in(part)
         running += [(p, r) for r in mine]
         own_victims[p] = Counter(r.priority for r in mine if may_yield(r, now_ms, budget))
     for stats in others:

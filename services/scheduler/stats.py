@@ -13,6 +13,7 @@ import logging
 
 from spotreel.adapters.partitioning import partition_for
 from spotreel.domain.commands import PreemptLease, ReleaseLease
+from spotreel.domain.events import WorkerLeaseHeld
 from spotreel.domain.fairness import TenantPolicy, share
 from spotreel.domain.leases import UNCLAIMED
 from spotreel.platform.topics import pool_stats_topic, tenant_usage_topic
@@ -21,7 +22,7 @@ from spotreel.services.scheduler import clock, statecodec
 from spotreel.services.scheduler.fairshare import GlobalUsage, usage_key
 from spotreel.services.scheduler.partition import PartitionState
 from spotreel.services.scheduler.poolstats import pool_stats, share_if_room, standing
-from spotreel.services.scheduler.preempting import decide_pool, note_asked, preemptible_by_tier
+from spotreel.services.scheduler.preempting import RunningMemo, decide_pool, note_asked, preemptible_by_tier
 from spotreel.services.scheduler.workerleases import later_grant
 
 log = logging.getLogger("spotreel.scheduler")
@@ -42,28 +43,31 @@ class Stats:
 
     async def publish_stats(self) -> None:
         now = clock.now_ms()
+        running = RunningMemo(self.get)
         for p, part in list(self.parts.items()):
-            part.forget_workers(now)
             await self._release_double_grants(p, part)
             for tenant, used in part.ledger.used_s.items():
                 self.metrics.tenant_gpu_seconds.labels(tenant, str(p)).set(used)
             for (tenant, pool), wasted in part.ledger.wasted_by_pool.items():
                 self.metrics.tenant_wasted_gpu_seconds.labels(tenant, pool, str(p)).set(wasted)
-            await self._publish_pools(p, part, now)
+            await self._publish_pools(p, part, now, running)
             for tp in self.app.consumer.assignment():
                 if tp.topic == self.commands and tp.partition == p:
                     high = self.app.consumer.highwater(tp)
                     if high is not None:
                         self.metrics.lag.labels(str(p)).set(max(0, high - part.applied_upto - 1))
-        await self._preempt(now)
+        await self._preempt(now, running)
 
-    async def _publish_pools(self, p: int, part: PartitionState, now: int) -> None:
+    async def _publish_pools(self, p: int, part: PartitionState, now: int, running: RunningMemo | None = None) -> None:
         """The partition's pool stats, one record per pool."""
         part.freshly_queued.clear()
+        part.forget_workers(now)
+        running = RunningMemo(self.get) if running is None else running
         usage, policies = self.global_usage(part, now), self.fair.policies()
         for stats in pool_stats(part, now, lambda t: share_if_room(usage.get(t), policies.get(t)),
                                 lambda t: standing(usage.get(t), policies.get(t)),
-                                lambda pool: preemptible_by_tier(part, pool, now, self.preempt_budget, self.get)):
+                                lambda pool: preemptible_by_tier(part, pool, now, self.preempt_budget, self.get,
+                                                                 running.of(part, pool))):
             self.metrics.queue_depth.labels(stats.pool, str(p)).set(stats.queued)
             part.published_queued[stats.pool] = stats.queued
             await self.app.producer.send(pool_stats_topic(self.settings), f"{stats.pool}/{p}".encode(),
@@ -80,12 +84,13 @@ class Stats:
             else:
                 part.freshly_queued.clear()
 
-    async def _preempt(self, now: int) -> None:
+    async def _preempt(self, now: int, running: RunningMemo | None = None) -> None:
         """Ask lower-tier leases of the owned partitions back for higher-tier work waiting in a full pool
         (preempting.py, domain/preemption.py). The PreemptLease goes through the commands topic like a timer's
         command: `decide` judges it against the job's state when it is read."""
         if self.preempt_budget.per_minute <= 0 or not self.parts:
             return
+        running = RunningMemo(self.get) if running is None else running
         parts = dict(self.parts)
         pools = {pool for part in parts.values() for pool in part.holders.values()}
         others = self.pool_view.records()
@@ -96,7 +101,8 @@ class Stats:
             chosen = decide_pool(pool, parts, others, now, self.preempt_budget, self.get,
                                  lambda w: bool(self.worker_leases.held_by(w)), self.settings.preempt_fair_share_ratio,
                                  lambda t: share_if_room(usage.get(t), policies.get(t)),
-                                 lambda t: share(usage.get(t), policies.get(t) or TenantPolicy()))
+                                 lambda t: share(usage.get(t), policies.get(t) or TenantPolicy()),
+                                 lambda part: running.of(part, pool))
             for p, c in chosen:
                 note_asked(parts[p], pool, now)
                 command = PreemptLease(f"preempt:{c.job_id}:e{c.epoch}", c.job_id, c.epoch, c.for_priority, c.reason)
@@ -109,23 +115,27 @@ class Stats:
 
     async def _release_double_grants(self, p: int, part: PartitionState) -> None:
         """Two partitions granted one worker in the same moment: the later grant's owner hands its lease back
-        (unclaimed; refused by the domain if the worker already acted on it)."""
-        for job_id, worker in list(part.workers_of.items()):
+        (unclaimed; refused by the domain if the worker already acted on it). Only the workers the index shows
+        holding two or more are looked at (it keeps them as it reads), not every lease of the partition."""
+        for worker in self.worker_leases.doubly_held():
             held = self.worker_leases.held_by(worker)
-            if len(held) < 2:
-                continue
-            mine = next((r for r in held if r.job_id == job_id and r.partition == p), None)
-            if mine is None or not any(later_grant(mine, o) for o in held if o.job_id != job_id):
-                continue
-            command_id = f"double-grant:{job_id}:e{mine.epoch}"
-            if command_id in part.double_released:
-                continue
-            part.double_released.add(command_id)
-            log.warning("worker %s holds two leases; handing back %s epoch %d (the later grant)", worker, job_id,
-                        mine.epoch)
-            command = ReleaseLease(command_id, job_id, mine.epoch, worker, UNCLAIMED)
-            await self.app.producer.send(self.commands, job_id.encode(), self.codec.encode_message(command), p,
-                                         None, None)
+            for mine in held:
+                if mine.partition == p and part.workers_of.get(mine.job_id) == worker and \
+                        any(later_grant(mine, o) for o in held if o.job_id != mine.job_id):
+                    await self._hand_back(p, part, worker, mine)
+
+    async def _hand_back(self, p: int, part: PartitionState, worker: str, mine: WorkerLeaseHeld) -> None:
+        """Release `mine` (the later grant) as unclaimed, once per lease."""
+        job_id = mine.job_id
+        command_id = f"double-grant:{job_id}:e{mine.epoch}"
+        if command_id in part.double_released:
+            return
+        part.double_released.add(command_id)
+        log.warning("worker %s holds two leases; handing back %s epoch %d (the later grant)", worker, job_id,
+                    mine.epoch)
+        command = ReleaseLease(command_id, job_id, mine.epoch, worker, UNCLAIMED)
+        await self.app.producer.send(self.commands, job_id.encode(), self.codec.encode_message(command), p,
+                                     None, None)
 
     async def _publish_usage(self, part: PartitionState) -> None:
         """The partition's changed tenant usage to `<prefix>.tenant-usage` (fairshare.py), into the local view

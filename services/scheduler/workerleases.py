@@ -48,6 +48,7 @@ class WorkerLeaseIndex:
         self.topic = worker_leases_topic(settings)
         self._lock = threading.Lock()
         self._held: dict[str, dict[str, ev.WorkerLeaseHeld]] = defaultdict(dict)
+        self._doubly: set[str] = set()  # workers holding two leases or more (double grants to hand back)
         self._stop = threading.Event()
         self.caught_up = threading.Event()
         self._thread: threading.Thread | None = None
@@ -57,6 +58,11 @@ class WorkerLeaseIndex:
     def held_by(self, worker_id: str) -> list[ev.WorkerLeaseHeld]:
         with self._lock:
             return list(self._held.get(worker_id, {}).values())
+
+    def doubly_held(self) -> list[str]:
+        """The workers the index shows holding more than one lease (kept as records are applied)."""
+        with self._lock:
+            return list(self._doubly)
 
     def of_partition(self, partition: int) -> list[ev.WorkerLeaseHeld]:
         with self._lock:
@@ -75,6 +81,10 @@ class WorkerLeaseIndex:
                 leases.pop(record.job_id, None)
                 if not leases:
                     del self._held[record.worker_id]
+            if len(leases) > 1:
+                self._doubly.add(record.worker_id)
+            else:
+                self._doubly.discard(record.worker_id)
 
     # -- the consumer thread -----------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from spotreel.domain.preemption import Budget
 from spotreel.services.scheduler.metrics import Metrics
 from spotreel.services.scheduler.partition import PartitionState, WorkerSeen
 from spotreel.services.scheduler.poolstats import pool_stats
-from spotreel.services.scheduler.preempting import decide_pool, note_asked, tiers_of
+from spotreel.services.scheduler.preempting import RunningMemo, decide_pool, note_asked, preemptible_by_tier, tiers_of
 from tests.unit.jobkit import POOL, T0, Driver, leased_job
 
 pytestmark = pytest.mark.unit
@@ -59,7 +59,7 @@ def test_a_worker_freed_by_a_preemption_counts_as_free_until_it_holds_a_lease_ag
     part, states = _owner(low)
     now = T0 + 30_000
     part.freed["w9"] = now - 1_000
-    part.workers["w9"] = WorkerSeen(now - 1_000, False, (POOL,), False)
+    part.worker_asked("w9", WorkerSeen(now - 1_000, False, (POOL,), False))
     others = [_stats(0, {9: 1}, now)]
     assert decide_pool(POOL, {1: part}, others, now, BUDGET, states.get, lambda w: w != "w9") == []
     assert len(decide_pool(POOL, {1: part}, others, now, BUDGET, states.get, lambda w: True)) == 1
@@ -185,3 +185,24 @@ def test_counts_new_request_compares_both_counts() -> None:
     assert counts_new_request(_asked(0, T0, asked=1), _asked(0, T0 + 1, asked=1, yielding=1))
     assert counts_new_request(_asked(0, T0, asked=1, yielding=1), _asked(0, T0 + 1, asked=2, yielding=0))
     assert not counts_new_request(_asked(0, T0, asked=2, yielding=1), _asked(0, T0 + 1, asked=1, yielding=1))
+
+
+def test_the_ticks_memo_walks_a_partitions_leases_once_and_decides_alike() -> None:
+    low = leased_job(key="low", priority=1)
+    part, states = _owner(low)
+    now = T0 + 30_000
+    walked = []
+
+    def get(job_id: str):
+        walked.append(job_id)
+        return states.get(job_id)
+
+    memo = RunningMemo(get)
+    assert memo.of(part, POOL) is memo.of(part, POOL) and len(walked) == 1
+    others = [_stats(0, {9: 1}, now)]
+    assert decide_pool(POOL, {1: part}, others, now, BUDGET, get, lambda w: True,
+                       running_in=lambda p: memo.of(p, POOL)) == \
+        decide_pool(POOL, {1: part}, others, now, BUDGET, states.get, lambda w: True)
+    assert len(walked) == 1
+    assert preemptible_by_tier(part, POOL, now, BUDGET, get, memo.of(part, POOL)) == \
+        preemptible_by_tier(part, POOL, now, BUDGET, states.get)

@@ -45,8 +45,8 @@ def test_a_worker_whose_job_ended_counts_idle_until_its_next_lease() -> None:
     from spotreel.services.scheduler.partition import WorkerSeen
 
     part = PartitionState(0)
-    part.workers["w1"] = WorkerSeen(NOW, False, ("m@h100",), False)
-    part.workers["w2"] = WorkerSeen(NOW, True, ("m@h100",), False)
+    part.worker_asked("w1", WorkerSeen(NOW, False, ("m@h100",), False))
+    part.worker_asked("w2", WorkerSeen(NOW, True, ("m@h100",), False))
 
     def idle() -> int:
         return sum(r.idle_workers for r in pool_stats(part, NOW + 2000) if r.pool == "m@h100")
