@@ -13,6 +13,7 @@ from typing import Any
 from spotreel.domain.dispatch import DispatchIndex, QueuedJob
 from spotreel.domain.events import WorkerLeaseHeld
 from spotreel.domain.fairness import TenantUsage
+from spotreel.domain.preemption import Running
 from spotreel.domain.renewals import Pending, Renewal, moves, with_pending, with_renewal
 from spotreel.domain.state import JobState, Status
 from spotreel.domain.schedules import ScheduleState
@@ -75,6 +76,9 @@ class PartitionState:
     published_queued: dict[str, int] = field(default_factory=dict)
     freshly_queued: set[str] = field(default_factory=set)
     holders: dict[str, str] = field(default_factory=dict)  # job_id -> pool, while leased
+    # pool -> job_id -> what preemption weighs of each held lease (kept as the jobs change, not rebuilt by a
+    # walk of the table every stats tick)
+    running: dict[str, dict[str, Running]] = field(default_factory=dict)
     workers_of: dict[str, str] = field(default_factory=dict)  # job_id -> worker, while leased
     # For the commands Kafka redelivers after a crash (redelivery.py): RequestWork id -> its JobLeased,
     # and the command offsets that already have a dead letter.
@@ -152,6 +156,7 @@ class PartitionState:
                                                    self.partition, after.lease.granted_at_ms))  # type: ignore[union-attr]
         elif was_holding and not holding:
             pool = self.holders.pop(job_id)
+            self.running.get(pool, {}).pop(job_id, None)
             worker = self.workers_of.pop(job_id, None)
             if worker is not None:
                 self.busy_workers[worker] -= 1
@@ -178,6 +183,12 @@ class PartitionState:
             self.last_checkpoint_ms[job_id] = after.checkpoints[-1].at_ms
         if after.is_terminal:
             self.last_checkpoint_ms.pop(job_id, None)
+        if holding:
+            lease = after.lease
+            self.running.setdefault(self.holders[job_id], {})[job_id] = Running(
+                job_id, lease.epoch, after.priority, lease.granted_at_ms,  # type: ignore[union-attr]
+                asked=after.cancel_requested or after.pause_requested or after.preempt_requested,
+                preempted_last=after.preempted_last, tenant=after.tenant)
         if holding and after.preempt_requested:
             self.yielding[job_id] = after.pool
         else:

@@ -53,7 +53,6 @@ from spotreel.codec import Codec
 from spotreel.domain import events as ev
 from spotreel.domain.ids import pool_key
 from spotreel.domain.preemption import MINUTE_MS, Budget, Demand, Preemption, Running, may_yield, plan, plan_fair
-from spotreel.domain.state import JobState, Status
 from spotreel.platform.topics import pool_stats_topic
 from spotreel.settings import Settings
 
@@ -86,42 +85,14 @@ def tiers_of(entries: Iterable[str]) -> Counter:
     return out
 
 
-def running_of(part: PartitionState, pool: str, get: Callable[[str], JobState | None]) -> list[Running]:
-    out = []
-    for job_id, holder_pool in part.holders.items():
-        s = get(job_id)
-        if holder_pool != pool or s is None or s.lease is None or s.status not in Status.HOLDING_LEASE:
-            continue
-        out.append(Running(job_id, s.lease.epoch, s.priority, s.lease.granted_at_ms,
-                           asked=s.cancel_requested or s.pause_requested or s.preempt_requested,
-                           preempted_last=s.preempted_last, tenant=s.tenant))
-    return out
+def running_of(part: PartitionState, pool: str) -> list[Running]:
+    """The partition's held leases of `pool` as preemption weighs them (kept by `PartitionState.observe`)."""
+    return list(part.running.get(pool, {}).values())
 
 
-class RunningMemo:
-    """`running_of` once per (partition, pool) for one stats tick: the pool stats (preemptible counts) and
-    preemption (victims) of the tick read the same list instead of walking the held leases twice. Built
-    afresh every tick; a lease that ended meanwhile (a batch ran between the tick's sends) is at worst asked
-    back in vain: `decide` judges a PreemptLease against the job's state when it is read, as always."""
-
-    def __init__(self, get: Callable[[str], JobState | None]) -> None:
-        self.get = get
-        self._lists: dict[tuple[int, str], list[Running]] = {}
-
-    def of(self, part: PartitionState, pool: str) -> list[Running]:
-        key = (part.partition, pool)
-        found = self._lists.get(key)
-        if found is None:
-            found = self._lists[key] = running_of(part, pool, self.get)
-        return found
-
-
-def preemptible_by_tier(part: PartitionState, pool: str, now_ms: int, budget: Budget,
-                        get: Callable[[str], JobState | None], running: list[Running] | None = None) -> Counter:
-    """This partition's leases of `pool` that may be asked back now (`may_yield`), by tier (`running`: its
-    `running_of`, when already at hand)."""
-    held = running_of(part, pool, get) if running is None else running
-    return Counter(r.priority for r in held if may_yield(r, now_ms, budget))
+def preemptible_by_tier(part: PartitionState, pool: str, now_ms: int, budget: Budget) -> Counter:
+    """This partition's leases of `pool` that may be asked back now (`may_yield`), by tier."""
+    return Counter(r.priority for r in part.running.get(pool, {}).values() if may_yield(r, now_ms, budget))
 
 
 def decider(own: dict[int, Counter], others: dict[int, Counter], below: int | None) -> int | None:
@@ -150,14 +121,19 @@ def note_asked(part: PartitionState, pool: str, now_ms: int) -> None:
     part.preempt_asked.setdefault(pool, deque()).append(now_ms)
 
 
-def free_workers(parts: Iterable[PartitionState], pool: str, now_ms: int, holds: Callable[[str], bool]) -> int:
+def free_workers(parts: Iterable[PartitionState], pool: str, now_ms: int, holds: Callable[[str], bool],
+                 enough: int | None = None) -> int:
     """Workers of `pool` that hold no lease anywhere and will take waiting work: those that asked for work
     lately, and those that just released a lease for a preemption (they ask again at once; counting them
-    keeps the next tick from asking a second lease back for the same waiting job)."""
-    free = set()
+    keeps the next tick from asking a second lease back for the same waiting job). With `enough`, the count
+    stops there (a pool with more free workers than waiting jobs preempts nothing; at an overloaded peak
+    thousands of idle workers wait for their RequestWork to be read)."""
+    free: set[str] = set()
     for part in parts:
-        for worker_id in part.workers.idle_in(pool):  # kept per pool (workerroll.py): no walk of the fleet
-            if now_ms - part.workers[worker_id].last_ms <= FREE_WINDOW_MS and not holds(worker_id):
+        for worker_id in part.workers.idle_since(pool, now_ms - FREE_WINDOW_MS):  # kept per pool: no fleet walk
+            if enough is not None and len(free) >= enough:
+                return len(free)
+            if worker_id not in free and not holds(worker_id):
                 free.add(worker_id)
         for worker_id, at_ms in list(part.freed.items()):
             if now_ms - at_ms > FREE_WINDOW_MS:
@@ -168,19 +144,17 @@ def free_workers(parts: Iterable[PartitionState], pool: str, now_ms: int, holds:
 
 
 def decide_pool(pool: str, parts: dict[int, PartitionState], others: Iterable[ev.PoolStats], now_ms: int,
-                budget: Budget, get: Callable[[str], JobState | None], holds: Callable[[str], bool],
+                budget: Budget, holds: Callable[[str], bool],
                 fair_ratio: int = 0, share_if_room: Callable[[str], float | None] = lambda t: None,
-                share_of: Callable[[str], float] = lambda t: 0.0,
-                running_in: Callable[[PartitionState], list[Running]] | None = None) -> list[tuple[int, Preemption]]:
+                share_of: Callable[[str], float] = lambda t: 0.0) -> list[tuple[int, Preemption]]:
     """(partition, preemption) for the leases of this instance's partitions to ask back for `pool` now: for
     higher tiers first, then (with `fair_ratio` >= 1) for under-served tenants within what is left of the
     budget. `share_if_room(tenant)`: its share over all partitions, None at its in-flight ceiling;
-    `share_of(tenant)`: its share whatever its ceiling; `running_in(part)`: the partition's `running_of`
-    for the pool (a `RunningMemo`'s), else walked here."""
+    `share_of(tenant)`: its share whatever its ceiling."""
     waiting: Counter = Counter()
     tenants: set[str] = set()
     top: dict[str, int] = {}  # each waiting tenant's highest queued tier, where known
-    free = free_workers(parts.values(), pool, now_ms, holds)
+    free = 0
     yielding, recent = 0, []
     running: list[tuple[int, Running]] = []
     own_victims: dict[int, Counter] = {}
@@ -194,7 +168,7 @@ def decide_pool(pool: str, parts: dict[int, PartitionState], others: Iterable[ev
             top[j.tenant] = max(top.get(j.tenant, j.priority), j.priority)
         yielding += yielding_of(part, pool)
         recent += asked_1m(part, pool, now_ms)
-        mine = running_of(part, pool, get) if running_in is None else running_in(part)
+        mine = running_of(part, pool)
         running += [(p, r) for r in mine]
         own_victims[p] = Counter(r.priority for r in mine if may_yield(r, now_ms, budget))
     for stats in others:
@@ -213,6 +187,8 @@ def decide_pool(pool: str, parts: dict[int, PartitionState], others: Iterable[ev
         other_victims[stats.partition] = tiers_of(getattr(stats, "preemptible_by_tier", ()) or ())
     if not running or not waiting:
         return []
+    # More free workers than waiting jobs (over all partitions) leave nothing unserved: counting stops there.
+    free += free_workers(parts.values(), pool, now_ms, holds, enough=sum(waiting.values()))
     where = {r.job_id: p for p, r in running}
     chosen: list[Preemption] = []
     if decider(own_victims, other_victims, max(waiting)) in parts:

@@ -22,7 +22,7 @@ from spotreel.services.scheduler import clock, statecodec
 from spotreel.services.scheduler.fairshare import GlobalUsage, usage_key
 from spotreel.services.scheduler.partition import PartitionState
 from spotreel.services.scheduler.poolstats import pool_stats, share_if_room, standing
-from spotreel.services.scheduler.preempting import RunningMemo, decide_pool, note_asked, preemptible_by_tier
+from spotreel.services.scheduler.preempting import decide_pool, note_asked, preemptible_by_tier
 from spotreel.services.scheduler.workerleases import later_grant
 
 log = logging.getLogger("spotreel.scheduler")
@@ -43,31 +43,28 @@ class Stats:
 
     async def publish_stats(self) -> None:
         now = clock.now_ms()
-        running = RunningMemo(self.get)
         for p, part in list(self.parts.items()):
             await self._release_double_grants(p, part)
             for tenant, used in part.ledger.used_s.items():
                 self.metrics.tenant_gpu_seconds.labels(tenant, str(p)).set(used)
             for (tenant, pool), wasted in part.ledger.wasted_by_pool.items():
                 self.metrics.tenant_wasted_gpu_seconds.labels(tenant, pool, str(p)).set(wasted)
-            await self._publish_pools(p, part, now, running)
+            await self._publish_pools(p, part, now)
             for tp in self.app.consumer.assignment():
                 if tp.topic == self.commands and tp.partition == p:
                     high = self.app.consumer.highwater(tp)
                     if high is not None:
                         self.metrics.lag.labels(str(p)).set(max(0, high - part.applied_upto - 1))
-        await self._preempt(now, running)
+        await self._preempt(now)
 
-    async def _publish_pools(self, p: int, part: PartitionState, now: int, running: RunningMemo | None = None) -> None:
+    async def _publish_pools(self, p: int, part: PartitionState, now: int) -> None:
         """The partition's pool stats, one record per pool."""
         part.freshly_queued.clear()
         part.forget_workers(now)
-        running = RunningMemo(self.get) if running is None else running
         usage, policies = self.global_usage(part, now), self.fair.policies()
         for stats in pool_stats(part, now, lambda t: share_if_room(usage.get(t), policies.get(t)),
                                 lambda t: standing(usage.get(t), policies.get(t)),
-                                lambda pool: preemptible_by_tier(part, pool, now, self.preempt_budget, self.get,
-                                                                 running.of(part, pool))):
+                                lambda pool: preemptible_by_tier(part, pool, now, self.preempt_budget)):
             self.metrics.queue_depth.labels(stats.pool, str(p)).set(stats.queued)
             part.published_queued[stats.pool] = stats.queued
             await self.app.producer.send(pool_stats_topic(self.settings), f"{stats.pool}/{p}".encode(),
@@ -84,13 +81,12 @@ class Stats:
             else:
                 part.freshly_queued.clear()
 
-    async def _preempt(self, now: int, running: RunningMemo | None = None) -> None:
+    async def _preempt(self, now: int) -> None:
         """Ask lower-tier leases of the owned partitions back for higher-tier work waiting in a full pool
         (preempting.py, domain/preemption.py). The PreemptLease goes through the commands topic like a timer's
         command: `decide` judges it against the job's state when it is read."""
         if self.preempt_budget.per_minute <= 0 or not self.parts:
             return
-        running = RunningMemo(self.get) if running is None else running
         parts = dict(self.parts)
         pools = {pool for part in parts.values() for pool in part.holders.values()}
         others = self.pool_view.records()
@@ -98,11 +94,10 @@ class Stats:
         for pool in sorted(pools):
             if self.pool_view.settling(pool, parts):
                 continue  # another instance's requests are arriving (preempting.py, SETTLE_S)
-            chosen = decide_pool(pool, parts, others, now, self.preempt_budget, self.get,
-                                 lambda w: bool(self.worker_leases.held_by(w)), self.settings.preempt_fair_share_ratio,
+            chosen = decide_pool(pool, parts, others, now, self.preempt_budget, self.worker_leases.holds,
+                                 self.settings.preempt_fair_share_ratio,
                                  lambda t: share_if_room(usage.get(t), policies.get(t)),
-                                 lambda t: share(usage.get(t), policies.get(t) or TenantPolicy()),
-                                 lambda part: running.of(part, pool))
+                                 lambda t: share(usage.get(t), policies.get(t) or TenantPolicy()))
             for p, c in chosen:
                 note_asked(parts[p], pool, now)
                 command = PreemptLease(f"preempt:{c.job_id}:e{c.epoch}", c.job_id, c.epoch, c.for_priority, c.reason)

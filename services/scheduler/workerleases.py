@@ -59,6 +59,11 @@ class WorkerLeaseIndex:
         with self._lock:
             return list(self._held.get(worker_id, {}).values())
 
+    def holds(self, worker_id: str) -> bool:
+        """Whether the worker holds a lease anywhere."""
+        with self._lock:
+            return bool(self._held.get(worker_id))
+
     def doubly_held(self) -> list[str]:
         """The workers the index shows holding more than one lease (kept as records are applied)."""
         with self._lock:

@@ -55,6 +55,13 @@ class WorkerRoll(Mapping[str, WorkerSeen]):
         """The idle, not draining workers that offered `pool` (do not change the set)."""
         return self._idle.get(pool) or frozenset()
 
+    def idle_since(self, pool: str, since_ms: int) -> Iterator[str]:
+        """The idle, not draining workers of `pool` heard from at or after `since_ms`."""
+        seen = self._seen
+        for worker_id in self._idle.get(pool, ()):
+            if seen[worker_id].last_ms >= since_ms:
+                yield worker_id
+
     def warm_idle_in(self, pool: str) -> int:
         return self._warm_idle[pool]
 

@@ -15,7 +15,8 @@ from spotreel.domain.preemption import Budget
 from spotreel.services.scheduler.metrics import Metrics
 from spotreel.services.scheduler.partition import PartitionState, WorkerSeen
 from spotreel.services.scheduler.poolstats import pool_stats
-from spotreel.services.scheduler.preempting import RunningMemo, decide_pool, note_asked, preemptible_by_tier, tiers_of
+from spotreel.domain.state import Status
+from spotreel.services.scheduler.preempting import decide_pool, note_asked, preemptible_by_tier, running_of, tiers_of
 from tests.unit.jobkit import POOL, T0, Driver, leased_job
 
 pytestmark = pytest.mark.unit
@@ -42,16 +43,16 @@ def test_a_higher_tier_waiting_on_another_partition_asks_back_the_owned_lower_ti
     low = leased_job(key="low", priority=1)
     part, states = _owner(low)
     now = T0 + 30_000
-    got = decide_pool(POOL, {1: part}, [_stats(0, {9: 1}, now - 500)], now, BUDGET, states.get, lambda w: True)
+    got = decide_pool(POOL, {1: part}, [_stats(0, {9: 1}, now - 500)], now, BUDGET, lambda w: True)
     assert [(p, c.job_id, c.for_priority) for p, c in got] == [(1, low.job_id, 9)]
     # Too young, a stale record, an idle worker elsewhere, or the budget spent: nothing.
-    assert decide_pool(POOL, {1: part}, [_stats(0, {9: 1}, T0)], T0 + 5_000, BUDGET, states.get, lambda w: True) == []
-    assert decide_pool(POOL, {1: part}, [_stats(0, {9: 1}, T0)], now, BUDGET, states.get, lambda w: True) == []
-    assert decide_pool(POOL, {1: part}, [_stats(0, {9: 1}, now, idle=1)], now, BUDGET, states.get,
+    assert decide_pool(POOL, {1: part}, [_stats(0, {9: 1}, T0)], T0 + 5_000, BUDGET, lambda w: True) == []
+    assert decide_pool(POOL, {1: part}, [_stats(0, {9: 1}, T0)], now, BUDGET, lambda w: True) == []
+    assert decide_pool(POOL, {1: part}, [_stats(0, {9: 1}, now, idle=1)], now, BUDGET,
                        lambda w: True) == []
     note_asked(part, POOL, now - 2_000)
     note_asked(part, POOL, now - 1_000)
-    assert decide_pool(POOL, {1: part}, [_stats(0, {9: 1}, now)], now, BUDGET, states.get, lambda w: True) == []
+    assert decide_pool(POOL, {1: part}, [_stats(0, {9: 1}, now)], now, BUDGET, lambda w: True) == []
 
 
 def test_a_worker_freed_by_a_preemption_counts_as_free_until_it_holds_a_lease_again() -> None:
@@ -61,8 +62,8 @@ def test_a_worker_freed_by_a_preemption_counts_as_free_until_it_holds_a_lease_ag
     part.freed["w9"] = now - 1_000
     part.worker_asked("w9", WorkerSeen(now - 1_000, False, (POOL,), False))
     others = [_stats(0, {9: 1}, now)]
-    assert decide_pool(POOL, {1: part}, others, now, BUDGET, states.get, lambda w: w != "w9") == []
-    assert len(decide_pool(POOL, {1: part}, others, now, BUDGET, states.get, lambda w: True)) == 1
+    assert decide_pool(POOL, {1: part}, others, now, BUDGET, lambda w: w != "w9") == []
+    assert len(decide_pool(POOL, {1: part}, others, now, BUDGET, lambda w: True)) == 1
 
 
 def test_an_under_served_tenant_waiting_elsewhere_gets_a_lease_of_the_over_served_one_when_enabled() -> None:
@@ -72,7 +73,7 @@ def test_an_under_served_tenant_waiting_elsewhere_gets_a_lease_of_the_over_serve
     newcomer = ev.PoolStats(pool=POOL, partition=0, at_ms=now, queued=1, leased=0, oldest_wait_ms=0,
                             queued_by_tier=("5=1",), queued_by_tenant=("newco=1",))
     shares = {"acme": 120.0, "newco": 0.0}
-    args = (POOL, {1: part}, [newcomer], now, BUDGET, states.get, lambda w: True)
+    args = (POOL, {1: part}, [newcomer], now, BUDGET, lambda w: True)
     assert decide_pool(*args) == []  # same tier: no priority preemption, and fair share is off
     got = decide_pool(*args, 2, shares.get, shares.get)
     assert [(p, c.job_id, c.reason, c.for_tenant) for p, c in got] == [(1, held.job_id, "fair_share", "newco")]
@@ -85,11 +86,11 @@ def test_other_instances_requests_and_yielding_leases_count_through_their_pool_s
     part, states = _owner(low)
     now = T0 + 30_000
     waiting = _stats(0, {9: 1}, now)
-    assert len(decide_pool(POOL, {1: part}, [waiting], now, BUDGET, states.get, lambda w: True)) == 1
+    assert len(decide_pool(POOL, {1: part}, [waiting], now, BUDGET, lambda w: True)) == 1
     yielding = replace(waiting, preempting=1)  # another owner's lease is already yielding for that job
-    assert decide_pool(POOL, {1: part}, [yielding], now, BUDGET, states.get, lambda w: True) == []
+    assert decide_pool(POOL, {1: part}, [yielding], now, BUDGET, lambda w: True) == []
     spent = replace(waiting, preempted_1m=2)  # another owner used the pool's budget this minute
-    assert decide_pool(POOL, {1: part}, [spent], now, BUDGET, states.get, lambda w: True) == []
+    assert decide_pool(POOL, {1: part}, [spent], now, BUDGET, lambda w: True) == []
 
 
 def test_pool_stats_report_the_leases_yielding_and_the_requests_of_the_last_minute() -> None:
@@ -133,10 +134,10 @@ def test_only_the_owner_of_the_lowest_partition_with_a_lease_to_ask_back_decides
     part, states = _owner(low, partition=1)
     now = T0 + 30_000
     waiting = replace(_stats(0, {9: 1}, now), preemptible_by_tier=("1=1",))  # partition 0 holds one too
-    assert decide_pool(POOL, {1: part}, [waiting], now, BUDGET, states.get, lambda w: True) == []
+    assert decide_pool(POOL, {1: part}, [waiting], now, BUDGET, lambda w: True) == []
     # Partition 0's lease is of the waiting tier (no candidate there), or already asked: partition 1 decides.
     for other in (("9=1",), ()):
-        got = decide_pool(POOL, {1: part}, [replace(waiting, preemptible_by_tier=other)], now, BUDGET, states.get,
+        got = decide_pool(POOL, {1: part}, [replace(waiting, preemptible_by_tier=other)], now, BUDGET,
                           lambda w: True)
         assert [c.job_id for _, c in got] == [low.job_id]
     # The record the scheduler publishes says which of its leases may be asked back.
@@ -187,22 +188,29 @@ def test_counts_new_request_compares_both_counts() -> None:
     assert not counts_new_request(_asked(0, T0, asked=2, yielding=1), _asked(0, T0 + 1, asked=1, yielding=1))
 
 
-def test_the_ticks_memo_walks_a_partitions_leases_once_and_decides_alike() -> None:
+def test_the_leases_preemption_weighs_are_kept_as_the_jobs_change() -> None:
+    # What `running_of` gives (kept by PartitionState.observe) is what a walk of the held leases' states
+    # gives, through a grant, a preemption request and the lease's end.
     low = leased_job(key="low", priority=1)
-    part, states = _owner(low)
+    part, states = _owner(low, leased_job(key="high", priority=7))
+
+    def walked() -> list:
+        return sorted((s.job_id, s.lease.epoch, s.priority, s.lease.granted_at_ms, s.preempt_requested)
+                      for s in states.values() if s.lease is not None and s.status in Status.HOLDING_LEASE)
+
+    def kept() -> list:
+        return sorted((r.job_id, r.epoch, r.priority, r.started_ms, r.asked) for r in running_of(part, POOL))
+
+    assert kept() == walked() and len(kept()) == 2
+    before = low.s
+    assert low.send(c.PreemptLease("p1", low.job_id, low.s.epoch, 9, "priority"))
+    part.observe(before, low.s)
+    states[low.job_id] = low.s
+    assert kept() == walked() and (low.job_id, low.s.epoch, 1, low.s.lease.granted_at_ms, True) in kept()
     now = T0 + 30_000
-    walked = []
-
-    def get(job_id: str):
-        walked.append(job_id)
-        return states.get(job_id)
-
-    memo = RunningMemo(get)
-    assert memo.of(part, POOL) is memo.of(part, POOL) and len(walked) == 1
-    others = [_stats(0, {9: 1}, now)]
-    assert decide_pool(POOL, {1: part}, others, now, BUDGET, get, lambda w: True,
-                       running_in=lambda p: memo.of(p, POOL)) == \
-        decide_pool(POOL, {1: part}, others, now, BUDGET, states.get, lambda w: True)
-    assert len(walked) == 1
-    assert preemptible_by_tier(part, POOL, now, BUDGET, get, memo.of(part, POOL)) == \
-        preemptible_by_tier(part, POOL, now, BUDGET, states.get)
+    assert preemptible_by_tier(part, POOL, now, BUDGET) == Counter({7: 1})  # the asked one may not yield again
+    before = low.s
+    assert low.send(c.ReleaseLease("r1", low.job_id, low.s.epoch, low.s.lease.worker_id, "preempted"))
+    part.observe(before, low.s)
+    states[low.job_id] = low.s
+    assert kept() == walked() and len(kept()) == 1 and low.job_id not in {r[0] for r in kept()}
