@@ -25,6 +25,7 @@ import uuid
 from collections import defaultdict
 from typing import Any
 
+from spotreel.adapters.assigned import AssignedConsumer
 from spotreel.adapters.kafka import batched_fetch
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
@@ -99,9 +100,9 @@ class WorkerLeaseIndex:
         return self._thread is not None
 
     def start(self) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-        c = Consumer({"bootstrap.servers": self.settings.kafka_bootstrap,
+        c = AssignedConsumer({"bootstrap.servers": self.settings.kafka_bootstrap,
                       "group.id": f"{self.settings.topic_prefix}.worker-leases.{uuid.uuid4().hex[:8]}",
                       "enable.auto.commit": False, **batched_fetch(50)})
         parts = range(self.settings.partitions)

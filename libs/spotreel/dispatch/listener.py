@@ -25,6 +25,7 @@ from collections import defaultdict
 from typing import Any, Callable, Iterable
 
 from spotreel import tracing
+from spotreel.adapters.assigned import AssignedConsumer
 from spotreel.adapters.kafka import batched_fetch
 from spotreel.codec import Codec
 from spotreel.dispatch.order import PoolQueues
@@ -80,9 +81,9 @@ class DispatchListener:
     def start(self, timeout: float = 15.0) -> None:
         if self._thread is not None:
             return
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+        from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
-        c = Consumer({"bootstrap.servers": self.settings.kafka_bootstrap,
+        c = AssignedConsumer({"bootstrap.servers": self.settings.kafka_bootstrap,
                       # Never used to join a group (assign only, nothing committed); librdkafka wants one.
                       "group.id": f"{self.settings.topic_prefix}.{self.name}.{uuid.uuid4().hex[:8]}",
                       "enable.auto.commit": False, "fetch.error.backoff.ms": 50,
