@@ -41,7 +41,7 @@ class PoolStatsReader:
         self.codec = codec or Codec.default()
         self.latest: dict[tuple[str, int], ev.PoolStats] = {}
         self._consumer = AssignedConsumer({"bootstrap.servers": settings.kafka_bootstrap,
-                                   "group.id": f"{settings.topic_prefix}.capacity", "enable.auto.commit": False})
+                                           "group.id": f"{settings.topic_prefix}.capacity", "enable.auto.commit": False})
         topic = pool_stats_topic(settings)
         self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(settings.partitions)])
 

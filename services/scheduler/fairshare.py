@@ -190,8 +190,8 @@ class FairShareView:
         from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
         c = AssignedConsumer({"bootstrap.servers": self.settings.kafka_bootstrap,
-                      "group.id": f"{self.settings.topic_prefix}.fair-share.{uuid.uuid4().hex[:8]}",
-                      "enable.auto.commit": False, **batched_fetch(50)})
+                              "group.id": f"{self.settings.topic_prefix}.fair-share.{uuid.uuid4().hex[:8]}",
+                              "enable.auto.commit": False, **batched_fetch(50)})
         tps = [(t, p) for t in self.topics for p in range(self.settings.partitions)]
         ends = {tp: c.get_watermark_offsets(TopicPartition(*tp), timeout=30)[1] for tp in tps}
         c.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in tps])

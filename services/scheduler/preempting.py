@@ -274,8 +274,8 @@ class PoolStatsView:
         from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
         c = AssignedConsumer({"bootstrap.servers": self.settings.kafka_bootstrap,
-                      "group.id": f"{self.settings.topic_prefix}.preempting.{uuid.uuid4().hex[:8]}",
-                      "enable.auto.commit": False, **batched_fetch(100)})
+                              "group.id": f"{self.settings.topic_prefix}.preempting.{uuid.uuid4().hex[:8]}",
+                              "enable.auto.commit": False, **batched_fetch(100)})
         topic = pool_stats_topic(self.settings)
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(self.settings.partitions)])
         self._thread = threading.Thread(target=self._run, args=(c,), name="pool-stats-view", daemon=True)

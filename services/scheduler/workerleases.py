@@ -103,8 +103,8 @@ class WorkerLeaseIndex:
         from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
         c = AssignedConsumer({"bootstrap.servers": self.settings.kafka_bootstrap,
-                      "group.id": f"{self.settings.topic_prefix}.worker-leases.{uuid.uuid4().hex[:8]}",
-                      "enable.auto.commit": False, **batched_fetch(50)})
+                              "group.id": f"{self.settings.topic_prefix}.worker-leases.{uuid.uuid4().hex[:8]}",
+                              "enable.auto.commit": False, **batched_fetch(50)})
         parts = range(self.settings.partitions)
         ends = {p: c.get_watermark_offsets(TopicPartition(self.topic, p), timeout=30)[1] for p in parts}
         c.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in parts])

@@ -84,12 +84,12 @@ class DispatchListener:
         from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
         c = AssignedConsumer({"bootstrap.servers": self.settings.kafka_bootstrap,
-                      # Never used to join a group (assign only, nothing committed); librdkafka wants one.
-                      "group.id": f"{self.settings.topic_prefix}.{self.name}.{uuid.uuid4().hex[:8]}",
-                      "enable.auto.commit": False, "fetch.error.backoff.ms": 50,
-                      # Verdicts and answers wait at most 10 ms more for a fetch; the broker gets at most about
-                      # 100 fetches a second from this reader instead of one per record or two.
-                      **batched_fetch(10)})
+                              # Never used to join a group (assign only, nothing committed); librdkafka wants one.
+                              "group.id": f"{self.settings.topic_prefix}.{self.name}.{uuid.uuid4().hex[:8]}",
+                              "enable.auto.commit": False, "fetch.error.backoff.ms": 50,
+                              # Verdicts and answers wait at most 10 ms more for a fetch; the broker gets at most about
+                              # 100 fetches a second from this reader instead of one per record or two.
+                              **batched_fetch(10)})
         ends = [(self.assignments, p) for p in self._answer_parts]
         if self._all_events:
             ends += [(t, p) for t in (self.events, self.replies) for p in range(self.settings.partitions)]

@@ -86,8 +86,8 @@ class KafkaPoolStats:
         while not self._stop.is_set() and consumer is None:
             try:
                 c = AssignedConsumer({"bootstrap.servers": self.settings.kafka_bootstrap,
-                              "group.id": f"{self.settings.topic_prefix}.gateway-pools.{uuid.uuid4().hex[:8]}",
-                              "enable.auto.commit": False, "log_level": 3, **batched_fetch(500)})
+                                      "group.id": f"{self.settings.topic_prefix}.gateway-pools.{uuid.uuid4().hex[:8]}",
+                                      "enable.auto.commit": False, "log_level": 3, **batched_fetch(500)})
                 c.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in range(self.settings.partitions)])
                 consumer = c
             except KafkaException as exc:  # broker not up yet: estimates stay null until it is
