@@ -12,6 +12,10 @@ markers sit past the last record and a healthy consumer's position moves past th
 
 Only the calls the services make are offered: `consume`, `assign`, `incremental_assign`, `seek`,
 `get_watermark_offsets`, `close`.
+
+Limit: the silence is the whole consumer's. A stall of some of its partitions while others still deliver
+(several brokers, one of them restarted; or the dispatch listener, which also reads the pool stats that
+arrive every second) is not seen here.
 """
 
 from __future__ import annotations
