@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from spotreel.adapters.assigned import AssignedConsumer
 from spotreel.codec import Codec, CodecError
 from spotreel.domain import events as ev
 from spotreel.platform.topics import pool_stats_topic
@@ -36,12 +35,12 @@ class PoolStatsReader:
     """Tails the compacted pool-stats topic from the beginning, keeping the newest record per partition."""
 
     def __init__(self, settings: Settings, codec: Codec | None = None) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
         self.codec = codec or Codec.default()
         self.latest: dict[tuple[str, int], ev.PoolStats] = {}
-        self._consumer = AssignedConsumer({"bootstrap.servers": settings.kafka_bootstrap,
-                                           "group.id": f"{settings.topic_prefix}.capacity", "enable.auto.commit": False})
+        self._consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap,
+                                   "group.id": f"{settings.topic_prefix}.capacity", "enable.auto.commit": False})
         topic = pool_stats_topic(settings)
         self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(settings.partitions)])
 

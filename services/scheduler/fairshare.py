@@ -29,7 +29,6 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any, Callable
 
-from spotreel.adapters.assigned import AssignedConsumer
 from spotreel.adapters.kafka import batched_fetch
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
@@ -187,11 +186,11 @@ class FairShareView:
         return self._thread is not None
 
     def start(self) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-        c = AssignedConsumer({"bootstrap.servers": self.settings.kafka_bootstrap,
-                              "group.id": f"{self.settings.topic_prefix}.fair-share.{uuid.uuid4().hex[:8]}",
-                              "enable.auto.commit": False, **batched_fetch(50)})
+        c = Consumer({"bootstrap.servers": self.settings.kafka_bootstrap,
+                      "group.id": f"{self.settings.topic_prefix}.fair-share.{uuid.uuid4().hex[:8]}",
+                      "enable.auto.commit": False, **batched_fetch(50)})
         tps = [(t, p) for t in self.topics for p in range(self.settings.partitions)]
         ends = {tp: c.get_watermark_offsets(TopicPartition(*tp), timeout=30)[1] for tp in tps}
         c.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in tps])

@@ -48,7 +48,6 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from spotreel.adapters.assigned import AssignedConsumer
 from spotreel.adapters.kafka import batched_fetch
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
@@ -271,11 +270,11 @@ class PoolStatsView:
         return self._thread is not None
 
     def start(self) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-        c = AssignedConsumer({"bootstrap.servers": self.settings.kafka_bootstrap,
-                              "group.id": f"{self.settings.topic_prefix}.preempting.{uuid.uuid4().hex[:8]}",
-                              "enable.auto.commit": False, **batched_fetch(100)})
+        c = Consumer({"bootstrap.servers": self.settings.kafka_bootstrap,
+                      "group.id": f"{self.settings.topic_prefix}.preempting.{uuid.uuid4().hex[:8]}",
+                      "enable.auto.commit": False, **batched_fetch(100)})
         topic = pool_stats_topic(self.settings)
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(self.settings.partitions)])
         self._thread = threading.Thread(target=self._run, args=(c,), name="pool-stats-view", daemon=True)

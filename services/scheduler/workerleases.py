@@ -25,7 +25,6 @@ import uuid
 from collections import defaultdict
 from typing import Any
 
-from spotreel.adapters.assigned import AssignedConsumer
 from spotreel.adapters.kafka import batched_fetch
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
@@ -100,11 +99,11 @@ class WorkerLeaseIndex:
         return self._thread is not None
 
     def start(self) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-        c = AssignedConsumer({"bootstrap.servers": self.settings.kafka_bootstrap,
-                              "group.id": f"{self.settings.topic_prefix}.worker-leases.{uuid.uuid4().hex[:8]}",
-                              "enable.auto.commit": False, **batched_fetch(50)})
+        c = Consumer({"bootstrap.servers": self.settings.kafka_bootstrap,
+                      "group.id": f"{self.settings.topic_prefix}.worker-leases.{uuid.uuid4().hex[:8]}",
+                      "enable.auto.commit": False, **batched_fetch(50)})
         parts = range(self.settings.partitions)
         ends = {p: c.get_watermark_offsets(TopicPartition(self.topic, p), timeout=30)[1] for p in parts}
         c.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in parts])

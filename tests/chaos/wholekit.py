@@ -19,7 +19,6 @@ from typing import Any, Callable
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from spotreel.adapters.assigned import AssignedConsumer
 from spotreel.codec import Codec
 from spotreel.platform.topics import events_topic
 from spotreel import webhook_signing as signing
@@ -304,43 +303,66 @@ def read_events(settings: Settings, codec: Codec | None = None, timeout: float =
 
 class EventLog(threading.Thread):
     """Follows the events topic from its start in the background, so any thread can ask what happened to a
-    job without polling Kafka itself. Through broker restarts: its consumer is an `AssignedConsumer`
-    (spotreel.adapters.assigned), replaced at the next unread offsets when it stays silent while the topic
-    holds records past its position (librdkafka issues 5153 and 4492; a CI run's whole-system test saw no
-    event for 300 s after a Kafka restart while the topic held them)."""
+    job without polling Kafka itself. Through broker restarts: librdkafka reconnects on its own, but a
+    consumer that `assign`ed its partitions can stay silent after the broker comes back (librdkafka issues
+    5153 and 4492; a CI run's whole-system test saw no event for 300 s after a Kafka restart while the topic
+    held them). So when nothing arrived for `STALL_S` while a partition's high watermark is past what was
+    read, the consumer is replaced by a new one assigned at the next unread offsets (nothing read twice)."""
 
     STALL_S = 3.0
 
     def __init__(self, settings: Settings, codec: Codec | None = None) -> None:
         super().__init__(name="event-log", daemon=True)
         self.codec = codec or Codec.default()
-        topic = events_topic(settings)
-        self._consumer = AssignedConsumer(
-            {"bootstrap.servers": settings.kafka_bootstrap, "log_level": 0,
-             "group.id": f"follow-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False},
-            [TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(settings.partitions)], stall_s=self.STALL_S)
+        self._kafka = settings.kafka_bootstrap  # not `_bootstrap`: a Thread method
+        self._topic = events_topic(settings)
+        self._partitions = range(settings.partitions)
+        self._next: dict[int, int] = {}  # partition -> the next offset to read
+        self._consumer = self._assigned()
         self._events: list[Any] = []
         self._by_job: dict[str, list[Any]] = {}
         self._lock = threading.Lock()
         self._halt = threading.Event()
+        self.replaced = 0  # consumers replaced after a stall
         self.start()
 
-    @property
-    def replaced(self) -> int:
-        """Consumers replaced after a stall."""
-        return self._consumer.replaced
+    def _assigned(self) -> Consumer:
+        consumer = Consumer({"bootstrap.servers": self._kafka, "log_level": 0,
+                             "group.id": f"follow-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False})
+        consumer.assign([TopicPartition(self._topic, p, self._next.get(p, OFFSET_BEGINNING)) for p in self._partitions])
+        return consumer
+
+    def _behind(self) -> bool:
+        try:
+            return any(self._consumer.get_watermark_offsets(TopicPartition(self._topic, p), timeout=2.0,
+                                                            cached=False)[1] > self._next.get(p, 0)
+                       for p in self._partitions)
+        except Exception:  # the broker is down: nothing to tell yet
+            return False
 
     def run(self) -> None:
+        heard = time.monotonic()
         while not self._halt.is_set():
-            for msg in self._consumer.consume(500, 0.1):
+            messages = self._consumer.consume(500, 0.1)
+            for msg in messages:
                 if msg.error() is not None:
                     continue
+                self._next[msg.partition()] = msg.offset() + 1
                 event = self.codec.decode_message(msg.value())
                 with self._lock:
                     self._events.append(event)
                     job = getattr(event, "job_id", None)
                     if job is not None:
                         self._by_job.setdefault(job, []).append(event)
+            now = time.monotonic()
+            if messages:
+                heard = now
+            elif now - heard > self.STALL_S:
+                heard = now
+                if self._behind():
+                    self._consumer.close()
+                    self._consumer = self._assigned()
+                    self.replaced += 1
         self._consumer.close()
 
     def events(self) -> list[Any]:

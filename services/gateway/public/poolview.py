@@ -24,7 +24,6 @@ import threading
 import uuid
 from typing import Any, Iterable
 
-from spotreel.adapters.assigned import AssignedConsumer
 from spotreel.adapters.kafka import batched_fetch
 from spotreel.services.gateway.deps import PoolLoad
 
@@ -80,14 +79,14 @@ class KafkaPoolStats:
         self._thread.start()
 
     def _run(self) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
         consumer = None
         while not self._stop.is_set() and consumer is None:
             try:
-                c = AssignedConsumer({"bootstrap.servers": self.settings.kafka_bootstrap,
-                                      "group.id": f"{self.settings.topic_prefix}.gateway-pools.{uuid.uuid4().hex[:8]}",
-                                      "enable.auto.commit": False, "log_level": 3, **batched_fetch(500)})
+                c = Consumer({"bootstrap.servers": self.settings.kafka_bootstrap,
+                              "group.id": f"{self.settings.topic_prefix}.gateway-pools.{uuid.uuid4().hex[:8]}",
+                              "enable.auto.commit": False, "log_level": 3, **batched_fetch(500)})
                 c.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in range(self.settings.partitions)])
                 consumer = c
             except KafkaException as exc:  # broker not up yet: estimates stay null until it is

@@ -23,7 +23,6 @@ from typing import Any, Iterable
 
 from aiohttp import web
 
-from spotreel.adapters.assigned import AssignedConsumer
 from spotreel.adapters.kafka import batched_fetch
 from spotreel.domain.fairness import combined_usage
 from spotreel.services.gateway.auth import TENANT
@@ -69,14 +68,14 @@ class KafkaTenantUsage:
                 self._latest[rec.tenant][rec.partition] = rec
 
     def _run(self) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
         consumer = None
         while not self._stop.is_set() and consumer is None:
             try:
-                c = AssignedConsumer({"bootstrap.servers": self.settings.kafka_bootstrap,
-                                      "group.id": f"{self.settings.topic_prefix}.gateway-usage.{uuid.uuid4().hex[:8]}",
-                                      "enable.auto.commit": False, "log_level": 3, **batched_fetch(500)})
+                c = Consumer({"bootstrap.servers": self.settings.kafka_bootstrap,
+                              "group.id": f"{self.settings.topic_prefix}.gateway-usage.{uuid.uuid4().hex[:8]}",
+                              "enable.auto.commit": False, "log_level": 3, **batched_fetch(500)})
                 c.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in range(self.settings.partitions)])
                 consumer = c
             except KafkaException as exc:
