@@ -51,9 +51,9 @@ class WorkerRoll(Mapping[str, WorkerSeen]):
     def __len__(self) -> int:
         return len(self._seen)
 
-    def idle_in(self, pool: str) -> frozenset[str] | set[str]:
-        """The idle, not draining workers that offered `pool` (do not change the set)."""
-        return self._idle.get(pool) or frozenset()
+    def idle_count(self, pool: str) -> int:
+        """How many idle, not draining workers offered `pool`."""
+        return len(self._idle.get(pool, ()))
 
     def idle_since(self, pool: str, since_ms: int) -> Iterator[str]:
         """The idle, not draining workers of `pool` heard from at or after `since_ms`."""

@@ -101,7 +101,8 @@ def test_the_counts_kept_per_pool_are_a_recount_of_the_workers_remembered(ops) -
             roll.forget(at + op[1])
         for pool in POOLS:
             mine = {k: w for k, w in roll.items() if pool in w.pools}
-            assert set(roll.idle_in(pool)) == {k for k, w in mine.items() if w.idle and not w.draining}
+            idle = {k for k, w in mine.items() if w.idle and not w.draining}
+            assert set(roll.idle_since(pool, 0)) == idle and roll.idle_count(pool) == len(idle)
             assert roll.warm_idle_in(pool) == sum(1 for w in mine.values() if w.idle and not w.draining
                                                   and pool in w.warm)
             assert roll.draining_in(pool) == sum(1 for w in mine.values() if w.draining)
@@ -114,8 +115,8 @@ def test_a_worker_granted_a_lease_stops_counting_idle_and_keeps_its_place() -> N
     asked(part, "a", 1_000)
     asked(part, "b", 2_000)
     part.worker_took_lease("a")
-    assert set(part.workers.idle_in(POOL)) == {"b"} and list(part.workers) == ["a", "b"]
+    assert set(part.workers.idle_since(POOL, 0)) == {"b"} and list(part.workers) == ["a", "b"]
     part.seen_worker("a", 3_000, free=True)  # its job completed
-    assert set(part.workers.idle_in(POOL)) == {"a", "b"} and list(part.workers) == ["b", "a"]
+    assert set(part.workers.idle_since(POOL, 0)) == {"a", "b"} and list(part.workers) == ["b", "a"]
     with pytest.raises(TypeError):
         part.workers["c"] = WorkerSeen(3_000, False, (POOL,), True)  # type: ignore[index]
