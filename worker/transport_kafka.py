@@ -17,7 +17,11 @@ The guarantees of the gateway's lease desk, for a worker that is its own desk:
   requeues the job at once and costs it no attempt; requests are remembered for `forget_s`;
 - cancel and drain are what the job's events and replies say last, by job version: the verdict fields of
   a renewal (LeaseRenewed / ProgressReported, an event or a reply), or a CancelRequested / PauseRequested /
-  PreemptRequested / JobResumed since (so a pending verdict still hears of them).
+  PreemptRequested / JobResumed since (so a pending verdict still hears of them);
+- a heartbeat or progress report waits for its verdict at most `answer_seconds` (1 s) from its send, then
+  counts as pending (it is on the log: judged at its append time, it keeps the lease) and paces the next
+  one; a verdict that comes later is kept, and a refusal that proves the lease gone (`stale_epoch`,
+  `lease_expired`, ...) is the answer to the next renewal (spotreel.dispatch.lateverdicts, as on the gateway).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import queue
 import threading
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
@@ -35,6 +40,7 @@ from spotreel.adapters.kafka import produce_command, producer
 from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
 from spotreel.dispatch import verdicts
+from spotreel.dispatch.lateverdicts import LateVerdicts, answer_wait_s
 from spotreel.dispatch.listener import DispatchListener, DispatchUnavailable
 from spotreel.dispatch.asking import Asking
 from spotreel.dispatch.order import request_order
@@ -52,14 +58,32 @@ _EVENTS_LOOKBACK = 2000
 
 
 class _Waiter:
+    """A command's verdict, settled once from the listener's thread; after `give_up` a verdict that still
+    comes goes to the late handler instead (a renewal answered pending)."""
+
     def __init__(self) -> None:
         self.done = threading.Event()
         self.value: Any = None
+        self._lock = threading.Lock()
+        self._late: Callable[[Any], None] | None = None
+
+    def give_up(self, late: Callable[[Any], None]) -> Any:
+        """The verdict if it came meanwhile; else None, and `late(verdict)` when it comes."""
+        with self._lock:
+            if self.done.is_set():
+                return self.value
+            self._late = late
+            return None
 
     def settle(self, value: Any) -> None:
-        if not self.done.is_set():
-            self.value = value
-            self.done.set()
+        with self._lock:
+            late = self._late
+            if late is None:
+                if not self.done.is_set():
+                    self.value = value
+                    self.done.set()
+                return
+        late(value)
 
 
 @dataclass
@@ -71,12 +95,18 @@ class _Asked:
 
 class KafkaTransport:
     def __init__(self, settings: Settings, profile: WorkerProfile, *, verdict_seconds: float = 10.0,
-                 stale_s: float = 30.0, forget_s: float = 120.0, idle_pass_seconds: float = 1.0,
+                 answer_seconds: float = 1.0, stale_s: float = 30.0, forget_s: float = 120.0, idle_pass_seconds: float = 1.0,
                  heartbeat_seconds: float = 10.0, progress_seconds: float = 5.0, codec: Codec | None = None) -> None:
         self.settings = settings
         self.profile = profile
         self.codec = codec or Codec.default()
         self.verdict_seconds = verdict_seconds
+        # A renewal is answered within this long of its send, as the gateway answers an HTTP worker's
+        # (renewal_answer_seconds); a verdict that comes later is kept and told on the next renewal.
+        self.answer_seconds = answer_seconds
+        self._late = LateVerdicts()  # under self._lock
+        # Verdicts of renewals answered pending, still routed here: (until, command id, job id), oldest first.
+        self._following: deque[tuple[float, str, str]] = deque()
         self.stale_s = stale_s
         self.forget_s = forget_s
         self.idle_pass_seconds = idle_pass_seconds
@@ -294,42 +324,79 @@ class KafkaTransport:
 
     # -- fenced commands ---------------------------------------------------------------------------------
 
-    def _fenced(self, lease: WorkerLease, prefix: str, make: Callable[[str], Any]) -> Verdict:
+    def _fenced(self, lease: WorkerLease, prefix: str, make: Callable[[str], Any], renewal: bool = False) -> Verdict:
         self._start()
         if lease.job_id not in self._jobs:
             self._watch(lease)
+        self._drop_followed(time.monotonic())
         command = make(self._next_id(prefix))
+        key = (lease.job_id, lease.epoch, self.profile.worker_id)
         waiter = _Waiter()
         self._listener.on_verdict(command.command_id, lease.job_id, waiter.settle)
         sent_at = time.monotonic()
+        # Never wait out more than a third of this lease's TTL: the pulse sends nothing else meanwhile.
+        verdict_s = min(self.verdict_seconds, lease.lease_ttl_ms / 3000.0)
+        following = False
         try:
             self._send(command)
-            # Never wait out more than a third of this lease's TTL: the pulse sends nothing else meanwhile.
-            waiter.done.wait(min(self.verdict_seconds, lease.lease_ttl_ms / 3000.0))
+            if renewal and self.answer_seconds < verdict_s:
+                # Answered within answer_seconds of the send, like the gateway's renewal answer
+                # (spotreel.dispatch.lateverdicts): a verdict that comes later is kept for the next renewal.
+                waiter.done.wait(answer_wait_s(self.answer_seconds, time.monotonic() - sent_at))
+                if waiter.give_up(lambda verdict: self._note(key, verdict)) is None:
+                    following = True
+                    with self._lock:
+                        self._following.append((sent_at + verdict_s, command.command_id, lease.job_id))
+            else:
+                waiter.done.wait(verdict_s)
         finally:
-            self._listener.drop_verdict(command.command_id, lease.job_id)
+            if not following:
+                self._listener.drop_verdict(command.command_id, lease.job_id)
         verdict = waiter.value
+        kept = None
+        if verdict is not None:
+            self._note(key, verdict)
+        elif renewal:
+            with self._lock:
+                kept = self._late.kept(*key)  # a refusal an earlier renewal's late verdict brought
         # The same pacing rule the gateway applies to HTTP workers, from this worker's own verdict wait.
         pace = verdicts.pace(verdict, time.monotonic() - sent_at, lease.lease_ttl_ms)
+        if isinstance(kept, ev.CommandRejected):
+            verdict = kept
         if isinstance(verdict, ev.CommandRejected):
             return judge(verdict.reason, verdict.detail, verdict.current_epoch)
         with self._lock:
             held = self._jobs.get(lease.job_id)
-            # The events of the job in their order: the latest renewal verdict, cancel, pause or resume.
+            # The events of the job in their order: the latest renewal verdict, cancel, pause or resume
+            # (a late renewal verdict's cancel or drain included: it is one of those events).
             flags = {k: held[1][k] for k in ("cancel", "drain")} if held is not None else {}
         if verdict is None:
             return Verdict(accepted=False, pending=True, renew_in_s=pace, **flags)
         return Verdict(accepted=True, event=type(verdict).__name__,
                        lease_expires_at_ms=getattr(verdict, "lease_expires_at_ms", None), renew_in_s=pace, **flags)
 
+    def _note(self, key: tuple[str, int, str], verdict: Any) -> None:
+        with self._lock:
+            self._late.note(*key, verdict)
+
+    def _drop_followed(self, now: float) -> None:
+        """Stop routing the verdicts of renewals answered pending once their time is up (each once)."""
+        with self._lock:
+            due = []
+            while self._following and self._following[0][0] <= now:
+                due.append(self._following.popleft())
+        for _, command_id, job_id in due:
+            self._listener.drop_verdict(command_id, job_id)
+
     def _fence(self, lease: WorkerLease) -> tuple[str, int, str]:
         return lease.job_id, lease.epoch, self.profile.worker_id
 
     def heartbeat(self, lease: WorkerLease) -> Verdict:
-        return self._fenced(lease, "renew", lambda c: cmd.RenewLease(c, *self._fence(lease)))
+        return self._fenced(lease, "renew", lambda c: cmd.RenewLease(c, *self._fence(lease)), renewal=True)
 
     def progress(self, lease: WorkerLease, step: int, progress_pct: float, phase: str) -> Verdict:
-        return self._fenced(lease, "prog", lambda c: cmd.ReportProgress(c, *self._fence(lease), step, progress_pct, phase))
+        return self._fenced(lease, "prog", lambda c: cmd.ReportProgress(c, *self._fence(lease), step, progress_pct, phase),
+                            renewal=True)
 
     def checkpoint(self, lease: WorkerLease, key: str, step: int, progress_pct: float, checksum: str,
                    size_bytes: int, duration_ms: int | None = None) -> Verdict:

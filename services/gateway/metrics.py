@@ -50,7 +50,7 @@ class Metrics:
                          "sheds idle lease polls and submissions by", registry=reg),
             late_verdicts_told=Counter("spotreel_gateway_late_verdicts_told_total",
                                        "renewals answered pending that told their holder what a verdict which "
-                                       "came after an earlier renewal's answer said (worker_api/lateverdicts.py): "
+                                       "came after an earlier renewal's answer said (dispatch/lateverdicts.py): "
                                        "refused (409, the lease is gone) or asked (cancel or drain)",
                                        ["told"], registry=reg),
         )

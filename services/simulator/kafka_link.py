@@ -19,7 +19,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from spotreel.dispatch import verdicts
+from spotreel.dispatch import lateverdicts, verdicts
 from spotreel.dispatch.aio import AsyncDispatch
 from spotreel.dispatch.listener import DispatchUnavailable
 from spotreel.dispatch.asking import Asking
@@ -43,10 +43,14 @@ class _Desk:
 
 class KafkaLink:
     def __init__(self, settings: Settings, *, lease_ttl_ms: int = 30_000, verdict_s: float = 10.0,
-                 stale_s: float = 30.0, forget_s: float = 120.0, idle_pass_s: float = 1.0) -> None:
+                 answer_s: float = 1.0, stale_s: float = 30.0, forget_s: float = 120.0,
+                 idle_pass_s: float = 1.0) -> None:
         self.settings = settings
         self.lease_ttl_ms = lease_ttl_ms
         self.verdict_s = verdict_s
+        # A renewal's answer comes within this long of its send, as the gateway's (renewal_answer_seconds).
+        self.answer_s = answer_s
+        self.late = lateverdicts.LateVerdicts()
         self.stale_s = stale_s
         self.forget_s = forget_s
         self.idle_pass_s = idle_pass_s
@@ -212,24 +216,34 @@ class KafkaLink:
         raise ValueError(f"no such lease action: {action}")
 
     async def _fenced(self, action: str, job_id: str, body: dict[str, Any]) -> tuple[int, Any]:
+        """What the gateway's worker API does for an HTTP worker (spotreel.dispatch.lateverdicts): a renewal
+        is answered within `answer_s` of its send, pending when its verdict has not come; a late verdict is
+        kept and told on the holder's next renewal (a refusal that proves the lease gone, a cancel or drain)."""
         await self.dispatch.ensure_started()
         command = self._command(action, self._id(f"k{action[:4]}"), job_id, body)
         fut = self.dispatch.expect_verdict(command.command_id, job_id)
         sent_at = time.monotonic()
         try:
             await self.sender.send(command)
-            try:
-                async with asyncio.timeout(min(self.verdict_s, self.lease_ttl_ms / 3000.0)):
-                    verdict = await fut
-            except TimeoutError:
-                verdict = None
-        finally:
+        except BaseException:
             self.dispatch.forget_verdict(command.command_id, job_id)
+            raise
+        renewal = action in ("heartbeat", "progress")
+        verdict_s = min(self.verdict_s, self.lease_ttl_ms / 3000.0) if renewal else self.verdict_s
+        verdict, kept = await lateverdicts.verdict_of(
+            self.dispatch, self.late, fut, command.command_id, (job_id, body["epoch"], body["worker_id"]), sent_at,
+            renewal=renewal, answer_s=lateverdicts.answer_wait_s(self.answer_s, time.monotonic() - sent_at),
+            verdict_s=verdict_s)
+        if isinstance(kept, ev.CommandRejected):
+            verdict = kept
         if isinstance(verdict, ev.CommandRejected):
             return 409, {"error": {"code": verdict.reason}}
         answer: dict[str, Any] = {"verdict": "pending" if verdict is None else "accepted"}
-        if action in ("heartbeat", "progress"):
-            answer |= verdicts.instructions(verdict) or {}
+        if renewal:
+            answer |= verdicts.instructions(verdict) or {"cancel": False, "drain": False}
+            if kept is not None:  # a cancel or drain asked in a verdict that came after its own answer
+                told = verdicts.instructions(kept) or {}
+                answer["cancel"], answer["drain"] = bool(told.get("cancel")), bool(told.get("drain"))
             pace = verdicts.pace(verdict, time.monotonic() - sent_at, self.lease_ttl_ms)
             if pace is not None:
                 answer["renew_in_seconds"] = pace

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 import uuid
 from dataclasses import replace
 
@@ -22,7 +23,7 @@ from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
 from spotreel.domain.leases import UNCLAIMED
 from spotreel.platform.topics import commands_topic
-from spotreel.worker.transport import WorkerProfile
+from spotreel.worker.transport import LeaseLost, WorkerProfile
 from spotreel.worker.transport_kafka import KafkaTransport
 from tests.integration.schedkit import GPU, MODEL, Bus, SchedulerProc, drop_topics, make_topics, submit
 
@@ -118,5 +119,46 @@ def test_the_next_lease_call_takes_the_outstanding_grant_without_asking_again(pl
         bus.poll(1.0)
         assert not [e for e in bus.job_events(job.job_id) if isinstance(e, (ev.LeaseReleased, ev.LeaseExpired))]
         assert transport.released_unclaimed == 0
+    finally:
+        transport.close()
+
+
+def test_a_renewal_is_answered_pending_within_a_second_and_its_late_refusal_told_next(plane) -> None:
+    # As the gateway answers an HTTP worker: a renewal behind a stopped scheduler is pending after about
+    # answer_seconds, not the whole verdict wait; the refusal that comes once the scheduler resumes (its lease
+    # was released meanwhile) is the answer to the next renewal, though that one's own verdict is pending too.
+    s, proc, bus = plane
+    job = submit("acme", f"late-{uuid.uuid4().hex[:6]}")
+    wid = _worker_on(partition_for(job.job_id, s.partitions), s.partitions)
+    transport = KafkaTransport(s, WorkerProfile(wid, GPU, (MODEL,)), stale_s=60.0, answer_seconds=1.0)
+    try:
+        bus.send(job)
+        lease = transport.lease(30.0)
+        assert lease is not None and lease.job_id == job.job_id
+        assert transport.heartbeat(lease).accepted  # the first renewal confirms the lease
+        os.killpg(proc.proc.pid, signal.SIGSTOP)
+        try:
+            bus.send(cmd.ReleaseLease(bus.next_id("rel"), job.job_id, lease.epoch, wid, "preempted"))
+            started = time.monotonic()
+            first = transport.heartbeat(lease)
+            took = time.monotonic() - started
+        finally:
+            os.killpg(proc.proc.pid, signal.SIGCONT)
+        assert first.pending and not first.accepted and first.renew_in_s, first
+        assert took < 3.0, took  # the verdict wait is 10 s; the answer came after about a second
+        bus.wait_event(job.job_id, ev.LeaseReleased, 30)
+        rejected = bus.wait_for(lambda: [e for e in bus.job_events(job.job_id) + bus.job_replies(job.job_id)
+                                         if isinstance(e, ev.CommandRejected) and e.command_type == "RenewLease"],
+                                30, "the pending renewal refused")
+        assert rejected[0].reason == "stale_epoch", rejected
+        bus.wait_for(lambda: transport._late.kept(job.job_id, lease.epoch, wid) is not None,  # noqa: SLF001
+                     10, "the transport's own listener to read the refusal")
+        os.killpg(proc.proc.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(LeaseLost) as lost:
+                transport.heartbeat(lease)  # its own verdict cannot come: the scheduler is stopped
+        finally:
+            os.killpg(proc.proc.pid, signal.SIGCONT)
+        assert lost.value.reason == rejected[0].reason
     finally:
         transport.close()

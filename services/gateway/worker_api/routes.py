@@ -28,8 +28,7 @@ from aiohttp import web
 
 from spotreel.api.config import GatewayConfig
 from spotreel.api.errors import ApiError, invalid
-from spotreel.dispatch import verdicts
-from spotreel.dispatch.aio import result_within, settled_within
+from spotreel.dispatch import lateverdicts, verdicts
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
 from spotreel.platform.seed import api_key_hash
@@ -38,7 +37,6 @@ from spotreel.services.gateway.deps import Deps, StoreUnavailable
 from spotreel.services.gateway.metrics import Metrics
 from spotreel.services.gateway.worker_api.intake import Intake, intake_middleware
 from spotreel.services.gateway.worker_api.intake import start_pulses as intake_start_pulses
-from spotreel.services.gateway.worker_api.lateverdicts import LateVerdicts
 from spotreel.services.gateway.worker_api.leasedesk import LeaseDesk
 from spotreel.services.gateway.worker_api.leasepoll import lease
 from spotreel.services.gateway.worker_api.wire import (DESK, IDLE, INTAKE, LATE, PROFILES, WORKER, job_id_of, model_list,
@@ -117,7 +115,8 @@ async def _fenced(request: web.Request, spec: dict[str, tuple],
     Kafka round trips only. With `answers`, the reply also carries what the verdict asks of the holder
     (cancel, drain) and the new expiry."""
     gw, job_id = gateway(request), job_id_of(request)
-    note_age(request, gw)
+    read_at = time.monotonic()
+    age_s = note_age(request, gw) / 1000.0
     body = await read_body(request)
     f = take(body, {**FENCE, **spec})
     request.app[DESK].confirm(f["worker_id"], job_id)  # the lease written to this worker reached it
@@ -132,41 +131,24 @@ async def _fenced(request: web.Request, spec: dict[str, tuple],
     await bus.ensure_started()
     fut = bus.expect_verdict(command_id, job_id)
     sent_at = time.monotonic()
-    late = request.app[LATE]
-    following = False
     try:
         await gw.deps.commands.send(command)
-        gw.metrics.commands.labels(type(command).__name__).inc()
-        if answers and gw.cfg.renewal_answer_seconds < gw.cfg.verdict_seconds:
-            # A renewal is answered within renewal_answer_seconds; its verdict is watched for up to
-            # verdict_seconds and told on the holder's next renewal (lateverdicts.py).
-            if await settled_within(fut, gw.cfg.renewal_answer_seconds):
-                verdict = None if fut.cancelled() else fut.result()
-            else:
-                def watched(waited_ms: int) -> None:  # the verdict came, or verdict_seconds passed
-                    bus.forget_verdict(command_id, job_id)
-                    gw.watch.note_verdict_wait(waited_ms)
-
-                verdict, following = None, True
-                late.follow(fut, job_id, f["epoch"], f["worker_id"], sent_at,
-                            gw.cfg.verdict_seconds - (time.monotonic() - sent_at), watched)
-        else:
-            verdict = await result_within(fut, gw.cfg.verdict_seconds)
-        if not following:
-            gw.watch.note_verdict_wait(int((time.monotonic() - sent_at) * 1000))
-    finally:
-        if not following:
-            bus.forget_verdict(command_id, job_id)
-    kept = None
-    if verdict is not None:
-        late.note(job_id, f["epoch"], f["worker_id"], verdict)
-    elif answers:
-        kept = late.kept(job_id, f["epoch"], f["worker_id"])  # what an earlier renewal's late verdict said
-        if kept is not None:
-            gw.metrics.late_verdicts_told.labels("refused" if isinstance(kept, ev.CommandRejected)
-                                                 else "asked").inc()
-            if isinstance(kept, ev.CommandRejected):
-                verdict = kept
+    except BaseException:
+        bus.forget_verdict(command_id, job_id)
+        raise
+    gw.metrics.commands.labels(type(command).__name__).inc()
+    # A renewal is answered within renewal_answer_seconds of the worker's send (the time its request waited
+    # to be read counts); its verdict is then followed and told on the holder's next renewal.
+    answer_s = gw.cfg.verdict_seconds
+    if gw.cfg.renewal_answer_seconds < gw.cfg.verdict_seconds:
+        answer_s = lateverdicts.answer_wait_s(gw.cfg.renewal_answer_seconds, age_s + time.monotonic() - read_at)
+    verdict, kept = await lateverdicts.verdict_of(
+        bus, request.app[LATE], fut, command_id, (job_id, f["epoch"], f["worker_id"]), sent_at, renewal=answers,
+        answer_s=answer_s, verdict_s=gw.cfg.verdict_seconds, on_wait=gw.watch.note_verdict_wait)
+    if kept is not None:
+        gw.metrics.late_verdicts_told.labels("refused" if isinstance(kept, ev.CommandRejected) else "asked").inc()
+        if isinstance(kept, ev.CommandRejected):
+            verdict = kept
     answer: dict[str, Any] = {"job_id": job_id, "command_id": command_id, "epoch": f["epoch"]}
     if isinstance(verdict, ev.CommandRejected):
         if verdict.reason == "stale_epoch":
@@ -266,7 +248,7 @@ def build(settings: Settings, deps: Deps, cfg: GatewayConfig | None = None,
                      on_outcome=(lambda o: outcomes.labels(o).inc()) if outcomes is not None else (lambda o: None),
                      watch=getattr(deps.work, "observe_job", None) or (lambda job_id, on_event: None))
     sub[DESK] = desk
-    sub[LATE] = LateVerdicts()
+    sub[LATE] = lateverdicts.LateVerdicts()
     sub[IDLE] = []
 
     async def release_parked(_app: web.Application) -> None:

@@ -16,7 +16,7 @@ from spotreel.dispatch.intake import SENT_AT_HTTP_HEADER
 from spotreel.services.gateway.context import Gateway
 from spotreel.services.gateway.jsonbody import whole_number
 from spotreel.services.gateway.worker_api.intake import Intake
-from spotreel.services.gateway.worker_api.lateverdicts import LateVerdicts
+from spotreel.dispatch.lateverdicts import LateVerdicts
 from spotreel.services.gateway.worker_api.leasedesk import LeaseDesk
 
 WORKER = web.RequestKey("worker_key", str)
@@ -103,7 +103,10 @@ def work_bus(gw: Gateway):
     return gw.deps.work
 
 
-def note_age(request: web.Request, gw: Gateway) -> None:
-    """How long the request waited to be read (its X-Spotreel-Sent-At to now): what the gateway sheds by."""
+def note_age(request: web.Request, gw: Gateway) -> int:
+    """How long the request waited to be read (its X-Spotreel-Sent-At to now), in ms: what the gateway sheds
+    by; returned too (0 when the worker sent no time, or one ahead of the gateway's clock)."""
     now = gw.deps.clock_ms()
-    gw.watch.note_age(now - dispatch_intake.sent_ms(request.headers.get(SENT_AT_HTTP_HEADER), now))
+    age = now - dispatch_intake.sent_ms(request.headers.get(SENT_AT_HTTP_HEADER), now)
+    gw.watch.note_age(age)
+    return max(0, age)

@@ -1,4 +1,4 @@
-"""Renewals answered before their verdict (services/gateway/worker_api/lateverdicts.py): what a late verdict
+"""Renewals answered before their verdict (libs/spotreel/dispatch/lateverdicts.py): what a late verdict
 asks of the holder is kept for its lease until a newer verdict says otherwise, and `settled_within` waits for
 a verdict without cancelling it."""
 
@@ -8,10 +8,12 @@ import asyncio
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from spotreel.dispatch.aio import settled_within
 from spotreel.domain import events as ev
-from spotreel.services.gateway.worker_api.lateverdicts import LateVerdicts, tells
+from spotreel.dispatch.lateverdicts import MIN_ANSWER_WAIT_S, LateVerdicts, answer_wait_s, tells
 
 pytestmark = pytest.mark.unit
 JOB = "j" + "2" * 32
@@ -97,3 +99,19 @@ async def test_settled_within_waits_without_cancelling() -> None:
     caller.cancel()
     with pytest.raises(asyncio.CancelledError):
         await caller
+
+
+@given(st.floats(0.0, 5.0), st.floats(-5.0, 30.0))
+def test_a_renewal_is_answered_within_its_budget_counted_from_the_send(answer_s, waited_s) -> None:
+    wait = answer_wait_s(answer_s, waited_s)
+    # Never more than what is left of the budget once it has waited (a clock ahead counts as no wait) ...
+    assert wait <= max(answer_s - max(0.0, waited_s), min(MIN_ANSWER_WAIT_S, answer_s)) + 1e-9
+    # ... never less than a moment for a verdict already on its way, unless no wait at all was asked.
+    assert wait >= min(MIN_ANSWER_WAIT_S, answer_s)
+    assert answer_wait_s(answer_s, 0.0) == answer_s
+
+
+def test_the_wait_shrinks_by_how_long_the_request_waited_to_be_read() -> None:
+    assert answer_wait_s(1.0, 0.25) == 0.75
+    assert answer_wait_s(1.0, 3.0) == MIN_ANSWER_WAIT_S  # late already: answered once on the log
+    assert answer_wait_s(0.0, 3.0) == 0.0

@@ -1,12 +1,15 @@
-"""Renewal verdicts that come after the answer (routes.py).
+"""Renewal verdicts that come after the answer, for every path a lease holder's command takes: the gateway's
+worker API (services/gateway/worker_api/routes.py), the simulator's Kafka link and the worker's own Kafka
+transport (worker/transport_kafka.py, which keeps its store under its lock).
 
-A heartbeat or progress report is answered within `renewal_answer_seconds`: with the scheduler's verdict when
-it has one by then, else 202 `pending` (the command is on the commands log, judged at its append or send time,
-so it keeps the lease whatever the verdict's delay: services/scheduler/README.md, "Leases under load"). The
-verdict is still watched for, up to `verdict_seconds` from the send. When it comes it counts toward how far
-behind the scheduler runs (loopwatch.py, the same figure the gateway sheds by), and what it asks of the
-holder is kept for the job until the holder's next renewal, whose answer then tells it even if that
-renewal's own verdict is pending too:
+A heartbeat or progress report is answered within `renewal_answer_seconds` of when the holder sent it
+(`answer_wait_s`): with the scheduler's verdict when it has one by then, else `pending` (the command is on
+the commands log, judged at its append or send time, so it keeps the lease whatever the verdict's delay:
+services/scheduler/README.md, "Leases under load"). The verdict is still watched for, up to
+`verdict_seconds` from the send. When it comes it counts toward how far behind the scheduler runs (on the
+gateway: loopwatch.py, the same figure it sheds by), and what it asks of the holder is kept for the job
+until the holder's next renewal, whose answer then tells it even if that renewal's own verdict is pending
+too:
 
 - a refusal that proves the lease gone (`GONE`: a stale epoch, another worker, an expired lease, a job that
   ended or left the table) is answered 409 with that reason: every later command of that lease is refused
@@ -28,12 +31,24 @@ import time
 from typing import Any, Callable
 
 from spotreel.dispatch import verdicts
+from spotreel.dispatch.aio import result_within, settled_within
 from spotreel.domain import events as ev
 from spotreel.domain.outcomes import Reason
 
 GONE = frozenset({Reason.STALE_EPOCH, Reason.WORKER_MISMATCH, Reason.LEASE_EXPIRED, Reason.TERMINAL,
                   Reason.EVICTED})
 MAX_JOBS = 50_000
+# However late a renewal already is, its verdict gets this long after the command is on the log.
+MIN_ANSWER_WAIT_S = 0.05
+
+
+def answer_wait_s(answer_s: float, waited_s: float) -> float:
+    """How long to wait for a renewal's verdict once its command is on the log: what is left of `answer_s`
+    after `waited_s` (from the holder's send: in a socket, a gateway's queue, the produce), never less than
+    `MIN_ANSWER_WAIT_S` (or `answer_s` if that is less: 0 answers at once). Counted from the handler instead,
+    a renewal that waited two seconds to be read was answered a second after that (the gateway until
+    2026-11-28)."""
+    return max(min(MIN_ANSWER_WAIT_S, answer_s), answer_s - max(0.0, waited_s))
 
 
 def tells(verdict: Any) -> bool:
@@ -98,3 +113,41 @@ class LateVerdicts:
 
     def __len__(self) -> int:
         return len(self._kept)
+
+
+async def verdict_of(bus: Any, late: LateVerdicts, fut: asyncio.Future[Any], command_id: str,
+                     lease: tuple[str, int, str], sent_at: float, *, renewal: bool, answer_s: float,
+                     verdict_s: float, on_wait: Callable[[int], None] | None = None) -> tuple[Any, Any]:
+    """Wait for the verdict `fut` of a lease holder's command already sent (`bus`: an AsyncDispatch, whose
+    `forget_verdict` ends the routing; `sent_at`: monotonic, before the send; `lease`: job, epoch, worker).
+    A renewal waits `answer_s` (from `answer_wait_s`) and is then followed in `late` up to `verdict_s` from
+    the send; any other command waits up to `verdict_s`. `on_wait(ms)` gets the verdict's wait once known.
+    Returns (verdict or None, the kept verdict an earlier renewal's late answer left for this lease)."""
+    job_id, epoch, worker_id = lease
+    following = False
+    try:
+        if renewal and answer_s < verdict_s:
+            if await settled_within(fut, answer_s):
+                verdict = None if fut.cancelled() else fut.result()
+            else:
+                def watched(waited_ms: int) -> None:  # the verdict came, or verdict_s passed
+                    bus.forget_verdict(command_id, job_id)
+                    if on_wait is not None:
+                        on_wait(waited_ms)
+
+                late.follow(fut, job_id, epoch, worker_id, sent_at, verdict_s - (time.monotonic() - sent_at),
+                            watched)
+                verdict, following = None, True
+        else:
+            verdict = await result_within(fut, verdict_s)
+        if not following and on_wait is not None:
+            on_wait(int((time.monotonic() - sent_at) * 1000))
+    finally:
+        if not following:
+            bus.forget_verdict(command_id, job_id)
+    kept = None
+    if verdict is not None:
+        late.note(job_id, epoch, worker_id, verdict)
+    elif renewal:
+        kept = late.kept(job_id, epoch, worker_id)  # what an earlier renewal's late verdict said
+    return verdict, kept
