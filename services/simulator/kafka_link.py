@@ -17,7 +17,7 @@ import asyncio
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from spotreel.dispatch import lateverdicts, verdicts
 from spotreel.dispatch.aio import AsyncDispatch
@@ -44,13 +44,14 @@ class _Desk:
 class KafkaLink:
     def __init__(self, settings: Settings, *, lease_ttl_ms: int = 30_000, verdict_s: float = 10.0,
                  answer_s: float = 1.0, stale_s: float = 30.0, forget_s: float = 120.0,
-                 idle_pass_s: float = 1.0) -> None:
+                 idle_pass_s: float = 1.0, on_renewal_verdict: Callable[[int], None] | None = None) -> None:
         self.settings = settings
         self.lease_ttl_ms = lease_ttl_ms
         self.verdict_s = verdict_s
         # A renewal's answer comes within this long of its send, as the gateway's (renewal_answer_seconds).
         self.answer_s = answer_s
         self.late = lateverdicts.LateVerdicts()
+        self.on_renewal_verdict = on_renewal_verdict  # ms from a renewal's send to its verdict (or the wait's end)
         self.stale_s = stale_s
         self.forget_s = forget_s
         self.idle_pass_s = idle_pass_s
@@ -233,7 +234,7 @@ class KafkaLink:
         verdict, kept = await lateverdicts.verdict_of(
             self.dispatch, self.late, fut, command.command_id, (job_id, body["epoch"], body["worker_id"]), sent_at,
             renewal=renewal, answer_s=lateverdicts.answer_wait_s(self.answer_s, time.monotonic() - sent_at),
-            verdict_s=verdict_s)
+            verdict_s=verdict_s, on_wait=self.on_renewal_verdict if renewal else None)
         if isinstance(kept, ev.CommandRejected):
             verdict = kept
         if isinstance(verdict, ev.CommandRejected):

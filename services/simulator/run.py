@@ -36,6 +36,7 @@ def _meter_figures(m: Meter) -> dict[str, Any]:
             # Both renew the lease (a running worker sends progress only), so both say whether leases are safe.
             "heartbeat_rtt": summary_ms([*m.rtt.get("heartbeat", []), *m.rtt.get("progress", [])]),
             "simulator_loop_lag": summary_ms(m.loop_lag),
+            "renewal_verdict_wait": summary_ms(m.verdict_wait) if m.verdict_wait else None,
             "simulator_gc_full": {**summary_ms(m.gc_full_ms), "total_ms": round(sum(m.gc_full_ms), 1)}}
 
 
@@ -49,7 +50,8 @@ async def _run(cfg: SimConfig, stack: PrivateStack, say: Callable[[str], None]) 
         sh = Shared(cfg=cfg, base_url=stack.url, worker_key=stack.worker_key, tenant_keys=stack.tenant_keys,
                     model=stack.model, gpu_type="sim-gpu", session=session, rng=random.Random(cfg.seed))
         if cfg.transport == "kafka":
-            sh.link = KafkaLink(stack.settings, lease_ttl_ms=int(cfg.lease_ttl_s * 1000))
+            sh.link = KafkaLink(stack.settings, lease_ttl_ms=int(cfg.lease_ttl_s * 1000),
+                                on_renewal_verdict=lambda ms: sh.meter.verdict_wait.append(ms))
             await sh.link.start()
         try:
             return await _ramp(cfg, stack, sh, say)

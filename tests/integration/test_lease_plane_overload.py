@@ -61,6 +61,15 @@ def test_a_frozen_scheduler_costs_no_live_worker_its_lease(stack, settings, tmp_
     # While it was frozen, the verdicts (the gateway's answers, or the Kafka transport's own wait) told the
     # holders to space their renewals out.
     assert report["stages"][0]["statuses"].get("paced", 0) > 0, report["stages"][0]["statuses"]
+    waits = report["stages"][0]["renewal_verdict_wait"]
+    if transport == "kafka":
+        # Answered within about a second of the send however long the scheduler stood still; the verdicts
+        # themselves, followed after the answer, show the freeze.
+        rtt = report["stages"][0]["heartbeat_rtt"]
+        assert rtt["max_ms"] < 3000, rtt  # it waited out a third of the TTL (4 s) before 2026-11-28
+        assert waits["n"] > 0 and waits["max_ms"] > 3000, waits
+    else:
+        assert waits is None  # the gateway's histogram has them
 
 
 def test_a_frozen_gateway_costs_no_live_worker_its_lease(stack, settings, tmp_path):

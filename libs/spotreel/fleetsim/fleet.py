@@ -47,13 +47,16 @@ class Meter:
         # Full (generation 2) collections of the simulator's garbage collector, in ms: one process holding
         # thousands of workers' state pauses for each, which separate machines would not.
         self.gc_full_ms: list[float] = []
+        # Over Kafka: how long each renewal's verdict took from its send (ms), answered in time or late (a
+        # verdict that never came counts as the whole wait, 10 s); what a pending answer hides.
+        self.verdict_wait: list[float] = []
 
     def take(self) -> "Meter":
         old = Meter()
         old.rtt, old.errors, old.statuses = self.rtt, self.errors, self.statuses
-        old.loop_lag, old.gc_full_ms = self.loop_lag, self.gc_full_ms
+        old.loop_lag, old.gc_full_ms, old.verdict_wait = self.loop_lag, self.gc_full_ms, self.verdict_wait
         self.rtt, self.errors, self.statuses = defaultdict(list), defaultdict(int), defaultdict(int)
-        self.loop_lag, self.gc_full_ms = [], []
+        self.loop_lag, self.gc_full_ms, self.verdict_wait = [], [], []
         return old
 
     def watch_gc(self) -> Callable[[], None]:
