@@ -140,6 +140,7 @@ class KafkaTransport:
 
     def close(self) -> None:
         self._stop.set()
+        self._drop_followed(float("inf"))  # no verdict is routed to a transport that is gone
         self._listener.close()
         self._producer.flush(5)
 
@@ -317,10 +318,17 @@ class KafkaTransport:
                 flags.update(cancel=told["cancel"], drain=told["drain"], as_of=event.version)
 
     def forget(self, lease: WorkerLease) -> None:
-        """The run of this lease is over: stop decoding its job's events."""
+        """The run of this lease is over: stop decoding its job's events, and stop following the verdicts of
+        its renewals answered pending (nobody will renew this lease again to hear them)."""
         self._listener.observe(lease.job_id, None)
         with self._lock:
             self._jobs.pop(lease.job_id, None)
+            mine = [f for f in self._following if f[2] == lease.job_id]
+            if mine:
+                self._following = deque(f for f in self._following if f[2] != lease.job_id)
+        for _, command_id, job_id in mine:
+            self._listener.drop_verdict(command_id, job_id)
+        self._drop_followed(time.monotonic())
 
     # -- fenced commands ---------------------------------------------------------------------------------
 
