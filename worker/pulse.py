@@ -7,10 +7,7 @@ renews the lease exactly as a heartbeat does (ProgressReported carries the new e
 every 5 s and heartbeats every 10 s a running job sends reports only: a third fewer requests per worker. It also carries the control plane's answers back:
 the lease was lost (stop writing), a cancel was requested, or a drain (pause) was requested; and, when the
 control plane is behind, how long to stay quiet (`renew_in_s`): both kinds of report wait, so a slow control
-plane gets less traffic instead of more. Both the cadence and the quiet time are spread (domain
-`spread_s`): a report goes out up to a tenth of its interval early, a paced one up to three tenths of its
-quiet time early, drawn at random each time, so workers leased or paced in the same second drift apart
-instead of renewing in herds; never later than the nominal time, so no deadline moves.
+plane gets less traffic instead of more.
 
 Because it renews whatever the run does, it also watches that the run's steps advance (`watch`, stuck.py):
 once they stop for too long it reports the run stuck (FailJob, error_code "stuck", retryable), stops
@@ -26,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from spotreel.domain.leases import CADENCE_SPREAD, quiet_s, spread_s
+from spotreel.domain.leases import quiet_s
 from spotreel.worker.stuck import StepWatch
 from spotreel.worker.transport import WorkerLease, LeaseLost, Transport, TransportError, Verdict
 
@@ -44,8 +41,7 @@ class Pulse:
     def __init__(self, transport: Transport, lease: WorkerLease, heartbeat_s: float, progress_s: float,
                  start: Position, watch: StepWatch | None = None,
                  on_stuck: Callable[[str], None] | None = None,
-                 on_renewal: Callable[[str, str], None] | None = None,
-                 draw: Callable[[], float] = random.random) -> None:
+                 on_renewal: Callable[[str, str], None] | None = None) -> None:
         self.transport = transport
         self.lease = lease
         self.heartbeat_s = heartbeat_s
@@ -65,8 +61,6 @@ class Pulse:
         # (kind, outcome) of every renewal sent: the worker's metrics (metrics.py) count them.
         self.on_renewal = on_renewal or (lambda kind, outcome: None)
         self.stuck_detail = ""
-        # Uniform in [0, 1): where within its spread each interval falls (spread_s).
-        self.draw = draw
         self._thread = threading.Thread(target=self._run, name=f"pulse-{lease.job_id[:10]}", daemon=True)
 
     def start(self) -> "Pulse":
@@ -93,7 +87,7 @@ class Pulse:
         self.last_contact = time.monotonic()
         if verdict.renew_in_s:
             start = self.last_contact if sent_at is None else sent_at
-            pause = quiet_s(float(verdict.renew_in_s), self.lease.lease_ttl_ms, self.draw())
+            pause = quiet_s(float(verdict.renew_in_s), self.lease.lease_ttl_ms)
             self.quiet_until = max(self.quiet_until, start + pause)
         if verdict.cancel:
             self.cancel.set()
@@ -106,7 +100,7 @@ class Pulse:
 
     def _run(self) -> None:
         now = time.monotonic()
-        next_beat, next_report = now + self._every(self.heartbeat_s), now + min(self.progress_s, 1.0)
+        next_beat, next_report = now + self.heartbeat_s, now + min(self.progress_s, 1.0)
         while not self._stop.is_set() and not self.lost.is_set():
             wake = min(next_beat, next_report) if self.watch is None else min(next_beat, next_report, now + 1.0)
             self._stop.wait(max(0.0, wake - time.monotonic()))
@@ -123,14 +117,14 @@ class Pulse:
             kind = "progress"
             try:
                 if now >= next_report:
-                    next_report = now + self._every(self.progress_s)
+                    next_report = now + self.progress_s
                     pos = self.position
                     self._renewed(kind, self.transport.progress(self.lease, pos.step, pos.progress_pct, pos.phase),
                                   now)
-                    next_beat = now + self._every(self.heartbeat_s)  # the report renewed the lease
+                    next_beat = now + self.heartbeat_s  # the report renewed the lease
                 if now >= next_beat:
                     kind = "heartbeat"
-                    next_beat = now + self._every(self.heartbeat_s)
+                    next_beat = now + self.heartbeat_s
                     self._renewed(kind, self.transport.heartbeat(self.lease), now)
             except LeaseLost as exc:
                 log.warning("job %s epoch %d: %s", self.lease.job_id, self.lease.epoch, exc)
@@ -143,9 +137,6 @@ class Pulse:
                 next_beat = min(next_beat, now + 1.0 + random.random())
             except Exception:  # never let the lease die because of a bug in one answer
                 log.exception("pulse of job %s", self.lease.job_id)
-
-    def _every(self, interval_s: float) -> float:
-        return spread_s(interval_s, self.draw(), CADENCE_SPREAD)
 
     def _renewed(self, kind: str, verdict: Verdict, sent_at: float) -> None:
         self.on_renewal(kind, "pending" if verdict.pending else "accepted" if verdict.accepted else "refused")

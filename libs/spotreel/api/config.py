@@ -91,10 +91,6 @@ class GatewayConfig:
     lease_poll_default_seconds: float = 20.0
     # Worker API: the longest lease long-poll a worker may ask for, in seconds.
     lease_poll_max_seconds: float = 60.0
-    # Worker API: an idle long-poll ends with 204 up to this share of its wait early, at random: polls that came
-    # together (a fleet starting, a burst of 204s) would otherwise end together and come back together, every
-    # wait, for good (herds of 1,000 polls a second at the peak over HTTP). 0: every poll is held its whole wait.
-    lease_poll_spread: float = 0.25
     # Worker API: length of a lease when the worker asks for none.
     lease_ttl_ms: int = 30_000
     # Worker API: the heartbeat cadence workers are told to keep, in seconds.

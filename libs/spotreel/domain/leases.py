@@ -74,30 +74,11 @@ def renew_in_s(verdict_wait_s: float | None, lease_ttl_ms: int, *, slow_s: float
     return lease_ttl_ms / 3000.0
 
 
-# How much earlier than its nominal time a holder may renew, as a share of the interval (`spread_s`): a pacing
-# hint's quiet time and the usual cadence alike.
-QUIET_SPREAD = 0.3
-CADENCE_SPREAD = 0.1
-
-
-def spread_s(interval_s: float, draw: float, share: float) -> float:
-    """`interval_s` shortened by up to `share` of itself, where `draw` (uniform in [0, 1), the caller's random
-    number: the domain holds no generator) says how far. Never longer, so no deadline a holder keeps by the
-    nominal interval is missed; spread, so holders that renewed together stop renewing together. Without it,
-    renewals answered in the same slow second were all paced by the same third of a TTL and came back in the
-    same second, again and again: the peak over HTTP ran in herds of 1,000 requests a second between lulls of
-    50 (bench/README.md, "Renewals in herds")."""
-    draw = min(max(draw, 0.0), 1.0)
-    return interval_s * (1.0 - min(max(share, 0.0), 1.0) * draw)
-
-
-def quiet_s(renew_in_s: float, lease_ttl_ms: int, draw: float = 0.0) -> float:
+def quiet_s(renew_in_s: float, lease_ttl_ms: int) -> float:
     """How long a holder stays quiet after a pacing hint: the hint, but never more than a third of its own
     lease's TTL. The one who paces (a gateway, a transport) may not know the TTL this lease was granted with
-    (a worker may ask for a shorter one than the gateway's default); the holder always does. With `draw`
-    (uniform in [0, 1)), up to QUIET_SPREAD of it earlier (`spread_s`)."""
-    quiet = min(renew_in_s, lease_ttl_ms / 3000.0) if lease_ttl_ms > 0 else renew_in_s
-    return spread_s(quiet, draw, QUIET_SPREAD)
+    (a worker may ask for a shorter one than the gateway's default); the holder always does."""
+    return min(renew_in_s, lease_ttl_ms / 3000.0) if lease_ttl_ms > 0 else renew_in_s
 
 
 def _fence(state: JobState, epoch: int) -> str | None:

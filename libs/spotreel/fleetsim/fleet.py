@@ -31,7 +31,7 @@ from spotreel.fleetsim.config import SimConfig
 from spotreel.fleetsim.figures import Accepted, Attempt, WorkerLife
 from spotreel.fleetsim.waste import adaptive_interval_s
 from spotreel.checkpoint_interval import estimated_mtbf_s
-from spotreel.domain.leases import CADENCE_SPREAD, quiet_s, spread_s
+from spotreel.domain.leases import quiet_s
 
 
 class Meter:
@@ -350,30 +350,25 @@ class SimWorker:
     async def _report(self, job: _Job) -> None:
         """Progress and heartbeats on their own clock, so a slow answer never stalls the steps. As the real
         worker (worker/pulse.py): an accepted progress report renews the lease, so a heartbeat goes out only
-        when `heartbeat_s` passed without one; each interval and each pacing hint's quiet time is spread a
-        little early at random (domain `spread_s`), so workers leased or paced together drift apart."""
+        when `heartbeat_s` passed without one."""
         cfg, sh = self.sh.cfg, self.sh
-
-        def every(interval_s: float) -> float:
-            return spread_s(interval_s, sh.rng.random(), CADENCE_SPREAD)
-
         now = time.monotonic()
-        next_hb, next_pr = now + every(cfg.heartbeat_s), now + every(cfg.progress_s)
+        next_hb, next_pr = now + cfg.heartbeat_s, now + cfg.progress_s
         while True:
             await asyncio.sleep(max(0.0, min(next_hb, next_pr) - time.monotonic()))
             if self.dead() and not self.self_notice:
                 return
             sent_at = time.monotonic()
             if time.monotonic() >= next_hb:
-                next_hb += every(cfg.heartbeat_s)
+                next_hb += cfg.heartbeat_s
                 status, body = await sh.call("heartbeat", f"/internal/leases/{job.job_id}/heartbeat", job.fence)
             else:
-                next_pr += every(cfg.progress_s)
+                next_pr += cfg.progress_s
                 status, body = await sh.call(
                     "progress", f"/internal/leases/{job.job_id}/progress",
                     {**job.fence, "step": job.step, "progress_pct": 100.0 * job.step / job.num_steps})
                 if status in (200, 202):
-                    next_hb = time.monotonic() + every(cfg.heartbeat_s)
+                    next_hb = time.monotonic() + cfg.heartbeat_s
             if status == 409:
                 job.fenced = True
                 return
@@ -382,8 +377,7 @@ class SimWorker:
             if status in (200, 202) and body and body.get("renew_in_seconds"):
                 # As the real worker (worker/pulse.py): the control plane is behind, both kinds wait.
                 sh.meter.statuses["paced"] += 1
-                quiet = sent_at + quiet_s(float(body["renew_in_seconds"]), int(cfg.lease_ttl_s * 1000),
-                                          sh.rng.random())
+                quiet = sent_at + quiet_s(float(body["renew_in_seconds"]), int(cfg.lease_ttl_s * 1000))
                 next_hb, next_pr = max(next_hb, quiet), max(next_pr, quiet)
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 
 from aiohttp import web
@@ -18,7 +17,6 @@ from spotreel.dispatch.order import request_order
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
 from spotreel.domain import limits
-from spotreel.domain.leases import spread_s
 from spotreel.domain.spec import flattened
 from spotreel.services.gateway.context import Gateway, gateway
 from spotreel.services.gateway.worker_api.idlepolls import IdlePolls
@@ -90,9 +88,8 @@ async def _wait_for_lease(request: web.Request, gw: Gateway, bus, desk: LeaseDes
     gpu, models, warm, ttl = ask
     wid, draining, n = poll.worker_id, poll.draining, gw.settings.partitions
     idle = _idle_polls(request, gw, bus)
-    # Two Kafka hops: even a zero wait gives the answer already on its way a moment to arrive. Spread a little
-    # early at random (lease_poll_spread), so idle polls that came together do not end and return together.
-    deadline = time.monotonic() + max(spread_s(wait, random.random(), gw.cfg.lease_poll_spread), 0.5)
+    # Two Kafka hops: even a zero wait gives the answer already on its way a moment to arrive.
+    deadline = time.monotonic() + max(wait, 0.5)
     reason = "no_work"
     asked = False  # a draining poll asks once: the scheduler must hear that the worker drains
     while time.monotonic() < deadline and poll.alive():
