@@ -12,6 +12,7 @@ import json
 import os
 import random
 import signal
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -163,11 +164,20 @@ def lease_timelines(under_live: list[Any], events: list[Any], attempts: list,
     return out
 
 
+def _stopped_by_sigterm(signum: int, _frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
 def simulate(cfg: SimConfig, base: Settings, out: Path | None, *, partitions: int = 6, keep: bool = False,
              say: Callable[[str], None] = print) -> dict[str, Any]:
     run_id = uuid.uuid4().hex[:10]
     stack = PrivateStack(base, run_id, partitions, say)
     say(f"simulation {run_id}: private services on {stack.url}, topics {stack.settings.topic_prefix}.*")
+    # A run stopped with SIGTERM (`kill`, a CI timeout, a terminal closed) stops its private services and drops
+    # its topics and keyspace as Ctrl-C does; without this the default action ended the process at once and
+    # left four services running, bound to their ports, for good.
+    on_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _stopped_by_sigterm) if on_main else None
     try:
         stack.start([t for t, _ in cfg.tenants], quota=max(100, max(cfg.workers) * 2))
         result = asyncio.run(_run(cfg, stack, say))
@@ -183,7 +193,13 @@ def simulate(cfg: SimConfig, base: Settings, out: Path | None, *, partitions: in
             except Exception as exc:  # the report matters more than this detail of it
                 say(f"could not read the lost leases' commands and replies: {exc}")
     finally:
-        stack.stop(drop=not keep)
+        if on_main:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the stop short
+        try:
+            stack.stop(drop=not keep)
+        finally:
+            if on_main:
+                signal.signal(signal.SIGTERM, previous)
     judged = judge_events(sh.accepted, events)
     expired = [e for e in events if type(e).__name__ == "LeaseExpired"]
     goodput = goodput_by_stage(sh.attempts, result["stages"], cfg.step_s)
