@@ -27,7 +27,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_a_simulation_stopped_by_sigterm_stops_its_services_and_drops_its_keyspace(stack, settings, cql):
+def test_a_simulation_stopped_by_sigterm_stops_its_services_and_drops_its_keyspace(stack, cassandra_cluster):
     proc = subprocess.Popen(
         [sys.executable, "-m", "spotreel.cli", "simulate", "--workers", "4", "--stage-seconds", "120",
          "--drain-seconds", "5", "--rate", "1", "--steps", "3", "--step-seconds", "1"],
@@ -64,5 +64,9 @@ def test_a_simulation_stopped_by_sigterm_stops_its_services_and_drops_its_keyspa
     while any(_alive(pid) for pid in pids.values()) and time.monotonic() < gone_by:
         time.sleep(0.2)
     assert not [name for name, pid in pids.items() if _alive(pid)], lines[-20:]
-    keyspaces = {r.keyspace_name for r in cql.execute("SELECT keyspace_name FROM system_schema.keyspaces")}
+    session = cassandra_cluster.connect()
+    try:
+        keyspaces = {r.keyspace_name for r in session.execute("SELECT keyspace_name FROM system_schema.keyspaces")}
+    finally:
+        session.shutdown()
     assert f"sim_{run_id}" not in keyspaces, lines[-20:]

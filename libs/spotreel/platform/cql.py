@@ -43,11 +43,11 @@ _row_classes: dict[tuple[str, ...], type] = {}
 def named_rows(colnames, rows) -> list:
     """The driver's `named_tuple_factory` (the same cleaned field names, the same fallback for names a
     namedtuple refuses), with each set of columns' class made once."""
-    from cassandra.query import named_tuple_factory
-
     key = tuple(colnames)
     row = _row_classes.get(key)
     if row is None:
+        from cassandra.query import named_tuple_factory
+
         if len(_row_classes) >= ROW_CLASSES_MAX:
             _row_classes.clear()  # bounded: ad-hoc queries with ever new column lists must not grow memory
         row = _row_classes[key] = type(named_tuple_factory(key, [tuple(range(len(key)))])[0])
