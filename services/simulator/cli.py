@@ -50,6 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     a("--transport", default="http", choices=("http", "kafka"),
       help="how the simulated workers reach the scheduler: the gateway's worker API (http) or Kafka directly "
            "(kafka, as internal pools do); submissions always use the public HTTP API")
+    a("--replicas", default="", metavar="SERVICE=N,...",
+      help="several processes of a private service, as `infra up --replicas` (e.g. gateway=2: two gateways "
+           "behind HAProxy, which must be installed); default one of each")
     a("--out", type=Path, default=None, help="write the figures as JSON here")
     a("--keep", action="store_true", help="keep the private topics and keyspace (for inspection)")
     p.set_defaults(func=_simulate)
@@ -58,6 +61,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _simulate(args: argparse.Namespace, settings: Settings) -> int:
     from spotreel.fleetsim.config import (SimConfig, parse_mtbf, parse_policy, parse_ramp, parse_rate,
                                                        parse_shares, parse_stall)
+    from spotreel.devstack import replicas
+    from spotreel.devstack.haproxy import haproxy_binary
+    from spotreel.platform.errors import InfraError
     from spotreel.services.simulator.run import simulate
 
     try:
@@ -78,11 +84,14 @@ def _simulate(args: argparse.Namespace, settings: Settings) -> int:
             raise ValueError("--stall-scheduler and --stall-gateway: one stall at a time")
         if args.partitions < 1:
             raise ValueError("--partitions must be at least 1")
-    except ValueError as exc:
+        counts = replicas.parse(args.replicas)
+        if counts["gateway"] > 1:
+            haproxy_binary()
+    except (ValueError, InfraError) as exc:
         print(f"spotreel simulate: {exc}", file=sys.stderr)
         return 2
     from spotreel import gctune
 
     gctune.install(settings.gc_threshold)
-    report = simulate(cfg, settings, args.out, partitions=args.partitions, keep=args.keep)
+    report = simulate(cfg, settings, args.out, partitions=args.partitions, keep=args.keep, replica_counts=counts)
     return 1 if report["lost"] or report["duplicated"] else 0

@@ -169,10 +169,11 @@ def _stopped_by_sigterm(signum: int, _frame: Any) -> None:
 
 
 def simulate(cfg: SimConfig, base: Settings, out: Path | None, *, partitions: int = 6, keep: bool = False,
-             say: Callable[[str], None] = print) -> dict[str, Any]:
+             say: Callable[[str], None] = print, replica_counts: dict[str, int] | None = None) -> dict[str, Any]:
     run_id = uuid.uuid4().hex[:10]
-    stack = PrivateStack(base, run_id, partitions, say)
-    say(f"simulation {run_id}: private services on {stack.url}, topics {stack.settings.topic_prefix}.*")
+    stack = PrivateStack(base, run_id, partitions, say, replica_counts)
+    say(f"simulation {run_id}: private services on {stack.url}, topics {stack.settings.topic_prefix}.*"
+        + ("" if stack.replicas.single else f", replicas {stack.replicas.describe()}"))
     # A run stopped with SIGTERM (`kill`, a CI timeout, a terminal closed) stops its private services and drops
     # its topics and keyspace as Ctrl-C does; without this the default action ended the process at once and
     # left four services running, bound to their ports, for good.
@@ -225,7 +226,7 @@ def simulate(cfg: SimConfig, base: Settings, out: Path | None, *, partitions: in
         "lease_expired_under_live_workers_timelines": lease_timelines(under_live, events, sh.attempts, records),
         "goodput_by_stage": [round(g, 2) for g in goodput], "goodput_hold": goodput_hold(goodput),
         "vanished": sum(1 for a in sh.attempts if a.outcome == "vanished"),
-        "worker_transport": cfg.transport,
+        "worker_transport": cfg.transport, "replicas": stack.replicas.counts,
         # Kafka workers are their own lease desk: grants that reached no waiting lease call, handed back.
         "unclaimed_released_by_workers": sh.link.released_unclaimed if sh.link is not None else None,
         **gpu_accounting(sh.attempts, sh.lives, cfg.step_s, cfg.price_per_gpu_hour, judged["completed"]),

@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from spotreel.devstack import replicas
 from spotreel.devstack.ports import bindable
 from spotreel.devstack.services import services
 from spotreel.devstack.stack import components
@@ -55,8 +56,19 @@ def announce(base: Settings, private: Settings, run_id: str) -> list[Path]:
             for name, targets in metrics_targets(private).items()]
 
 
+def plan_replicas(settings: Settings, counts: dict[str, int] | None) -> replicas.Plan:
+    """`simulate --replicas`: record a replica plan in the private home, as `infra up --replicas` does in the
+    stack's, so `services()` starts several processes of a service (and HAProxy in front of several
+    gateways); ports of the plan are picked free above the private block."""
+    plan = replicas.make_plan(settings, counts or dict.fromkeys(replicas.SERVICES, 1),
+                              taken={settings.gateway_port + i for i in range(5)})
+    replicas.save(settings, plan)
+    return plan
+
+
 class PrivateStack:
-    def __init__(self, base: Settings, run_id: str, partitions: int, say: Callable[[str], None] = print) -> None:
+    def __init__(self, base: Settings, run_id: str, partitions: int, say: Callable[[str], None] = print,
+                 replica_counts: dict[str, int] | None = None) -> None:
         self.base = base
         self.say = say
         home = base.home.parent / "spotreel-sim" / run_id
@@ -64,6 +76,7 @@ class PrivateStack:
         self.settings = replace(base, home=home, topic_prefix=f"sim.{run_id}", cassandra_keyspace=f"sim_{run_id}",
                                 gateway_port=_free_block(base.host), partitions=partitions,
                                 model_registry=str(home / "models.toml"))
+        self.replicas = plan_replicas(self.settings, replica_counts)
         self.servers = services(self.settings)
         self.model = f"sim-{run_id}"
         self.worker_key = ""
