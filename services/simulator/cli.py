@@ -61,10 +61,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _simulate(args: argparse.Namespace, settings: Settings) -> int:
     from spotreel.fleetsim.config import (SimConfig, parse_mtbf, parse_policy, parse_ramp, parse_rate,
                                                        parse_shares, parse_stall)
-    from spotreel.devstack import replicas
-    from spotreel.devstack.haproxy import haproxy_binary
-    from spotreel.platform.errors import InfraError
     from spotreel.services.simulator.run import simulate
+    from spotreel.services.simulator.stack import parse_replicas
 
     try:
         policy, fixed = parse_policy(args.checkpoint_policy)
@@ -84,10 +82,8 @@ def _simulate(args: argparse.Namespace, settings: Settings) -> int:
             raise ValueError("--stall-scheduler and --stall-gateway: one stall at a time")
         if args.partitions < 1:
             raise ValueError("--partitions must be at least 1")
-        counts = replicas.parse(args.replicas)
-        if counts["gateway"] > 1:
-            haproxy_binary()
-    except (ValueError, InfraError) as exc:
+        counts = parse_replicas(args.replicas)
+    except ValueError as exc:
         print(f"spotreel simulate: {exc}", file=sys.stderr)
         return 2
     from spotreel import gctune

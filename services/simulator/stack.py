@@ -56,6 +56,21 @@ def announce(base: Settings, private: Settings, run_id: str) -> list[Path]:
             for name, targets in metrics_targets(private).items()]
 
 
+def parse_replicas(text: str) -> dict[str, int]:
+    """`simulate --replicas TEXT` -> every service's count; ValueError for a bad count, or for several gateways
+    without HAProxy on this machine (they sit behind one)."""
+    from spotreel.devstack.haproxy import haproxy_binary
+    from spotreel.platform.errors import InfraError
+
+    try:
+        counts = replicas.parse(text)
+        if counts["gateway"] > 1:
+            haproxy_binary()
+    except InfraError as exc:
+        raise ValueError("; ".join([exc.message, *exc.hints])) from exc
+    return counts
+
+
 def plan_replicas(settings: Settings, counts: dict[str, int] | None) -> replicas.Plan:
     """`simulate --replicas`: record a replica plan in the private home, as `infra up --replicas` does in the
     stack's, so `services()` starts several processes of a service (and HAProxy in front of several
