@@ -1,6 +1,7 @@
 """Cassandra side of the gateway: the projector's read API, plus the gateway's own claims, placeholder rows,
-pool load and API keys. The driver is synchronous; calls run in worker threads so the event loop never
-blocks on a query."""
+pool load and API keys. The event loop never blocks on a query: a single statement is sent with the driver's
+`execute_async` and its result handed back to the loop from the driver's I/O thread (`_execute`); calls
+that page or run several statements (the read models) run in worker threads (`_call`)."""
 
 from __future__ import annotations
 
@@ -35,10 +36,40 @@ def _ms(value: datetime | None) -> int:
     return int(value.replace(tzinfo=value.tzinfo or timezone.utc).timestamp() * 1000)
 
 
+_UNAVAILABLE = (NoHostAvailable, DriverException, RequestExecutionException, OSError)
+
+
+def _settle(done: asyncio.Future, rows: Any, exc: BaseException | None) -> None:
+    if done.done():  # the awaiting request was cancelled (its client went away)
+        return
+    if exc is not None:
+        done.set_exception(exc)
+    else:
+        done.set_result(rows)
+
+
+async def _execute(session: Session, statement: Any, params: Any) -> Any:
+    """One statement, without a worker thread: the driver's callback (on its I/O thread) settles a future of
+    this loop. Returns the first row, or None."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future = loop.create_future()
+    try:
+        future = session.execute_async(statement, params)
+    except _UNAVAILABLE as exc:
+        raise StoreUnavailable(str(exc)) from exc
+    future.add_callbacks(lambda rows: loop.call_soon_threadsafe(_settle, done, rows, None),
+                         lambda exc: loop.call_soon_threadsafe(_settle, done, None, exc))
+    try:
+        rows = await done
+    except _UNAVAILABLE as exc:
+        raise StoreUnavailable(str(exc)) from exc
+    return rows[0] if rows else None
+
+
 async def _call(fn: Callable[..., T], *args: Any) -> T:
     try:
         return await asyncio.to_thread(fn, *args)
-    except (NoHostAvailable, DriverException, RequestExecutionException, OSError) as exc:
+    except _UNAVAILABLE as exc:
         raise StoreUnavailable(str(exc)) from exc
 
 
@@ -121,7 +152,7 @@ class CassandraReads:
             raise ValueError(str(exc)) from exc
 
     async def pool_load(self, pool: str) -> PoolLoad | None:
-        row = (await _call(self.session.execute, self._pool, (pool,))).one()
+        row = await _execute(self.session, self._pool, (pool,))
         if row is None:
             return None
         return PoolLoad(row.queued or 0, row.workers_active, row.workers_idle, row.mean_generation_seconds)
@@ -141,22 +172,22 @@ class CassandraReads:
     async def claim(self, c: Claim) -> Claim:
         params = (c.job_id, c.tenant_id, c.idempotency_key, c.request_hash, _dt(c.accepted_at_ms), c.model,
                   c.pool, c.priority, c.prompt, json.dumps(c.params, sort_keys=True))
-        row = (await _call(self.session.execute, self._claim, params)).one()
+        row = await _execute(self.session, self._claim, params)
         if row is None or row[0] is True:
             return c
         # Not applied: the row returned is the claim that holds the key.
         return self._row_claim(row)
 
     async def get_claim(self, job_id: str) -> Claim | None:
-        row = (await _call(self.session.execute, self._get_claim, (job_id,))).one()
+        row = await _execute(self.session, self._get_claim, (job_id,))
         return None if row is None else self._row_claim(row)
 
     async def drop_claim(self, c: Claim) -> None:
-        await _call(self.session.execute, self._drop_claim, (c.job_id, c.request_hash))
+        await _execute(self.session, self._drop_claim, (c.job_id, c.request_hash))
 
     async def write_placeholder(self, c: Claim) -> None:
         at = _dt(c.accepted_at_ms)
-        await _call(self.session.execute, self._placeholder,
+        await _execute(self.session, self._placeholder,
                     (c.job_id, c.tenant_id, ACCEPTED, c.pool, c.model, c.priority, c.prompt,
                      json.dumps(c.params, sort_keys=True), c.idempotency_key, at, at))
 
@@ -169,17 +200,17 @@ class CassandraAuth:
                                        "webhook_secret FROM tenants WHERE tenant_id = ?")
 
     async def tenant_for_key_hash(self, key_hash: str) -> Tenant | None:
-        row = (await _call(self.session.execute, self._key, (key_hash,))).one()
+        row = await _execute(self.session, self._key, (key_hash,))
         if row is None or row.revoked_at is not None or row.kind != "tenant":
             return None
-        t = (await _call(self.session.execute, self._tenant, (row.tenant_id,))).one()
+        t = await _execute(self.session, self._tenant, (row.tenant_id,))
         if t is None:
             return Tenant(row.tenant_id, webhook_secret_set=False)
         return Tenant(row.tenant_id, t.rate_per_minute, t.max_in_flight, bool(t.disabled), t.max_priority, t.plan,
                       webhook_secret_set=bool(t.webhook_secret))
 
     async def worker_key_name(self, key_hash: str) -> str | None:
-        row = (await _call(self.session.execute, self._key, (key_hash,))).one()
+        row = await _execute(self.session, self._key, (key_hash,))
         if row is None or row.revoked_at is not None or row.kind != "worker":
             return None
         return row.name or "worker"

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spotreel.domain.quotas import Admission, RateLimit, TokenBucket, admit, has_in_flight_room, refill
+from spotreel.domain.quotas import Admission, RateLimit, TokenBucket, admit, has_in_flight_room, refill, refund
 
 pytestmark = pytest.mark.unit
 
@@ -87,3 +87,27 @@ def test_retry_after_is_exact(burst, period, gaps, cost):
     assert wait >= 1
     assert admit(result.bucket, limit, now + wait, cost).admitted
     assert not admit(result.bucket, limit, now + wait - 1, cost).admitted
+
+
+@settings(max_examples=300, deadline=None)
+@given(burst=st.integers(1, 20), per=st.integers(1, 5_000), tokens=st.integers(0, 20), stamp=st.integers(0, 10**6),
+       later=st.integers(0, 10**5))
+def test_a_refund_undoes_an_admission_made_at_the_same_moment(burst, per, tokens, stamp, later):
+    limit = RateLimit(burst=burst, per_token_ms=per)
+    before = TokenBucket(min(tokens, burst), stamp)
+    now = stamp + later
+    result = admit(before, limit, now)
+    if not result.admitted:  # nothing was taken, so nothing is given back (the gateway refunds admitted ones)
+        return
+    back = refund(result.bucket, limit, now)
+    expected = refill(before, limit, now)
+    assert back.tokens == expected.tokens <= burst
+    # and the refunded bucket admits exactly as the uncharged one would, now and later
+    for dt in (0, per, 3 * per):
+        assert admit(back, limit, now + dt).admitted == admit(expected, limit, now + dt).admitted
+
+
+def test_a_refund_never_fills_past_the_burst_and_a_bucket_never_charged_is_full():
+    limit = RateLimit(burst=2, per_token_ms=1_000)
+    assert refund(TokenBucket(2, 0), limit, 0).tokens == 2
+    assert refund(None, limit, 5) == TokenBucket.full(limit, 5)

@@ -13,7 +13,7 @@ from prometheus_client import generate_latest
 from spotreel.services.gateway.app import create_app, metrics_app
 from spotreel.services.gateway.context import GATEWAY
 from spotreel.api.config import GatewayConfig
-from spotreel.services.gateway.deps import PoolLoad, Tenant
+from spotreel.services.gateway.deps import PoolLoad, StoreUnavailable, Tenant
 from spotreel.settings import Settings
 from tests.unit.gateway_fakes import fake_deps, job_view, with_status
 
@@ -172,6 +172,65 @@ async def test_rate_limit_429_with_retry_after(api):
     assert (await post(client, key="c")).status == 202
     metrics = generate_latest(client.server.app[GATEWAY].metrics.registry).decode()
     assert 'spotreel_gateway_admission_rejections_total{reason="rate_limited"} 1.0' in metrics
+
+
+async def test_a_replay_admitted_on_the_way_gets_its_rate_token_back(api):
+    deps = fake_deps()
+    deps.auth.tenants["tenant-a"] = Tenant("tenant-a", rate_per_minute=60)
+    client, _ = await api(GatewayConfig(default_burst=2), deps=deps)
+    assert (await post(client, key="a")).status == 202
+    replay = await post(client, key="a")  # admitted (a token was left), then the claim showed a replay
+    assert replay.status == 202 and (await replay.json())["replayed"] is True
+    assert (await post(client, key="b")).status == 202  # the replay's token came back: two new jobs, burst 2
+    assert (await post(client, key="c")).status == 429
+    metrics = generate_latest(client.server.app[GATEWAY].metrics.registry).decode()
+    assert 'spotreel_gateway_admission_rejections_total{reason="rate_limited"} 1.0' in metrics
+
+
+async def test_a_new_key_costs_no_claim_read_and_a_keyless_refusal_is_not_looked_up(api):
+    deps = fake_deps()
+    looked_up = []
+    get_claim = deps.reads.get_claim
+
+    async def counting(job_id):
+        looked_up.append(job_id)
+        return await get_claim(job_id)
+    deps.reads.get_claim = counting
+    deps.auth.tenants["tenant-a"] = Tenant("tenant-a", rate_per_minute=60)
+    client, _ = await api(GatewayConfig(default_burst=1), deps=deps)
+    assert (await post(client, key="a")).status == 202 and looked_up == []
+    assert (await post(client, key=None)).status == 429 and looked_up == []  # a key made now is held by nobody
+    assert (await post(client, key="z")).status == 429 and looked_up == [ids.job_id_for("tenant-a", "z")]
+
+
+async def test_a_failed_placeholder_after_the_submit_was_sent_keeps_the_claim_for_the_retry(api):
+    deps = fake_deps()
+    write = deps.reads.write_placeholder
+    failing = [True]
+
+    async def flaky(claim):
+        if failing[0]:
+            raise StoreUnavailable("no host available")
+        await write(claim)
+    deps.reads.write_placeholder = flaky
+    client, _ = await api(deps=deps)
+    first = await post(client)
+    assert first.status == 503 and len(deps.commands.sent) == 1  # the SubmitJob is on the log
+    failing[0] = False
+    retry = await post(client)
+    body = await retry.json()
+    assert retry.status == 202 and body["replayed"] is True  # the claim stayed: same job, not a second one
+    assert deps.commands.sent[1].job_id == deps.commands.sent[0].job_id == body["job_id"]
+
+
+async def test_a_submit_kafka_refused_frees_the_key_and_leaves_no_write_running(api):
+    client, deps = await api()
+    deps.commands.down = True
+    r = await post(client)
+    assert r.status == 503 and deps.reads.claims == {}
+    deps.commands.down = False
+    again = await post(client)
+    assert again.status == 202 and (await again.json())["replayed"] is False
 
 
 async def test_metrics_only_on_the_internal_port(api):

@@ -74,3 +74,14 @@ def admit(bucket: TokenBucket | None, limit: RateLimit, now_ms: int, cost: int =
     until_next = current.updated_ms + limit.per_token_ms - now_ms
     retry = max(1, until_next + (missing - 1) * limit.per_token_ms)
     return Admission(False, current, retry)
+
+
+def refund(bucket: TokenBucket | None, limit: RateLimit, now_ms: int, cost: int = 1) -> TokenBucket:
+    """Give back tokens taken for work that turned out not to be new (a replayed submission), never above the
+    burst; a bucket never charged is full already."""
+    if bucket is None:
+        return TokenBucket.full(limit, now_ms)
+    current = refill(bucket, limit, now_ms)
+    if current.tokens + cost >= limit.burst:
+        return TokenBucket(tokens=limit.burst, updated_ms=max(now_ms, current.updated_ms))
+    return TokenBucket(tokens=current.tokens + cost, updated_ms=current.updated_ms)

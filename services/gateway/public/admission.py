@@ -28,6 +28,8 @@ from spotreel.services.gateway.public import queueplace
 from spotreel.services.gateway.deps import PoolLoad, ReadStore, Tenant
 from spotreel.api.errors import ApiError
 
+# The refusals the checks count (spotreel_gateway_admission_rejections_total{reason}), by their error code.
+REASONS = frozenset({"priority_not_allowed", "rate_limited", "in_flight_quota", "pool_saturated"})
 # Pool-stats records older than this are not counted in a queue position (their scheduler stopped).
 STALE_MS = 30_000
 
@@ -56,23 +58,35 @@ class Admission:
         per_minute = tenant.rate_per_minute or self.cfg.default_rate_per_minute
         return quotas.RateLimit(burst=max(1, self.cfg.default_burst), per_token_ms=max(1, 60_000 // per_minute))
 
-    def check_priority(self, tenant: Tenant, priority: int) -> None:
+    def report(self, exc: ApiError) -> None:
+        """Count a refusal raised by a check called with `report=False`, once the caller knows it stands."""
+        if exc.code in REASONS:
+            self.on_reject(exc.code)
+
+    def check_priority(self, tenant: Tenant, priority: int, *, report: bool = True) -> None:
         if not plans.priority_allowed(priority, tenant.max_priority):
-            self.on_reject("priority_not_allowed")
+            if report:
+                self.on_reject("priority_not_allowed")
             raise ApiError(403, "priority_not_allowed",
                            f"priority {priority} is above {tenant.max_priority}, the highest the tenant's plan "
                            f"({tenant.plan or plans.CUSTOM.name}) allows", field="priority",
                            max_priority=tenant.max_priority)
 
-    def check_rate(self, tenant: Tenant, now_ms: int) -> None:
+    def check_rate(self, tenant: Tenant, now_ms: int, *, report: bool = True) -> None:
         result = quotas.admit(self._buckets.get(tenant.tenant_id), self._limit(tenant), now_ms)
         self._buckets[tenant.tenant_id] = result.bucket
         if not result.admitted:
-            self.on_reject("rate_limited")
+            if report:
+                self.on_reject("rate_limited")
             raise ApiError(429, "rate_limited", "too many submissions for this tenant; slow down",
                            retry_after=-(-result.retry_after_ms // 1000), retry_after_ms=result.retry_after_ms)
 
-    async def check_in_flight(self, tenant: Tenant) -> None:
+    def refund_rate(self, tenant: Tenant, now_ms: int) -> None:
+        """The submission `check_rate` admitted at `now_ms` was a replay after all: its token goes back."""
+        self._buckets[tenant.tenant_id] = quotas.refund(self._buckets.get(tenant.tenant_id), self._limit(tenant),
+                                                        now_ms)
+
+    async def check_in_flight(self, tenant: Tenant, *, report: bool = True) -> None:
         cap = (tenant.max_in_flight or self.cfg.default_max_in_flight) * self.cfg.in_flight_queue_factor
         now = time.monotonic()
         cached = self._in_flight.get(tenant.tenant_id)
@@ -80,7 +94,8 @@ class Admission:
             cached = (now, await self.reads.unfinished_jobs(tenant.tenant_id))
             self._in_flight[tenant.tenant_id] = cached
         if cached[1] >= cap:
-            self.on_reject("in_flight_quota")
+            if report:
+                self.on_reject("in_flight_quota")
             raise ApiError(429, "in_flight_quota", f"the tenant has {cached[1]} unfinished videos; the limit is {cap}",
                            retry_after=30, unfinished=cached[1], limit=cap)
 
@@ -148,9 +163,10 @@ class Admission:
             return Estimate(e.queue_position, None, "no active worker in this pool")
         return Estimate(e.queue_position, e.wait_seconds, None)
 
-    def check_eta(self, est: Estimate) -> None:
+    def check_eta(self, est: Estimate, *, report: bool = True) -> None:
         if est.wait_seconds is not None and est.wait_seconds > self.cfg.max_eta_seconds:
-            self.on_reject("pool_saturated")
+            if report:
+                self.on_reject("pool_saturated")
             retry = min(600, max(30, est.wait_seconds - self.cfg.max_eta_seconds))
             raise ApiError(503, "pool_saturated",
                            f"estimated wait {est.wait_seconds}s exceeds {self.cfg.max_eta_seconds}s",

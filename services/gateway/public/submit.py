@@ -2,18 +2,22 @@
 
 Order of work, and why:
 1. auth, parse and validate (nothing written yet);
-2. the claim of (tenant, Idempotency-Key) — a lightweight transaction: a replay of the same body gets the
-   same job id (and its SubmitJob is produced again: harmless, the domain ignores a repeated SubmitJob
-   with the same hash, and it heals a first attempt whose write was never acknowledged); another body →
-   409 at once. Replays skip the rate and in-flight checks: they never add work;
-3. admission (rate, in-flight, ETA) and the parents' existence (409 `unknown_parent` naming it) for new
-   work only: a well-formed request the tenant's current videos cannot satisfy (422 is for what the request
-   itself gets wrong, and what /openapi.json states);
+2. admission (rate, in-flight, ETA) and the parents' existence (409 `unknown_parent` naming it): a
+   well-formed request the tenant's current videos cannot satisfy (422 is for what the request itself gets
+   wrong, and what /openapi.json states);
+3. the claim of (tenant, Idempotency-Key) — a lightweight transaction, which also tells a replay (the key
+   is held already) from new work: a replay of the same body gets the same job id (and its SubmitJob is
+   produced again: harmless, the domain ignores a repeated SubmitJob with the same hash, and it heals a
+   first attempt whose write was never acknowledged); another body → 409. Replays are never refused by
+   admission and never charged: a refusal looks the key up first (a held key is a replay, answered as
+   one), and a replay admitted on the way gets its rate token back. So new work costs no read before its
+   claim;
 4. an "accepted" placeholder row in jobs_by_id at write timestamp 0 — every projector write is stamped
-   with the event version (≥ 1), so the projection always wins — then the SubmitJob, awaited until Kafka
-   acknowledged it (acks=all, idempotent producer);
-5. 202. If the write was not acknowledged the claim is dropped and the answer is 503: the client retries
-   with the same key.
+   with the event version (≥ 1), so the projection always wins whichever lands first — written side by
+   side with the SubmitJob, awaited until Kafka acknowledged it (acks=all, idempotent producer);
+5. 202. If the SubmitJob was not acknowledged the claim is dropped and the answer is 503: the client
+   retries with the same key. If only the placeholder failed, the answer is 503 too but the claim stays,
+   so the retry is a replay of the job that is on the log.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ async def submit_video(request: web.Request) -> web.Response:
     key = check_idempotency_key(given) if given is not None else "gen-" + uuid.uuid4().hex
     body = normalize(await read_object(request), gw.cfg,
                      allow_private_callbacks=bool(gw.settings.webhook_allow_private))
-    answer = await accept(gw, request[TENANT], key, body)
+    answer = await accept(gw, request[TENANT], key, body, fresh_key=given is None)
     headers = {"Location": f"/v1/videos/{answer['job_id']}", "Idempotency-Key": key}
     return web.json_response(answer, status=202, headers=headers)
 
@@ -70,9 +74,11 @@ NO_SECRET_WARNING = {
 
 
 async def accept(gw: Gateway, tenant: Tenant, key: str, body: dict[str, Any], *, admitted: bool = False,
-                 known_parents: frozenset[str] = frozenset()) -> dict[str, Any]:
+                 known_parents: frozenset[str] = frozenset(), fresh_key: bool = False) -> dict[str, Any]:
     """Claim, admit, write the placeholder and produce the SubmitJob; the 202 body. `admitted`: the caller
-    already ran the rate and in-flight checks for this request (a DAG is admitted as a whole)."""
+    already ran the rate and in-flight checks for this request (a DAG is admitted as a whole). `fresh_key`:
+    the key was made for this request just now, so nothing can hold it yet: a refusal is not looked up as a
+    possible replay (the claim itself still runs)."""
     deps = gw.deps
     now = deps.clock_ms()
     submit = build_submit(tenant.tenant_id, key, body, now, gw.new_id())
@@ -84,29 +90,43 @@ async def accept(gw: Gateway, tenant: Tenant, key: str, body: dict[str, Any], *,
                                                "callback_url", "guidance_scale", "negative_prompt", "sampler")
                          if k in body})
 
-    held = await deps.reads.get_claim(submit.job_id)
-    replay = held is not None
-    if held is None:
-        gw.admission.check_priority(tenant, submit.priority)
+    # New work is admitted first and then claimed; the claim tells a replay (the key held already) from new
+    # work without a read before it. A replay is never refused: a refusal looks the key up, and a replay
+    # admitted on the way gets its rate token back.
+    try:
+        gw.admission.check_priority(tenant, submit.priority, report=False)
         if not admitted:
-            gw.admission.check_rate(tenant, now)
-            await gw.admission.check_in_flight(tenant)
+            gw.admission.check_rate(tenant, now, report=False)
+            await gw.admission.check_in_flight(tenant, report=False)
         await check_parents(gw, tenant, body["parents"], known_parents)
-    estimate = await gw.admission.estimate(pool, tenant, submit.priority)
-    if held is None:
-        gw.admission.check_eta(estimate)
+        estimate = await gw.admission.estimate(pool, tenant, submit.priority)
+        gw.admission.check_eta(estimate, report=False)
+    except ApiError as refused:
+        found = None if fresh_key else await deps.reads.get_claim(submit.job_id)
+        if found is None:
+            gw.admission.report(refused)  # counted only once it stands: a replay's is not a refusal
+            raise
+        held, replay = found, True
+        estimate = await gw.admission.estimate(pool, tenant, submit.priority)
+    else:
         held = await deps.reads.claim(mine)
+        replay = held is not mine
+        if replay and not admitted:
+            gw.admission.refund_rate(tenant, now)
     if held.request_hash != submit.request_hash:
         raise ApiError(409, "idempotency_key_reused",
                        "this Idempotency-Key was already used with a different request body",
                        field="Idempotency-Key", job_id=submit.job_id)
 
     status = ACCEPTED
+    placeholder = None
     if replay:
         existing = await deps.reads.get_job(submit.job_id)
         status = status_of(existing) if existing is not None else ACCEPTED
     else:
-        await deps.reads.write_placeholder(held)
+        # Written side by side with the SubmitJob: at timestamp 0 it loses to every projected write, whichever
+        # lands first, and the answer waits for both.
+        placeholder = asyncio.ensure_future(deps.reads.write_placeholder(held))
     try:
         if body.get("webhook_events"):
             # Before the SubmitJob: the notifier reads the filter when it reads the JobSubmitted. A replay
@@ -114,9 +134,15 @@ async def accept(gw: Gateway, tenant: Tenant, key: str, body: dict[str, Any], *,
             await deps.reads.write_webhook_events(submit.job_id, body["webhook_events"])
         await deps.commands.send(submit)
     except Exception:
+        if placeholder is not None:
+            await asyncio.gather(placeholder, return_exceptions=True)
         if not replay:
             await deps.reads.drop_claim(held)
         raise
+    if placeholder is not None:
+        # The SubmitJob is on the log: a failed placeholder answers 503 but keeps the claim, so the client's
+        # retry with the same key is a replay of the job that exists.
+        await placeholder
     gw.metrics.commands.labels("SubmitJob").inc()
     if not replay:
         gw.admission.counted(tenant.tenant_id)
