@@ -106,6 +106,7 @@ async def test_idempotent_resubmission_and_conflict(gw, gw_settings, cql):
     first = await (await client.post("/v1/videos", json=BODY, headers=auth(keys["a"], "same"))).json()
     again = await client.post("/v1/videos", json=BODY, headers=auth(keys["a"], "same"))
     assert again.status == 202 and (await again.json())["job_id"] == first["job_id"]
+    assert first["replayed"] is False and (await again.json())["replayed"] is True  # told by the LWT's answer
     produced = commands_for(gw_settings, first["job_id"])
     assert len(produced) == 2 and produced[0].request_hash == produced[1].request_hash
     state = fold(decide(None, produced[0], 1_700_000_000_000))
@@ -114,6 +115,19 @@ async def test_idempotent_resubmission_and_conflict(gw, gw_settings, cql):
     other = await client.post("/v1/videos", json={**BODY, "seed": 8}, headers=auth(keys["a"], "same"))
     assert other.status == 409 and (await other.json())["error"]["code"] == "idempotency_key_reused"
     assert len(commands_for(gw_settings, first["job_id"])) == 2
+
+
+async def test_the_claim_answers_with_the_given_claim_only_when_it_wrote_it(gw_settings, cql):
+    from spotreel.services.gateway.deps import Claim
+
+    reads = CassandraReads(cql)
+    mine = Claim(job_id="j" + "c" * 32, tenant_id="t", idempotency_key="k", request_hash="h1", accepted_at_ms=1_000,
+                 model="m", pool="p", priority=0, prompt="x", params={})
+    assert await reads.claim(mine) is mine
+    later = replace(mine, request_hash="h2", accepted_at_ms=2_000)
+    held = await reads.claim(later)
+    assert held is not later and held == mine  # the older claim, read back whole
+    assert await reads.get_claim(mine.job_id) == mine
 
 
 async def test_isolation_auth_and_rate_limit(gw, gw_settings):
@@ -133,5 +147,9 @@ async def test_isolation_auth_and_rate_limit(gw, gw_settings):
     assert statuses == [202, 202]
     r = await client.post("/v1/videos", json=BODY, headers=auth(keys["a"], "burst-x"))
     assert r.status == 429 and int(r.headers["Retry-After"]) >= 1
+    # a replay is never rate limited: the refusal looks the key up and answers the job it holds
+    replay = await client.post("/v1/videos", json=BODY, headers=auth(keys["a"], "iso"))
+    body = await replay.json()
+    assert replay.status == 202 and body["job_id"] == job_id and body["replayed"] is True
     assert (await r.json())["error"]["code"] == "rate_limited"
     assert commands_for(gw_settings, ids.job_id_for("alpha", "burst-x")) == []
