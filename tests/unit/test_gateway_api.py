@@ -187,6 +187,17 @@ async def test_a_replay_admitted_on_the_way_gets_its_rate_token_back(api):
     assert 'spotreel_gateway_admission_rejections_total{reason="rate_limited"} 1.0' in metrics
 
 
+async def test_a_replay_refused_after_its_rate_check_still_gets_its_token_back(api):
+    deps = fake_deps()
+    deps.auth.tenants["tenant-a"] = Tenant("tenant-a", rate_per_minute=60, max_in_flight=1)
+    client, _ = await api(GatewayConfig(default_burst=2, in_flight_queue_factor=1), deps=deps)
+    assert (await post(client, key="a")).status == 202  # one token spent, one job in flight: the cap
+    replay = await post(client, key="a")  # takes the last token, then the in-flight cap refuses it
+    assert replay.status == 202 and (await replay.json())["replayed"] is True
+    other = await post(client, key="b")  # the replay's token is back: refused by the cap, not the rate
+    assert other.status == 429 and (await other.json())["error"]["code"] == "in_flight_quota"
+
+
 async def test_a_new_key_costs_no_claim_read_and_a_keyless_refusal_is_not_looked_up(api):
     deps = fake_deps()
     looked_up = []

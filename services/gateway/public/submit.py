@@ -93,10 +93,13 @@ async def accept(gw: Gateway, tenant: Tenant, key: str, body: dict[str, Any], *,
     # New work is admitted first and then claimed; the claim tells a replay (the key held already) from new
     # work without a read before it. A replay is never refused: a refusal looks the key up, and a replay
     # admitted on the way gets its rate token back.
+    charged = False  # a rate token taken for this request, to give back if it turns out a replay
+    estimate = None
     try:
         gw.admission.check_priority(tenant, submit.priority, report=False)
         if not admitted:
             gw.admission.check_rate(tenant, now, report=False)
+            charged = True
             await gw.admission.check_in_flight(tenant, report=False)
         await check_parents(gw, tenant, body["parents"], known_parents)
         estimate = await gw.admission.estimate(pool, tenant, submit.priority)
@@ -107,12 +110,13 @@ async def accept(gw: Gateway, tenant: Tenant, key: str, body: dict[str, Any], *,
             gw.admission.report(refused)  # counted only once it stands: a replay's is not a refusal
             raise
         held, replay = found, True
-        estimate = await gw.admission.estimate(pool, tenant, submit.priority)
     else:
         held = await deps.reads.claim(mine)
         replay = held is not mine
-        if replay and not admitted:
-            gw.admission.refund_rate(tenant, now)
+    if replay and charged:
+        gw.admission.refund_rate(tenant, now)
+    if estimate is None:
+        estimate = await gw.admission.estimate(pool, tenant, submit.priority)
     if held.request_hash != submit.request_hash:
         raise ApiError(409, "idempotency_key_reused",
                        "this Idempotency-Key was already used with a different request body",
