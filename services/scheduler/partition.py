@@ -14,7 +14,7 @@ from spotreel.domain.dispatch import DispatchIndex, QueuedJob
 from spotreel.domain.events import WorkerLeaseHeld
 from spotreel.domain.fairness import TenantUsage
 from spotreel.domain.preemption import Running
-from spotreel.domain.renewals import Pending, Renewal, moves, with_pending, with_renewal
+from spotreel.domain.renewals import Pending, Renewal, after_answer, moves, with_pending, with_renewal
 from spotreel.domain.state import JobState, Status
 from spotreel.domain.schedules import ScheduleState
 from spotreel.domain.timers import Timer, TimerKind, schedule_timers, timers_for
@@ -127,6 +127,14 @@ class PartitionState:
             self.pending[stored.job_id] = (stored.version, report)
         self.renewals[stored.job_id] = renewal
         self._arm_timers(self.view(stored), self.fired.get(stored.job_id, ()))
+
+    def answered(self, stored: JobState | None, epoch: int, sent_ms: int) -> None:
+        """The grant of `stored`'s lease `epoch` was answered at `sent_ms` (its answer acknowledged by the
+        broker): its holder could not renew before that, so the lease runs a full TTL from then
+        (renewals.after_answer), remembered like an absorbed renewal."""
+        grace = after_answer(self.view(stored), epoch, sent_ms)
+        if grace is not None:
+            self.absorb(stored, grace)
 
     def observe(self, before: JobState | None, after: JobState | None) -> None:
         """Keep the derived structures in line with one job's new state."""

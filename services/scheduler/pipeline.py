@@ -176,17 +176,22 @@ class Pipeline:
         for answer, msg, traced in answers:
             worker = answer.worker_id
             partition = partition_for(worker, self.settings.partitions)
-            answered.append((msg, await producer.send(assignments_topic(self.settings), worker.encode(),
-                                                      self.codec.encode_message(answer), partition, None,
-                                                      [(TRACEPARENT, traced.encode())] if traced else None)))
+            answered.append((answer, msg, await producer.send(
+                assignments_topic(self.settings), worker.encode(), self.codec.encode_message(answer), partition,
+                None, [(TRACEPARENT, traced.encode())] if traced else None)))
         for fut in replies:
             await fut
         for part in self.parts.values():
             await self._publish_leases(part)
             await self._publish_usage(part)
         await self.publish_fresh_work()
-        for msg, fut in answered:
+        for answer, msg, fut in answered:
             await fut
+            part = self.parts.get(msg.partition)
+            if isinstance(answer, ev.WorkAssigned) and part is not None:
+                # A pause between the grant and this ack (a frozen or starved scheduler) is not the holder's:
+                # its lease runs a full TTL from the answer (domain/renewals.py, `after_answer`).
+                part.answered(self.cache.get(answer.job_id), answer.epoch, clock.now_ms())
             if msg.timestamp:
                 self.metrics.dispatch_latency.observe(max(0.0, time.time() - msg.timestamp))
 

@@ -13,8 +13,9 @@ from spotreel.domain import commands as c
 from spotreel.domain import events as ev
 from spotreel.domain.decide import decide
 from spotreel.domain.evolve import fold
-from spotreel.domain.renewals import absorbed, after_handover, flushed, moves, with_pending, with_renewal
-from tests.unit.jobkit import T0, TTL, Driver
+from spotreel.domain.renewals import (absorbed, after_answer, after_handover, flushed, moves, with_pending,
+                                      with_renewal)
+from tests.unit.jobkit import T0, TTL, Driver, rejection
 
 
 def _leased(confirm: bool = True) -> Driver:
@@ -69,6 +70,43 @@ def test_a_new_owner_gives_every_held_lease_a_full_ttl_from_the_takeover() -> No
     assert after_handover(s, T0)[1] == s.lease.expires_at_ms  # never earlier than the stored one
     ended = d.send(c.ExpireLease("x", d.job_id, s.epoch), at=s.lease.expires_at_ms + 1)
     assert isinstance(ended[0], ev.LeaseExpired) and after_handover(d.s, d.now) is None
+
+
+def test_a_grant_answered_late_runs_a_full_ttl_from_its_answer() -> None:
+    d = _leased(confirm=False)
+    s = d.s
+    late = s.lease.granted_at_ms + 15_000  # the scheduler was frozen between the grant and its answer
+    assert after_answer(s, s.epoch, late) == (s.epoch, late + TTL)
+    # The holder renews (its first renewal, the confirmation) within a TTL of the answer, past the stored
+    # deadline: judged against the owner's view it holds; against the stored state it would have expired.
+    view = with_renewal(s, after_answer(s, s.epoch, late))
+    renew_at = late + TTL - 1
+    assert isinstance(decide(view, c.RenewLease("r1", d.job_id, s.epoch, "w1"), renew_at)[0], ev.LeaseRenewed)
+    assert rejection(decide(s, c.RenewLease("r1", d.job_id, s.epoch, "w1"), renew_at)) == "lease_expired"
+    # A silent holder still expires, a TTL after the answer.
+    assert isinstance(decide(view, c.ExpireLease("x", d.job_id, s.epoch), late + TTL)[0], ev.LeaseExpired)
+
+
+def test_an_answer_never_shortens_a_lease_nor_touches_another_one() -> None:
+    d = _leased()
+    s = d.s
+    assert after_answer(s, s.epoch, s.lease.expires_at_ms - TTL) is None  # answered at once: nothing moves
+    renewed = with_renewal(s, (s.epoch, s.lease.expires_at_ms + 50_000))
+    assert after_answer(renewed, s.epoch, s.lease.granted_at_ms + 1_000) is None  # an absorbed renewal is later
+    assert after_answer(s, s.epoch - 1, s.lease.granted_at_ms + 60_000) is None  # an answer of an older lease
+    assert after_answer(None, 1, T0) is None
+    d.send(c.ExpireLease("x", d.job_id, s.epoch), at=s.lease.expires_at_ms + 1)
+    assert after_answer(d.s, s.epoch, d.now) is None  # that lease is over
+
+
+@given(st.integers(0, 120_000), st.integers(0, 120_000))
+def test_an_answer_deadline_is_never_earlier_and_never_past_a_ttl_after_the_send(held: int, delay: int) -> None:
+    d = _leased(confirm=False)
+    view = with_renewal(d.s, (d.s.epoch, d.s.lease.expires_at_ms + held))
+    sent = d.s.lease.granted_at_ms + delay
+    grace = after_answer(view, d.s.epoch, sent)
+    after = with_renewal(view, grace).lease.expires_at_ms
+    assert after == max(view.lease.expires_at_ms, sent + TTL)
 
 
 # -- the equivalence ------------------------------------------------------------------------------------

@@ -14,6 +14,9 @@ deadline that the next renewal replaces. So the scheduler keeps such renewals in
 - `after_handover(state, now_ms)`: a new owner of the partition does not know the renewals the old one
   absorbed; it gives every held lease one full TTL from the moment it took over. A live holder renews within
   that TTL; a silent one expires at most one TTL later than it would have without the handover.
+- `after_answer(view, epoch, sent_ms)`: a holder cannot renew a lease before it has heard of it, so a grant
+  whose answer left the scheduler late (a pause between deciding it and sending its answer, or an answer
+  sent again) gets one full TTL from the send. A silent holder expires at most that delay later.
 
 Progress that moves the step (or the percentage) is throttled the same way, like heartbeat details in
 Temporal: `absorbed(..., persist_every_ms)` also answers without an event a report that moves only the
@@ -123,6 +126,16 @@ def with_renewal(state: JobState | None, renewal: Renewal | None) -> JobState | 
     if epoch != state.lease.epoch or until <= state.lease.expires_at_ms:
         return state
     return replace(state, lease=replace(state.lease, expires_at_ms=until))
+
+
+def after_answer(view: JobState | None, epoch: int, sent_ms: int) -> Renewal | None:
+    """The deadline of the lease `epoch` whose grant was answered at `sent_ms`: a full TTL from the send, when
+    that is later than the deadline the owner judges by (`view`: stored state and absorbed renewals); None
+    when the lease is no longer held or the send moves nothing."""
+    if view is None or view.lease is None or view.lease.epoch != epoch or view.status not in Status.HOLDING_LEASE:
+        return None
+    until = sent_ms + view.lease.ttl_ms
+    return (epoch, until) if until > view.lease.expires_at_ms else None
 
 
 def after_handover(state: JobState | None, now_ms: int) -> Renewal | None:

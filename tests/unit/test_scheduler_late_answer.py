@@ -1,0 +1,116 @@
+"""A grant whose answer leaves the scheduler late does not cost its holder the lease.
+
+A CI run of the frozen-scheduler test (tests/integration/test_lease_plane_overload.py) once caught the
+scheduler stopped between writing four grants' JobLeased events and sending their answers: the answers left
+15 s later, the workers' first renewals came after the 12 s TTL counted from the grant, and four live
+workers lost their leases. Here the real batch loop (`Pipeline.on_batch`) runs in process with a producer
+that acknowledges the events only after the clock jumped past a TTL, as the pause did."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, replace
+from typing import Any
+from unittest import mock
+
+from spotreel.codec import Codec
+from spotreel.domain import commands as c
+from spotreel.platform.topics import assignments_topic, events_topic
+from spotreel.settings import Settings
+
+from spotreel.services.scheduler import clock as sched_clock
+from spotreel.services.scheduler.partition import PartitionState
+from tests.unit.jobkit import T0, submit
+
+TTL = 12_000
+PAUSE = 15_000  # longer than a TTL
+
+
+@dataclass
+class Msg:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes
+    value: bytes
+    headers: Any = None
+    timestamp: float = 0.0
+    timestamp_type: int = 0
+    acked: bool = False
+
+
+@dataclass
+class Event:
+    message: Msg
+
+
+class Producer:
+    """Acknowledges every record; `on_send(topic)` runs as each is sent (the pause goes there)."""
+
+    def __init__(self, on_send) -> None:
+        self.on_send = on_send
+        self.sent: list[tuple[str, int]] = []  # (topic, the clock when sent)
+
+    async def send(self, topic, key, value, partition, timestamp, headers):
+        self.on_send(topic)
+        self.sent.append((topic, now[0]))
+        fut = asyncio.get_running_loop().create_future()
+        fut.set_result(mock.Mock(offset=len(self.sent)))
+        return fut
+
+
+now = [T0]
+
+
+def _scheduler(tmp_path, on_send):
+    from spotreel.services.scheduler.app import Scheduler
+
+    settings = replace(Settings(), topic_prefix="unit.late", partitions=1)
+    sched = Scheduler(settings, data_dir=tmp_path)
+    sched.table.send_changelog = lambda *a, **k: None
+    producer = Producer(on_send)
+    sched.app._producer = producer  # noqa: SLF001 - Faust builds its producer lazily into this field
+    sched.parts[0] = PartitionState(0)
+    return sched, producer
+
+
+def _run(sched, codec: Codec, commands: list[Any], first_offset: int) -> None:
+    msgs = [Event(Msg(sched.commands, 0, first_offset + i, b"k", codec.encode_message(cmd)))
+            for i, cmd in enumerate(commands)]
+    asyncio.run(sched.on_batch(msgs))
+
+
+def test_a_grant_answered_after_a_pause_runs_a_full_ttl_from_its_answer(tmp_path) -> None:
+    codec = Codec.default()
+    paused = [False]
+
+    def on_send(topic: str) -> None:
+        # The first JobLeased goes out, then the process stops for longer than a TTL before its ack.
+        if topic == events_topic(sched.settings) and now[0] > T0 and not paused[0]:
+            paused[0] = True
+            now[0] += PAUSE
+
+    sched, producer = _scheduler(tmp_path, on_send)
+    now[0] = T0
+    with mock.patch.object(sched_clock, "now_ms", lambda: now[0]):
+        sub = submit()
+        _run(sched, codec, [sub], 0)
+        now[0] += 100
+        job = sub.job_id
+        _run(sched, codec, [c.RequestWork("rw1", "w1", "h100", ("tiny-t2v",), (), False, TTL, now[0])], 1)
+        granted = sched.get(job)
+        answered_at = next(at for topic, at in producer.sent if topic == assignments_topic(sched.settings))
+        assert answered_at - granted.lease.granted_at_ms >= PAUSE
+        part = sched.parts[0]
+        # The owner judges by a TTL from the answer, not from the grant.
+        assert part.view(granted).lease.expires_at_ms == answered_at + TTL
+        assert granted.lease.expires_at_ms == granted.lease.granted_at_ms + TTL  # the stored state as written
+        # No expiry is due at the old deadline; the worker's first renewal, after it, confirms the lease.
+        now[0] = granted.lease.expires_at_ms + 1_000
+        assert not [t for t in part.due(now[0], sched.get) if t.key == job]
+        _run(sched, codec, [c.RenewLease("r1", job, granted.epoch, "w1")], 2)
+        assert sched.get(job).lease.confirmed, "the live worker's first renewal was refused"
+        # A silent holder still expires: a TTL after its last renewal.
+        later = sched.get(job)
+        now[0] = part.view(later).lease.expires_at_ms + 1
+        assert [t for t in part.due(now[0], sched.get) if t.key == job]
