@@ -47,28 +47,26 @@ class Event:
 class Producer:
     """Acknowledges every record; `on_send(topic)` runs as each is sent (the pause goes there)."""
 
-    def __init__(self, on_send) -> None:
+    def __init__(self, on_send, clock: list[int]) -> None:
         self.on_send = on_send
+        self.clock = clock
         self.sent: list[tuple[str, int]] = []  # (topic, the clock when sent)
 
     async def send(self, topic, key, value, partition, timestamp, headers):
         self.on_send(topic)
-        self.sent.append((topic, now[0]))
+        self.sent.append((topic, self.clock[0]))
         fut = asyncio.get_running_loop().create_future()
         fut.set_result(mock.Mock(offset=len(self.sent)))
         return fut
 
 
-now = [T0]
-
-
-def _scheduler(tmp_path, on_send):
+def _scheduler(tmp_path, on_send, clock: list[int]):
     from spotreel.services.scheduler.app import Scheduler
 
     settings = replace(Settings(), topic_prefix="unit.late", partitions=1)
     sched = Scheduler(settings, data_dir=tmp_path)
     sched.table.send_changelog = lambda *a, **k: None
-    producer = Producer(on_send)
+    producer = Producer(on_send, clock)
     sched.app._producer = producer  # noqa: SLF001 - Faust builds its producer lazily into this field
     sched.parts[0] = PartitionState(0)
     return sched, producer
@@ -82,7 +80,7 @@ def _run(sched, codec: Codec, commands: list[Any], first_offset: int) -> None:
 
 def test_a_grant_answered_after_a_pause_runs_a_full_ttl_from_its_answer(tmp_path) -> None:
     codec = Codec.default()
-    paused = [False]
+    now, paused = [T0], [False]
 
     def on_send(topic: str) -> None:
         # The first JobLeased goes out, then the process stops for longer than a TTL before its ack.
@@ -90,8 +88,7 @@ def test_a_grant_answered_after_a_pause_runs_a_full_ttl_from_its_answer(tmp_path
             paused[0] = True
             now[0] += PAUSE
 
-    sched, producer = _scheduler(tmp_path, on_send)
-    now[0] = T0
+    sched, producer = _scheduler(tmp_path, on_send, now)
     with mock.patch.object(sched_clock, "now_ms", lambda: now[0]):
         sub = submit()
         _run(sched, codec, [sub], 0)
