@@ -100,7 +100,7 @@ def test_an_answer_never_shortens_a_lease_nor_touches_another_one() -> None:
 
 
 @given(st.integers(0, 120_000), st.integers(0, 120_000))
-def test_an_answer_deadline_is_never_earlier_and_never_past_a_ttl_after_the_send(held: int, delay: int) -> None:
+def test_an_answer_deadline_is_the_later_of_the_owners_and_a_ttl_after_the_send(held: int, delay: int) -> None:
     d = _leased(confirm=False)
     view = with_renewal(d.s, (d.s.epoch, d.s.lease.expires_at_ms + held))
     sent = d.s.lease.granted_at_ms + delay

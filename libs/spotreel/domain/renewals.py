@@ -132,10 +132,10 @@ def after_answer(view: JobState | None, epoch: int, sent_ms: int) -> Renewal | N
     """The deadline of the lease `epoch` whose grant was answered at `sent_ms`: a full TTL from the send, when
     that is later than the deadline the owner judges by (`view`: stored state and absorbed renewals); None
     when the lease is no longer held or the send moves nothing."""
-    if view is None or view.lease is None or view.lease.epoch != epoch or view.status not in Status.HOLDING_LEASE:
+    if view is None or view.lease is None or view.lease.epoch != epoch:
         return None
-    until = sent_ms + view.lease.ttl_ms
-    return (epoch, until) if until > view.lease.expires_at_ms else None
+    grace = after_handover(view, sent_ms)  # the same rule: a full TTL from a moment, never less
+    return grace if grace is not None and grace[1] > view.lease.expires_at_ms else None
 
 
 def after_handover(state: JobState | None, now_ms: int) -> Renewal | None:
