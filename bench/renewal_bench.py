@@ -16,7 +16,9 @@ renewals are progress reports that move the step every round, and the modes are 
 (SPOTREEL_SCHEDULER_PROGRESS_PERSIST_S=0: each one an event) and `throttled` (30 s, the default: within the
 interval they are answered on the replies topic and written in front of the job's next event). A bare
 confluent-kafka consume -> produce loop over the same records is the baseline; each rate is reported as a
-ratio to it, with the scheduler process's CPU seconds per renewal (from /proc).
+ratio to it, with the scheduler process's CPU seconds per renewal (from /proc). With `--batch N` the modes are
+`absorb` and `batched`: the same renewals sent as a gateway's renewal window sends them, up to N to a
+RenewalBatch record per partition (domain/renewal_batch.py), answered in RenewalReplies records.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ from bench.scheduler_bench import baseline, consumer  # noqa: E402
 from spotreel.adapters.kafka import produce_command  # noqa: E402
 from spotreel.domain import commands as c  # noqa: E402
 from spotreel.domain import events as ev  # noqa: E402
-from spotreel.platform.topics import events_topic, replies_topic  # noqa: E402
+from spotreel.adapters.partitioning import partition_for  # noqa: E402
+from spotreel.platform.topics import commands_topic, events_topic, replies_topic  # noqa: E402
 from tests.integration.schedkit import (Bus, SchedulerProc, drop_topics, make_topics,  # noqa: E402
                                         scheduler_settings, submit)
 
@@ -67,7 +70,24 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_mode(mode: str, leases: int, rounds: int) -> dict:
+def _send_batches(bus: Bus, s, renewals: list, batch: int) -> int:
+    """The renewals as a gateway's window sends them: per partition, RenewalBatch records of up to `batch`."""
+    by_partition: dict[int, list] = {}
+    for command in renewals:
+        by_partition.setdefault(partition_for(command.job_id, s.partitions), []).append(command)
+    records = 0
+    now = int(time.time() * 1000)
+    for p, commands in by_partition.items():
+        for i in range(0, len(commands), batch):
+            value = bus.codec.encode_message(c.RenewalBatch(
+                f"rb-{p}-{i}-{uuid.uuid4().hex[:6]}", "gw-bench", tuple(c.batched(x, now) for x in commands[i:i + batch])))
+            bus.prod.produce(commands_topic(s), value=value, key=b"gw-bench", partition=p)
+            bus.prod.poll(0)
+            records += 1
+    return records
+
+
+def run_mode(mode: str, leases: int, rounds: int, batch: int = 0) -> dict:
     s = scheduler_settings(f"rb{uuid.uuid4().hex[:8]}")
     make_topics(s)
     admin = AdminClient({"bootstrap.servers": s.kafka_bootstrap})
@@ -87,16 +107,24 @@ def run_mode(mode: str, leases: int, rounds: int) -> dict:
         wanted: set[str] = set()
         cpu0 = _cpu_s(proc.proc.pid)
         t0 = time.perf_counter()
+        records = 0
         for r in range(rounds):
+            this_round = []
             for job_id, epoch, worker in held:
                 cid = f"rn-{r}-{job_id}"
                 wanted.add(cid)
                 command = c.ReportProgress(cid, job_id, epoch, worker, r + 1, 100.0 * (r + 1) / (rounds + 1)) \
                     if progress else c.RenewLease(cid, job_id, epoch, worker)
+                if mode == "batched":
+                    this_round.append(command)
+                    continue
                 produce_command(bus.prod, s, bus.codec, command)
                 bus.prod.poll(0)
+                records += 1
+            if this_round:
+                records += _send_batches(bus, s, this_round, batch)
         bus.prod.flush(60)
-        counts = {"events": 0, "replies": 0}
+        counts = {"events": 0, "replies": 0, "batch replies": 0}
         last = t0
         while wanted and time.perf_counter() - t0 < 300:
             for name, cons in zip(("events", "replies"), verdicts):
@@ -104,12 +132,14 @@ def run_mode(mode: str, leases: int, rounds: int) -> dict:
                     if m.error():
                         continue
                     verdict = bus.codec.decode_message(m.value())
-                    cid = getattr(verdict, "causation_id", None)
-                    if cid in wanted:
-                        assert isinstance(verdict, ev.ProgressReported if progress else ev.LeaseRenewed), verdict
-                        wanted.discard(cid)
-                        counts[name] += 1
-                        last = time.perf_counter()
+                    batch_replies = isinstance(verdict, ev.RenewalReplies)
+                    for one in (*verdict.renewed, *verdict.progressed) if batch_replies else (verdict,):
+                        cid = getattr(one, "causation_id", None)
+                        if cid in wanted:
+                            assert isinstance(one, ev.ProgressReported if progress else ev.LeaseRenewed), one
+                            wanted.discard(cid)
+                            counts["batch replies" if batch_replies else name] += 1
+                            last = time.perf_counter()
         cpu = _cpu_s(proc.proc.pid) - cpu0
         if wanted:
             raise SystemExit(f"{mode}: {len(wanted)} renewals unanswered\n{proc.log()[-3000:]}")
@@ -117,8 +147,8 @@ def run_mode(mode: str, leases: int, rounds: int) -> dict:
             cons.close()
         n = leases * rounds
         # The bare loop over the very records the scheduler just read (commands topic from its start).
-        bare = baseline(s, n + 2 * leases)
-        return {"mode": mode, "renewals": n, "seconds": round(last - t0, 2),
+        bare = baseline(s, records + 2 * leases)
+        return {"mode": mode, "renewals": n, "records": records, "seconds": round(last - t0, 2),
                 "renewals_per_s": round(n / (last - t0)), "bare_records_per_s": round(bare),
                 "ratio": round(n / (last - t0) / bare, 4), "answered_by": counts,
                 "scheduler_cpu_ms_per_renewal": round(1000 * cpu / n, 3)}
@@ -135,9 +165,14 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--progress", action="store_true", help="progress reports that move the step every round")
+    ap.add_argument("--batch", type=int, default=0,
+                    help="compare renewals alone (absorb) with RenewalBatch records of up to this many (batched)")
     args = ap.parse_args()
-    modes = ("every-step", "throttled") if args.progress else ("persist", "absorb")
-    results = [run_mode(mode, args.leases, args.rounds) for mode in modes]
+    if args.batch:
+        modes = ("absorb", "batched")
+    else:
+        modes = ("every-step", "throttled") if args.progress else ("persist", "absorb")
+    results = [run_mode(mode, args.leases, args.rounds, args.batch) for mode in modes]
     for r in results:
         print(f"{r['mode']:10s} {r['renewals_per_s']:7d} renewals/s  bare {r['bare_records_per_s']:7d}/s  "
               f"ratio {r['ratio']:.4f}  scheduler {r['scheduler_cpu_ms_per_renewal']:.3f} CPU ms each  "

@@ -31,8 +31,8 @@ def serve(settings: Settings, port: int | None = None, metrics_port: int = 0,
           config: GatewayConfig | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s gateway %(levelname)s %(message)s")
     tracing.setup("gateway")
-    with real_deps(settings) as deps:
-        cfg = config or gateway_config()
+    cfg = config or gateway_config()
+    with real_deps(settings, renewal_batch_ms=cfg.renewal_batch_ms) as deps:
         app = create_app(settings, deps, cfg)
         worker_api.start_pulses(app, settings, deps, cfg.pulse_seconds)
         if metrics_port:

@@ -6,6 +6,7 @@ import time
 from contextlib import contextmanager
 from typing import Iterator
 
+from spotreel.api.config import GatewayConfig
 from spotreel.dispatch.aio import AsyncDispatch
 from spotreel.dispatch.sender import AsyncCommandSender
 from spotreel.services.gateway.cassandra_store import CassandraAuth, CassandraReads
@@ -31,11 +32,13 @@ def presigner(settings: Settings, expires_s: int):
 
 
 @contextmanager
-def real_deps(settings: Settings, session=None, presign_seconds: int = 900) -> Iterator[Deps]:
-    """`session`: an open Cassandra session bound to the keyspace (tests pass theirs); else one is opened."""
+def real_deps(settings: Settings, session=None, presign_seconds: int = 900,
+              renewal_batch_ms: float = GatewayConfig.renewal_batch_ms) -> Iterator[Deps]:
+    """`session`: an open Cassandra session bound to the keyspace (tests pass theirs); else one is opened.
+    `renewal_batch_ms`: the worker API's renewal window (GatewayConfig)."""
     from spotreel.platform.cql import cql_session
 
-    sink = AsyncCommandSender(settings)
+    sink = AsyncCommandSender(settings, renewal_window_ms=renewal_batch_ms)
     work = AsyncDispatch(settings, name="gateway")
     pools = KafkaPoolStats(settings)
     usage = KafkaTenantUsage(settings)

@@ -16,7 +16,7 @@ from spotreel.domain.schedules import ScheduleState, evolve_schedule
 from spotreel.domain.state import JobState
 
 from spotreel.services.scheduler import followups
-from spotreel.services.scheduler.redelivery import header_offset, window_start
+from spotreel.services.scheduler.redelivery import header_entry, header_offset, window_start
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 @dataclass
 class CatchUp:
     applied_upto: int = -1
+    # The `cmd-entry` of the last event when its command is a RenewalBatch torn by a crash (partition.py).
+    applied_entry: int | None = None
     events_offset: int = -1
     states: dict[str, JobState] = field(default_factory=dict)
     schedules: dict[str, ScheduleState] = field(default_factory=dict)
@@ -61,9 +63,7 @@ def catch_up(bootstrap: str, topic: str, partition: int, codec: Codec, marker: i
         start = window_start(bootstrap, topic, partition, committed, start)
     for msg in read_partition(bootstrap, topic, partition, start, high):
         result.read += 1
-        offset = header_offset(msg.headers())
-        if offset is not None:
-            result.applied_upto = max(result.applied_upto, offset)
+        offset = note_applied(result, msg.headers())
         result.events_offset = max(result.events_offset, msg.offset())
         event = codec.decode_message(msg.value())
         if (isinstance(event, ev.JobLeased) and event.causation_id.startswith("rw:") and committed is not None
@@ -95,6 +95,20 @@ def catch_up(bootstrap: str, topic: str, partition: int, codec: Codec, marker: i
     for event in schedule_pending:
         result.followups.extend(followups.for_schedule_event(event, result.schedules.get(event.schedule_id)))
     return result
+
+
+def note_applied(result: CatchUp, headers: Any) -> int | None:
+    """Fold one event's `cmd-offset` (and `cmd-entry`) headers into what is applied; the event's command offset.
+    Events come in log order, so the last command's renewals up to the highest place seen are applied."""
+    offset = header_offset(headers)
+    if offset is None:
+        return None
+    entry = header_entry(headers)
+    if offset > result.applied_upto:
+        result.applied_upto, result.applied_entry = offset, entry
+    elif offset == result.applied_upto and result.applied_entry is not None:
+        result.applied_entry = None if entry is None else max(result.applied_entry, entry)
+    return offset
 
 
 def _schedule_event(result: CatchUp, event: Any, get_schedule: Callable[[str], ScheduleState | None]) -> None:

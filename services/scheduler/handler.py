@@ -72,19 +72,30 @@ class Handler:
 
     def handle(self, part: PartitionState, topic: str, offset: int, key: bytes | None, value: bytes | None,
                now_ms: int, appended_ms: int | None = None, sent_ms: int | None = None) -> HandlerResult:
-        """`appended_ms`: the broker's append time of the record (LogAppendTime), None if the topic stamps
-        records with the producer's clock; lease commands are judged at it (`leases.judged_at`). `sent_ms`:
-        when its holder sent it, for a lease command that came through a gateway (intake.py): its expiry is
-        judged at that time instead."""
-        def dead(reason: str, detail: str) -> HandlerResult:
-            return HandlerResult(deadletter={
-                "reason": reason, "detail": detail, "source_topic": topic, "source_partition": part.partition,
-                "source_offset": offset, "original_key": key, "original": value or b"", "at_ms": now_ms})
+        """Decode one command record and judge it (`judge`). `appended_ms`: the broker's append time of the
+        record (LogAppendTime), None if the topic stamps records with the producer's clock; lease commands are
+        judged at it (`leases.judged_at`). `sent_ms`: when its holder sent it, for a lease command that came
+        through a gateway (intake.py): its expiry is judged at that time instead."""
+        command = self.decode(part, topic, offset, key, value, now_ms)
+        if isinstance(command, HandlerResult):
+            return command
+        return self.judge(part, topic, offset, key, value, command, now_ms, appended_ms, sent_ms)
 
+    def decode(self, part: PartitionState, topic: str, offset: int, key: bytes | None, value: bytes | None,
+               now_ms: int) -> Any:
+        """The command a record holds, or the dead letter (a HandlerResult) of one that does not decode."""
         try:
-            command = self.codec.decode_message(value)
+            return self.codec.decode_message(value)
         except CodecError as exc:
-            return dead(exc.reason, str(exc))
+            return dead_letter(part, topic, offset, key, value, now_ms, exc.reason, str(exc))
+
+    def judge(self, part: PartitionState, topic: str, offset: int, key: bytes | None, value: bytes | None,
+              command: Any, now_ms: int, appended_ms: int | None = None,
+              sent_ms: int | None = None) -> HandlerResult:
+        """A decoded command's outputs (`value`, the record's bytes, only goes into a dead letter)."""
+        def dead(reason: str, detail: str) -> HandlerResult:
+            return dead_letter(part, topic, offset, key, value, now_ms, reason, detail)
+
         if isinstance(command, cmd.RequestWork):
             out = self._request_work(part, command, now_ms)
         elif isinstance(command, cmd.GatewayPulse):
@@ -104,6 +115,15 @@ class Handler:
             return dead("not_a_command", f"{type(command).__name__} is not handled by the job scheduler")
         out.command = command
         return out
+
+    def misplaced(self, part: PartitionState, batch: cmd.RenewalBatch) -> str | None:
+        """Why a RenewalBatch cannot be applied here (a renewal of a job on another partition), or None. Such a
+        batch is dead-lettered whole: its renewals are only renewals, and their holders renew again."""
+        for r in batch.renewals:
+            if partition_for(r.job_id, self.partitions) != part.partition:
+                return (f"renewal {r.command_id}: {r.job_id} belongs to partition "
+                        f"{partition_for(r.job_id, self.partitions)}, not {part.partition}")
+        return None
 
     def _apply(self, command: Any, now_ms: int, out: HandlerResult | None = None,
                part: PartitionState | None = None, sent_ms: int | None = None) -> HandlerResult:
@@ -193,6 +213,13 @@ class Handler:
             return work_assigned(command.command_id, leased, state, part.partition)
         return ev.NoWorkAvailable(command.command_id, command.worker_id, now_ms,
                                   "draining" if command.draining else "no_queued_job", part.partition)
+
+
+def dead_letter(part: PartitionState, topic: str, offset: int, key: bytes | None, value: bytes | None, now_ms: int,
+                reason: str, detail: str) -> HandlerResult:
+    return HandlerResult(deadletter={
+        "reason": reason, "detail": detail, "source_topic": topic, "source_partition": part.partition,
+        "source_offset": offset, "original_key": key, "original": value or b"", "at_ms": now_ms})
 
 
 def work_assigned(request_id: str, leased: ev.JobLeased, s: JobState, partition: int) -> ev.WorkAssigned:

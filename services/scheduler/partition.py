@@ -33,6 +33,9 @@ class PartitionState:
     # Commands at or below this offset already produced their events (read back from the events topic on
     # assignment): a redelivered one is skipped, which is what makes the loop exactly-once.
     applied_upto: int = -1
+    # Of the command at `applied_upto`, a RenewalBatch whose events landed only in part before a crash: its
+    # renewals up to this place are applied, the rest are not (catchup.py). None: the whole command is.
+    applied_entry: int | None = None
     # Offset on the events topic that the table reflects (the table's own marker, see handler.py).
     events_offset: int = -1
     index: DispatchIndex = field(default_factory=DispatchIndex)

@@ -18,24 +18,37 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
-from spotreel.adapters.kafka import CMD_OFFSET_HEADER
+from spotreel.adapters.kafka import BATCH_REPLY_KEY_PREFIX, CMD_ENTRY_HEADER, CMD_OFFSET_HEADER
 from spotreel.adapters.partitioning import partition_for
 from spotreel.dispatch import intake
 from spotreel.domain import events as ev
-from spotreel.domain.commands import CompleteJob, FailJob, RequestWork
+from spotreel.domain.commands import CompleteJob, FailJob, RenewalBatch, RequestWork
 from spotreel.domain.leases import PREEMPTED_FOR
 from spotreel.domain.state import JobState
 from spotreel.platform.topics import assignments_topic, commands_deadletter_topic, replies_topic, worker_leases_topic
 from spotreel.tracing import TRACEPARENT
 
 from spotreel.services.scheduler import clock, followups, statecodec
+from spotreel.services.scheduler.handler import HandlerResult, dead_letter
 from spotreel.services.scheduler.partition import PartitionState
 from spotreel.services.scheduler.table import schedule_key
 from spotreel.services.scheduler.workerleases import record_key
 
 log = logging.getLogger("spotreel.scheduler")
+
+
+@dataclass
+class _Outputs:
+    """What one batch's commands produced, for the phases after the loop over them."""
+    sends: list[Any] = field(default_factory=list)  # event send futures, with their partition
+    writes: list[tuple[int, Any]] = field(default_factory=list)
+    after_acks: list[tuple] = field(default_factory=list)  # (topic, key, value, partition[, headers])
+    answers: list[tuple[Any, Any, Any]] = field(default_factory=list)
+    replies: list[Any] = field(default_factory=list)  # send futures of renewal answers that are not events
+    marked: set[int] = field(default_factory=set)
 
 
 class Pipeline:
@@ -54,12 +67,7 @@ class Pipeline:
         flight per partition), so the events that are durable after a crash are a prefix, catch-up's
         `applied_upto` is the last command whose events all landed, and anything after it is redelivered."""
         producer = self.app.producer
-        sends: list[Any] = []  # event send futures, with their partition
-        writes: list[tuple[int, Any]] = []
-        after_acks: list[tuple] = []  # (topic, key, value, partition[, headers])
-        answers: list[tuple[Any, Any]] = []
-        replies: list[Any] = []  # send futures of renewal answers that are not events
-        marked: set[int] = set()
+        outs = _Outputs()
         rewound: set[int] = set()
         for event in batch:
             msg = event.message
@@ -71,95 +79,56 @@ class Pipeline:
                 continue  # past a hole: read again in order after the rewind (ordering.py)
             appended = clock.appended_ms(msg)
             part.read_log(msg.offset, appended)
-            if msg.offset <= part.applied_upto:
+            if msg.offset < part.applied_upto or (msg.offset == part.applied_upto and part.applied_entry is None):
                 self.metrics.skipped.inc()
                 # Its events are durable, but its answer may not be: a RequestWork is answered again.
                 again = self.handler.reanswer(part, msg.value, clock.now_ms())
                 if again is not None:
-                    answers.append((again, msg, None))
+                    outs.answers.append((again, msg, None))
                 continue
+            # A RenewalBatch whose events landed only in part before a crash: its renewals up to this one are
+            # applied (catchup.py reads it from the last event's `cmd-entry` header), the rest are judged now.
+            first = part.applied_entry + 1 if msg.offset == part.applied_upto and part.applied_entry is not None else 0
             given = msg.headers
             started = time.time_ns() if given else None  # a span's start, only if the record may be traced
             # Through a gateway: its expiry judged at the worker's send time, within the gateway hold (intake.py).
             via, sent = intake.read(given) if given else (None, None)
-            fenced_at = part.intake.judged_ms(appended, sent, via) if via is not None else None
-            out = self.handler.handle(part, msg.topic, msg.offset, msg.key, msg.value, clock.now_ms(), appended,
-                                      fenced_at)
-            if out.pulse is not None:
-                part.intake.pulse(out.pulse, clock.now_ms())
-            self.metrics.commands.inc()
-            traced = None
-            if given or self.traces.by_job:  # the only per-command cost of tracing when nothing is traced
-                traced = self.traces.on_command(given, out, p, msg.offset, started)
-            if out.deadletter is not None:
-                if msg.offset in part.deadlettered:  # redelivered after a crash: its dead letter is there
-                    self.metrics.skipped.inc()
+            command = self.handler.decode(part, msg.topic, msg.offset, msg.key, msg.value, clock.now_ms())
+            if isinstance(command, RenewalBatch):
+                why = self.handler.misplaced(part, command)
+                if why is not None:
+                    self._dead_letter(part, msg, dead_letter(part, msg.topic, msg.offset, msg.key, msg.value,
+                                                             clock.now_ms(), "wrong_partition", why), outs)
                     continue
-                part.deadlettered.add(msg.offset)
-                self.metrics.deadletters.labels(out.deadletter["reason"]).inc()
-                log.warning("dead-lettered %s[%d]@%d: %s", msg.topic, p, msg.offset, out.deadletter["detail"])
-                value = self.codec.encode("spotreel.v1.DeadLetteredCommand", out.deadletter)
-                after_acks.append((commands_deadletter_topic(self.settings), msg.key, value, p,
-                                   [(CMD_OFFSET_HEADER, str(msg.offset).encode())]))
-                continue
-            if out.reply is not None:
-                # Nothing durable to wait for: the deadline lives in memory, and a new owner grants a TTL.
-                reply = out.reply
-                replies.append(await producer.send(replies_topic(self.settings), reply.job_id.encode(),
-                                                   self.codec.encode_message(reply), p, None, None))
-                part.absorb(out.reply_to, (reply.epoch, reply.lease_expires_at_ms), reply)
-                self.metrics.renewals_absorbed.inc()
-            if out.events:
-                headers = [(CMD_OFFSET_HEADER, str(msg.offset).encode())]
-                if traced is not None:
-                    headers.append((TRACEPARENT, traced.encode()))
-                for e in out.events:
-                    key = (getattr(e, "job_id", None) or e.schedule_id).encode()
-                    sends.append((p, await producer.send(self.events, key, self.codec.encode_message(e), p, None,
-                                                         headers)))
-                    if isinstance(e, (ev.CommandRejected, ev.ScheduleCommandRejected)):
-                        self.metrics.rejections.labels(e.reason).inc()
-                    elif isinstance(e, ev.LeaseExpired):
-                        self.metrics.observe_expiry(out.states[e.job_id][0], e)
-                marked.add(p)
-            part.applied_upto = msg.offset
-            worker = getattr(out.command, "worker_id", None)
-            if worker is not None:
-                part.intake.came(worker, via)
-            if worker is not None and not isinstance(out.command, RequestWork):
-                part.seen_worker(worker, clock.now_ms(), free=isinstance(out.command, (CompleteJob, FailJob))
-                                 and not any(isinstance(e, ev.CommandRejected) for e in out.events))
-            for e in out.events:
-                if isinstance(e, ev.CheckpointRecorded):
-                    part.observe_checkpoint(out.states[e.job_id][1].pool, e.duration_ms)
-                elif isinstance(e, ev.JobLeased):
-                    self.metrics.observe_lease(out.states[e.job_id][0], e)
-                elif isinstance(e, (ev.LeaseExpired, ev.LeaseReleased)):
-                    self.metrics.observe_lease_end(out.states[e.job_id][0], e)
-                    if isinstance(e, ev.LeaseReleased) and e.reason == PREEMPTED_FOR:
-                        part.freed[e.worker_id] = e.at_ms  # preempting.py: free until its next lease
-                elif isinstance(e, ev.JobSucceeded):
-                    self.metrics.observe_success(out.states[e.job_id][1], e.at_ms)
-            for before, after in out.states.values():
-                if after.is_terminal:
-                    self.metrics.forget(after.job_id)
-                self.cache[after.job_id] = after
-                writes.append((p, after))
-                part.observe(before, after)
-            for before, sched in out.schedules.values():
-                self.schedule_cache[sched.schedule_id] = sched
-                writes.append((p, sched))
-                part.observe_schedule(before, sched)
-            for command in out.followups:
-                key = followups.key_of(command)
-                after_acks.append((self.commands, key.encode(), self.codec.encode_message(command),
-                                   partition_for(key, self.settings.partitions)))
-            if out.answer is not None:
-                answers.append((out.answer, msg, traced))
-                if isinstance(out.answer, ev.WorkAssigned):
-                    # Faust rereads the uncommitted tail after a rebalance: answer it from here again.
-                    part.remember_grant(out.answer.request_id,
-                                        next(e for e in out.events if isinstance(e, ev.JobLeased)))
+                absorbed: list[Any] = []
+                for i, (renewal, sent_ms) in enumerate(command.commands()):
+                    if i < first:
+                        continue
+                    fenced_at = part.intake.judged_ms(appended, sent_ms, command.gateway_id)
+                    out = self.handler.judge(part, msg.topic, msg.offset, msg.key, msg.value, renewal,
+                                             clock.now_ms(), appended, fenced_at)
+                    await self._take(part, msg, out, outs, given, started, command.gateway_id, i, absorbed)
+                if absorbed:
+                    outs.replies.append(await producer.send(
+                        replies_topic(self.settings), BATCH_REPLY_KEY_PREFIX + command.gateway_id.encode(),
+                        self.codec.encode_message(ev.RenewalReplies(
+                            command.batch_id, command.gateway_id,
+                            tuple(r for r in absorbed if isinstance(r, ev.LeaseRenewed)),
+                            tuple(r for r in absorbed if isinstance(r, ev.ProgressReported)))), p, None, None))
+            else:
+                if isinstance(command, HandlerResult):
+                    out = command
+                else:
+                    fenced_at = part.intake.judged_ms(appended, sent, via) if via is not None else None
+                    out = self.handler.judge(part, msg.topic, msg.offset, msg.key, msg.value, command,
+                                             clock.now_ms(), appended, fenced_at)
+                if out.deadletter is not None:
+                    self._dead_letter(part, msg, out, outs)
+                    continue
+                await self._take(part, msg, out, outs, given, started, via, None, None)
+            part.applied_upto, part.applied_entry = msg.offset, None
+        sends, writes, after_acks, answers, replies, marked = (outs.sends, outs.writes, outs.after_acks,
+                                                               outs.answers, outs.replies, outs.marked)
         for p, fut in sends:
             meta = await fut
             part = self.parts[p]
@@ -194,6 +163,94 @@ class Pipeline:
                 part.answered(self.cache.get(answer.job_id), answer.epoch, clock.now_ms())
             if msg.timestamp:
                 self.metrics.dispatch_latency.observe(max(0.0, time.time() - msg.timestamp))
+
+    def _dead_letter(self, part: PartitionState, msg: Any, out: HandlerResult, outs: _Outputs) -> None:
+        if msg.offset in part.deadlettered:  # redelivered after a crash: its dead letter is there
+            self.metrics.skipped.inc()
+            return
+        part.deadlettered.add(msg.offset)
+        assert out.deadletter is not None
+        self.metrics.deadletters.labels(out.deadletter["reason"]).inc()
+        log.warning("dead-lettered %s[%d]@%d: %s", msg.topic, part.partition, msg.offset, out.deadletter["detail"])
+        value = self.codec.encode("spotreel.v1.DeadLetteredCommand", out.deadletter)
+        outs.after_acks.append((commands_deadletter_topic(self.settings), msg.key, value, part.partition,
+                                [(CMD_OFFSET_HEADER, str(msg.offset).encode())]))
+
+    async def _take(self, part: PartitionState, msg: Any, out: HandlerResult, outs: _Outputs, given: Any,
+                    started: int | None, via: str | None, entry: int | None, absorbed: list[Any] | None) -> None:
+        """Send one judged command's events (each with its `cmd-offset` header, and `cmd-entry`, its place,
+        for a renewal of a RenewalBatch), answer it if it was absorbed (`absorbed`: collected for the batch's
+        one RenewalReplies record instead), and note what the later phases write and answer."""
+        p = part.partition
+        producer = self.app.producer
+        if out.pulse is not None:
+            part.intake.pulse(out.pulse, clock.now_ms())
+        self.metrics.commands.inc()
+        traced = None
+        if given or self.traces.by_job:  # the only per-command cost of tracing when nothing is traced
+            traced = self.traces.on_command(given, out, p, msg.offset, started)
+        if out.reply is not None:
+            # Nothing durable to wait for: the deadline lives in memory, and a new owner grants a TTL.
+            reply = out.reply
+            if absorbed is not None:
+                absorbed.append(reply)
+            else:
+                outs.replies.append(await producer.send(replies_topic(self.settings), reply.job_id.encode(),
+                                                        self.codec.encode_message(reply), p, None, None))
+            part.absorb(out.reply_to, (reply.epoch, reply.lease_expires_at_ms), reply)
+            self.metrics.renewals_absorbed.inc()
+        if out.events:
+            headers = [(CMD_OFFSET_HEADER, str(msg.offset).encode())]
+            if entry is not None:
+                headers.append((CMD_ENTRY_HEADER, str(entry).encode()))
+            if traced is not None:
+                headers.append((TRACEPARENT, traced.encode()))
+            for e in out.events:
+                key = (getattr(e, "job_id", None) or e.schedule_id).encode()
+                outs.sends.append((p, await producer.send(self.events, key, self.codec.encode_message(e), p, None,
+                                                          headers)))
+                if isinstance(e, (ev.CommandRejected, ev.ScheduleCommandRejected)):
+                    self.metrics.rejections.labels(e.reason).inc()
+                elif isinstance(e, ev.LeaseExpired):
+                    self.metrics.observe_expiry(out.states[e.job_id][0], e)
+            outs.marked.add(p)
+        worker = getattr(out.command, "worker_id", None)
+        if worker is not None:
+            part.intake.came(worker, via)
+        if worker is not None and not isinstance(out.command, RequestWork):
+            part.seen_worker(worker, clock.now_ms(), free=isinstance(out.command, (CompleteJob, FailJob))
+                             and not any(isinstance(e, ev.CommandRejected) for e in out.events))
+        for e in out.events:
+            if isinstance(e, ev.CheckpointRecorded):
+                part.observe_checkpoint(out.states[e.job_id][1].pool, e.duration_ms)
+            elif isinstance(e, ev.JobLeased):
+                self.metrics.observe_lease(out.states[e.job_id][0], e)
+            elif isinstance(e, (ev.LeaseExpired, ev.LeaseReleased)):
+                self.metrics.observe_lease_end(out.states[e.job_id][0], e)
+                if isinstance(e, ev.LeaseReleased) and e.reason == PREEMPTED_FOR:
+                    part.freed[e.worker_id] = e.at_ms  # preempting.py: free until its next lease
+            elif isinstance(e, ev.JobSucceeded):
+                self.metrics.observe_success(out.states[e.job_id][1], e.at_ms)
+        for before, after in out.states.values():
+            if after.is_terminal:
+                self.metrics.forget(after.job_id)
+            self.cache[after.job_id] = after
+            outs.writes.append((p, after))
+            part.observe(before, after)
+        for before, sched in out.schedules.values():
+            self.schedule_cache[sched.schedule_id] = sched
+            outs.writes.append((p, sched))
+            part.observe_schedule(before, sched)
+        for command in out.followups:
+            key = followups.key_of(command)
+            outs.after_acks.append((self.commands, key.encode(), self.codec.encode_message(command),
+                                    partition_for(key, self.settings.partitions)))
+        if out.answer is not None:
+            outs.answers.append((out.answer, msg, traced))
+            if isinstance(out.answer, ev.WorkAssigned):
+                # Faust rereads the uncommitted tail after a rebalance: answer it from here again.
+                part.remember_grant(out.answer.request_id,
+                                    next(e for e in out.events if isinstance(e, ev.JobLeased)))
 
     async def _publish_leases(self, part: PartitionState) -> None:
         """Grants and ends of leases to `<prefix>.worker-leases` (workerleases.py), into the local index at

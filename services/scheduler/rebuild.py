@@ -111,7 +111,7 @@ class Rebuild:
             self.put_state(p, state)
         for sched in caught.schedules.values():
             self.put_schedule(p, sched)
-        part.applied_upto = caught.applied_upto
+        part.applied_upto, part.applied_entry = caught.applied_upto, caught.applied_entry
         part.events_offset = caught.events_offset
         if caught.states or caught.schedules:
             self.put_marker(part)

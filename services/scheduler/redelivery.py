@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 
-from spotreel.adapters.kafka import CMD_OFFSET_HEADER, read_partition
+from spotreel.adapters.kafka import CMD_ENTRY_HEADER, CMD_OFFSET_HEADER, read_partition
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +28,14 @@ CHUNK = 512
 def header_offset(headers: object) -> int | None:
     for k, v in headers or ():  # type: ignore[attr-defined]
         if k == CMD_OFFSET_HEADER:
+            return int(v)
+    return None
+
+
+def header_entry(headers: object) -> int | None:
+    """A RenewalBatch renewal's place in its batch (`cmd-entry`), None for an event of a whole command."""
+    for k, v in headers or ():  # type: ignore[attr-defined]
+        if k == CMD_ENTRY_HEADER:
             return int(v)
     return None
 

@@ -212,18 +212,19 @@ class CpuWindow:
                 "seconds": round(dt, 1)}
 
 
-def _read(settings: Settings, topic: str, partitions: Iterable[int], keys: set[bytes] | None = None
-          ) -> Iterator[tuple[int, Any]]:
+def _read(settings: Settings, topic: str, partitions: Iterable[int], keys: set[bytes] | None = None,
+          also: Callable[[bytes], bool] | None = None) -> Iterator[tuple[int, Any]]:
     """(append ms, decoded) of the records of these partitions of `topic`; with `keys`, only those keyed by
-    one of them, and a record the codec refuses (a poison command, which the scheduler dead-letters) is
-    passed over. Without, every record must decode."""
+    one of them or whose key `also` takes, and a record the codec refuses (a poison command, which the
+    scheduler dead-letters) is passed over. Without, every record must decode."""
     from spotreel.adapters.kafka import read_partition
     from spotreel.codec import Codec, CodecError
 
     codec = Codec.default()
     for p in partitions:
         for msg in read_partition(settings.kafka_bootstrap, topic, p, timeout=30.0):
-            if msg.value() is None or (keys is not None and msg.key() not in keys):
+            if msg.value() is None or (keys is not None and msg.key() not in keys
+                                       and (also is None or not also(msg.key() or b""))):
                 continue
             try:
                 yield msg.timestamp()[1], codec.decode_message(msg.value())
@@ -240,13 +241,27 @@ def read_events(settings: Settings) -> list[Any]:
 
 
 def read_job_records(settings: Settings, job_ids: set[str]) -> list[tuple[int, str, Any]]:
-    """(append ms, topic kind, decoded) of every command and reply keyed by one of `job_ids`, from their
-    partitions of the run's commands and replies topics: what a lost lease's holder sent and was answered."""
+    """(append ms, topic kind, decoded) of every command and reply of one of `job_ids`, from their partitions
+    of the run's commands and replies topics: what a lost lease's holder sent and was answered. The
+    renewals a gateway sent in a RenewalBatch, and their replies in a RenewalReplies, each as its own record."""
+    from spotreel.adapters.kafka import BATCH_REPLY_KEY_PREFIX
     from spotreel.adapters.partitioning import partition_for
+    from spotreel.domain.commands import RenewalBatch
+    from spotreel.domain.events import RenewalReplies
     from spotreel.platform.topics import commands_topic, replies_topic
 
     keys = {j.encode() for j in job_ids}
     partitions = sorted({partition_for(j, settings.partitions) for j in job_ids})
-    return [(at, kind, record)
-            for kind, topic in (("command", commands_topic(settings)), ("reply", replies_topic(settings)))
-            for at, record in _read(settings, topic, partitions, keys)]
+    found: list[tuple[int, str, Any]] = []
+    for kind, topic in (("command", commands_topic(settings)), ("reply", replies_topic(settings))):
+        # A batch is keyed by its gateway (a command) or `~batch:<gateway>` (a reply): those are read too.
+        batches: Callable[[bytes], bool] = ((lambda key: True) if kind == "command"
+                                            else (lambda key: key.startswith(BATCH_REPLY_KEY_PREFIX)))
+        for at, record in _read(settings, topic, partitions, keys, also=batches):
+            if isinstance(record, RenewalBatch):
+                found += [(at, kind, command) for command, _ in record.commands() if command.job_id in job_ids]
+            elif isinstance(record, RenewalReplies):
+                found += [(at, kind, r) for r in (*record.renewed, *record.progressed) if r.job_id in job_ids]
+            elif getattr(record, "job_id", None) in job_ids:
+                found.append((at, kind, record))
+    return found

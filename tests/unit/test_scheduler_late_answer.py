@@ -8,74 +8,19 @@ that acknowledges the events only after the clock jumped past a TTL, as the paus
 
 from __future__ import annotations
 
-import asyncio
-from dataclasses import dataclass, replace
-from typing import Any
 from unittest import mock
 
 from spotreel.codec import Codec
 from spotreel.domain import commands as c
 from spotreel.platform.topics import assignments_topic, events_topic
-from spotreel.settings import Settings
 
 from spotreel.services.scheduler import clock as sched_clock
-from spotreel.services.scheduler.partition import PartitionState
 from tests.unit.jobkit import T0, submit
+from tests.unit.schedloop import run as _run
+from tests.unit.schedloop import scheduler
 
 TTL = 12_000
 PAUSE = 15_000  # longer than a TTL
-
-
-@dataclass
-class Msg:
-    topic: str
-    partition: int
-    offset: int
-    key: bytes
-    value: bytes
-    headers: Any = None
-    timestamp: float = 0.0
-    timestamp_type: int = 0
-    acked: bool = False
-
-
-@dataclass
-class Event:
-    message: Msg
-
-
-class Producer:
-    """Acknowledges every record; `on_send(topic)` runs as each is sent (the pause goes there)."""
-
-    def __init__(self, on_send, clock: list[int]) -> None:
-        self.on_send = on_send
-        self.clock = clock
-        self.sent: list[tuple[str, int]] = []  # (topic, the clock when sent)
-
-    async def send(self, topic, key, value, partition, timestamp, headers):
-        self.on_send(topic)
-        self.sent.append((topic, self.clock[0]))
-        fut = asyncio.get_running_loop().create_future()
-        fut.set_result(mock.Mock(offset=len(self.sent)))
-        return fut
-
-
-def _scheduler(tmp_path, on_send, clock: list[int]):
-    from spotreel.services.scheduler.app import Scheduler
-
-    settings = replace(Settings(), topic_prefix="unit.late", partitions=1)
-    sched = Scheduler(settings, data_dir=tmp_path)
-    sched.table.send_changelog = lambda *a, **k: None
-    producer = Producer(on_send, clock)
-    sched.app._producer = producer  # noqa: SLF001 - Faust builds its producer lazily into this field
-    sched.parts[0] = PartitionState(0)
-    return sched, producer
-
-
-def _run(sched, codec: Codec, commands: list[Any], first_offset: int) -> None:
-    msgs = [Event(Msg(sched.commands, 0, first_offset + i, b"k", codec.encode_message(cmd)))
-            for i, cmd in enumerate(commands)]
-    asyncio.run(sched.on_batch(msgs))
 
 
 def test_a_grant_answered_after_a_pause_runs_a_full_ttl_from_its_answer(tmp_path) -> None:
@@ -88,7 +33,7 @@ def test_a_grant_answered_after_a_pause_runs_a_full_ttl_from_its_answer(tmp_path
             paused[0] = True
             now[0] += PAUSE
 
-    sched, producer = _scheduler(tmp_path, on_send, now)
+    sched, producer = scheduler(tmp_path, now, on_send, prefix="unit.late")
     with mock.patch.object(sched_clock, "now_ms", lambda: now[0]):
         sub = submit()
         _run(sched, codec, [sub], 0)

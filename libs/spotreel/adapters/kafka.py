@@ -12,11 +12,16 @@ from spotreel.codec import Codec
 from spotreel.platform.topics import assignments_topic, delete_topics, ensure_scheduler_topics
 from spotreel.settings import Settings
 
-__all__ = ["CMD_OFFSET_HEADER", "assignments_topic", "batched_fetch", "delete_topics", "ensure_scheduler_topics",
+__all__ = ["BATCH_REPLY_KEY_PREFIX", "CMD_ENTRY_HEADER", "CMD_OFFSET_HEADER", "assignments_topic", "batched_fetch", "delete_topics", "ensure_scheduler_topics",
            "producer", "produce_command", "read_partition"]
 
 # Event header naming the commands-topic offset that produced the event (see services/scheduler/README.md).
 CMD_OFFSET_HEADER = "cmd-offset"
+# Beside it on the events of a renewal inside a RenewalBatch: the renewal's place in the batch (0-based), so a
+# batch whose events landed only in part before a crash is applied again from the next renewal on.
+CMD_ENTRY_HEADER = "cmd-entry"
+# The key of a RenewalReplies record on the replies topic: this prefix and the gateway's id.
+BATCH_REPLY_KEY_PREFIX = b"~batch:"
 
 
 def batched_fetch(wait_ms: int) -> dict[str, Any]:

@@ -60,6 +60,12 @@ def kafka_headers(headers: list[Any] | None) -> list[Any] | None:
     return [*(headers or ()), (GATEWAY_HEADER, current[0].encode()), (SENT_HEADER, str(current[1]).encode())]
 
 
+def current() -> tuple[str, int] | None:
+    """(gateway id, sent ms) of the current origin, None outside one."""
+    found = _origin.get()
+    return None if found is None else (found[0], found[1])
+
+
 def produced_hook() -> Callable[[], None] | None:
     """What to call once a command produced now is on the topic: the current origin's `on_produced`, taken
     at the produce call (the ack may settle outside the origin's block)."""

@@ -9,8 +9,10 @@ thousands of spot workers coming and going cause no rebalance):
   for a worker, only the partitions of the jobs it holds (`follow`): the verdict on a command is the event
   naming it as `causation_id`, or a CommandRejected naming it as `command_id`, or, for a renewal the
   scheduler answered without persisting it (domain/renewals.py), the LeaseRenewed / ProgressReported reply
-  naming it on the replies topic (its version is that of the job state it was judged against). Only records whose key (the job id) someone
-  waits on are decoded, so following the whole topic costs a dict lookup per record.
+  naming it on the replies topic (its version is that of the job state it was judged against), alone or in a
+  gateway's RenewalReplies record (keyed `~batch:<gateway>`, each reply in it routed as if it had come
+  alone). Only records whose key (the job id) someone waits on are decoded, and the batches, so following the
+  whole topic costs a dict lookup per record.
 
 Handlers run on the consumer thread and must not block; asyncio callers hand over with
 `call_soon_threadsafe` (aio.py), threads with an Event.
@@ -25,7 +27,7 @@ from collections import defaultdict
 from typing import Any, Callable, Iterable
 
 from spotreel import tracing
-from spotreel.adapters.kafka import batched_fetch
+from spotreel.adapters.kafka import BATCH_REPLY_KEY_PREFIX, batched_fetch
 from spotreel.codec import Codec
 from spotreel.dispatch.order import PoolQueues
 from spotreel.domain import events as ev
@@ -211,17 +213,13 @@ class DispatchListener:
         topic = msg.topic()
         if topic == self.events or topic == self.replies:
             key = msg.key() or b""
-            with self._lock:
-                observer = self._observers.get(key)
-                wanted = observer is not None or self._interest.get(key, 0) > 0
-            if not wanted:
+            if key.startswith(BATCH_REPLY_KEY_PREFIX):
+                # A gateway's renewals answered in one record: each reply as if it had come alone.
+                replies = self.codec.decode_message(msg.value())
+                for reply in (*replies.renewed, *replies.progressed):
+                    self._deliver(reply.job_id.encode(), reply, None)
                 return
-            event = self.codec.decode_message(msg.value())
-            if observer is not None:
-                observer(event)
-            self._settle(getattr(event, "causation_id", None), event)
-            if isinstance(event, ev.CommandRejected):
-                self._settle(event.command_id, event)
+            self._deliver(key, None, msg.value())
         elif topic == self.assignments:
             answer = self.codec.decode_message(msg.value())
             headers = msg.headers()
@@ -238,6 +236,22 @@ class DispatchListener:
                 handler(answer)
         elif msg.value() is not None:
             self.queues.record(self.codec.decode_message(msg.value()))
+
+    def _deliver(self, key: bytes, event: Any, value: bytes | None) -> None:
+        """Hand a job's event (or its record `value`, decoded only if someone waits) to its observer and to the
+        verdict it settles."""
+        with self._lock:
+            observer = self._observers.get(key)
+            wanted = observer is not None or self._interest.get(key, 0) > 0
+        if not wanted:
+            return
+        if event is None:
+            event = self.codec.decode_message(value)
+        if observer is not None:
+            observer(event)
+        self._settle(getattr(event, "causation_id", None), event)
+        if isinstance(event, ev.CommandRejected):
+            self._settle(event.command_id, event)
 
     def _trace_lease(self, answer: Any, traceparent: str | None) -> None:
         if traceparent is None:

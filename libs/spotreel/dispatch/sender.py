@@ -8,13 +8,22 @@ goes to the partition the shared partitioner (spotreel.adapters.partitioning) gi
 scheduler owns the job, unless the caller names one (a RequestWork). A command sent inside a sampled span (a
 traced HTTP request) carries its `traceparent` header (spotreel/tracing.py), and one sent for a worker's
 request the gateway's worker API handles carries its intake headers (intake.py).
+
+The renewal window (`renewal_window_ms` > 0, the gateway's worker API): a heartbeat or progress report taken
+in through a gateway (an intake origin is current) and not traced is held up to that long with the others for
+jobs of its partition, and they go as one RenewalBatch record (domain/renewal_batch.py), each with its own send
+time; each one's future settles with the batch's ack. Any other command to that partition sends what is held
+first, so a partition's commands keep the order in which they were sent.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import secrets
 import threading
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
 from spotreel import tracing
 from spotreel.adapters.partitioning import partition_for
@@ -22,6 +31,7 @@ from spotreel.codec import Codec
 from spotreel.dispatch import intake
 from spotreel.dispatch.aio import Handoff
 from spotreel.dispatch.listener import DispatchUnavailable
+from spotreel.domain.commands import BATCHED_COMMANDS, RenewalBatch, batched
 from spotreel.platform.topics import commands_topic
 from spotreel.settings import Settings
 
@@ -34,12 +44,28 @@ def command_key(command: Any) -> str:
     return key
 
 
+@dataclass
+class _Window:
+    """Renewals held for one partition (see the module's doc): each with its future and intake hook."""
+    gateway_id: str
+    timer: asyncio.TimerHandle
+    renewals: list[Any] = field(default_factory=list)
+    settles: list[Callable[[Any], None]] = field(default_factory=list)
+
+
 class AsyncCommandSender:
     def __init__(self, settings: Settings, codec: Codec | None = None, delivery_timeout_ms: int = 10_000,
-                 name: str = "gateway") -> None:
+                 name: str = "gateway", renewal_window_ms: float = 0.0, renewal_batch_max: int = 200) -> None:
         from confluent_kafka import Producer
 
         self.settings = settings
+        self.renewal_window_s = renewal_window_ms / 1000.0
+        self.renewal_batch_max = renewal_batch_max
+        self._windows: dict[int, _Window] = {}
+        self._batch_ids = itertools.count()
+        self._batch_prefix = f"rb-{secrets.token_hex(6)}-"
+        self.batches = 0  # RenewalBatch records sent, and the renewals in them
+        self.batched = 0
         self.topic = commands_topic(settings)
         self.codec = codec or Codec.default()
         self.producer = Producer({
@@ -61,41 +87,97 @@ class AsyncCommandSender:
         await self.send_nowait(command, partition)
 
     def send_nowait(self, command: Any, partition: int | None = None) -> asyncio.Future[None]:
-        """Hand the command to the producer now, before this returns: it is ordered on its partition ahead of
-        anything sent after it (a gateway's next pulse included). The future settles with Kafka's ack (or
+        """Hand the command to the producer now, before this returns, or hold it in the renewal window (see the
+        module's doc): either way it is ordered on its partition ahead of anything sent after it (a gateway's
+        next pulse included). The future settles with Kafka's ack (or
         DispatchUnavailable); the current intake origin (intake.py) hears of the ack either way."""
         loop = asyncio.get_running_loop()
         if self._handoff is None or self._handoff.loop is not loop:
             self._handoff = Handoff(loop)
         handoff = self._handoff
         done: asyncio.Future[None] = loop.create_future()
-        on_produced = intake.produced_hook()
-
-        def settle(err: Any) -> None:
-            if done.done():
-                return
-            if err is not None:
-                done.set_exception(DispatchUnavailable(str(err)))
-            else:
-                done.set_result(None)
-                if on_produced is not None:
-                    on_produced()
+        settle = _settler(done, intake.produced_hook())
+        key = command_key(command)
+        if partition is None:
+            partition = partition_for(key, self.settings.partitions)
+        trace = tracing.kafka_headers()
+        came = intake.current()
+        if self.renewal_window_s > 0 and came is not None and not trace and isinstance(command, BATCHED_COMMANDS):
+            self._hold(loop, partition, came, command, settle)
+            return done
+        self._flush(partition)  # what is held for this partition goes first
 
         def report(err: Any, msg: Any) -> None:
             handoff.put(settle, err)
 
-        key = command_key(command)
-        if partition is None:
-            partition = partition_for(key, self.settings.partitions)
         try:
             self.producer.produce(self.topic, value=self.codec.encode_message(command), key=key.encode(),
-                                  partition=partition, on_delivery=report,
-                                  headers=intake.kafka_headers(tracing.kafka_headers()))
+                                  partition=partition, on_delivery=report, headers=intake.kafka_headers(trace))
         except BufferError as exc:
             raise DispatchUnavailable(f"producer queue full: {exc}") from exc
         return done
 
+    def _hold(self, loop: asyncio.AbstractEventLoop, partition: int, came: tuple[str, int], command: Any,
+              settle: Callable[[Any], None]) -> None:
+        window = self._windows.get(partition)
+        if window is not None and window.gateway_id != came[0]:  # another gateway in this process: its own batch
+            self._flush(partition)
+            window = None
+        if window is None:
+            window = self._windows[partition] = _Window(
+                came[0], loop.call_later(self.renewal_window_s, self._flush, partition))
+        window.renewals.append(batched(command, came[1]))
+        window.settles.append(settle)
+        if len(window.renewals) >= self.renewal_batch_max:
+            self._flush(partition)
+
+    def _flush(self, partition: int) -> None:
+        """Send the renewals held for `partition` as one RenewalBatch; each one's future settles with its ack."""
+        window = self._windows.pop(partition, None)
+        if window is None:
+            return
+        window.timer.cancel()
+        handoff = self._handoff
+        assert handoff is not None
+        settles = window.settles
+
+        def settle_all(err: Any) -> None:
+            for settle in settles:
+                settle(err)
+
+        def report(err: Any, msg: Any) -> None:
+            handoff.put(settle_all, err)
+
+        batch = RenewalBatch(f"{self._batch_prefix}{next(self._batch_ids):x}", window.gateway_id,
+                             tuple(window.renewals))
+        try:
+            self.producer.produce(self.topic, value=self.codec.encode_message(batch), key=window.gateway_id.encode(),
+                                  partition=partition, on_delivery=report,
+                                  headers=[(intake.GATEWAY_HEADER, window.gateway_id.encode())])
+        except BufferError as exc:
+            settle_all(DispatchUnavailable(f"producer queue full: {exc}"))
+            return
+        self.batches += 1
+        self.batched += len(settles)
+
     def close(self, timeout: float = 10.0) -> None:
+        for partition in list(self._windows):
+            self._flush(partition)
         self.producer.flush(timeout)
         self._stop.set()
         self._thread.join(timeout)
+
+
+def _settler(done: asyncio.Future[None], on_produced: Callable[[], None] | None) -> Callable[[Any], None]:
+    """Settle `done` with a delivery report's error (DispatchUnavailable) or success, telling the intake
+    origin (intake.py) of the ack either way."""
+    def settle(err: Any) -> None:
+        if done.done():
+            return
+        if err is not None:
+            done.set_exception(err if isinstance(err, DispatchUnavailable) else DispatchUnavailable(str(err)))
+        else:
+            done.set_result(None)
+            if on_produced is not None:
+                on_produced()
+    return settle

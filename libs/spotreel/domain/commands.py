@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from spotreel.domain.renewal_batch import BatchedRenewal
 from spotreel.domain.spec import RenderSpec
 
 # ---------------------------------------------------------------------------------------------------------
@@ -425,3 +426,44 @@ class GatewayPulse:
 
 INTAKE_COMMANDS = (GatewayPulse,)
 
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Renewals batched across workers (a gateway's renewal window; domain/renewal_batch.py)
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RenewalBatch:
+    """A gateway's lease renewals (RenewLease, ReportProgress) of several workers whose jobs share one commands
+    partition, in one record: the owner judges each one as if it had come alone, in order, at its own send
+    time (`sent_ms`), through `gateway_id`. Keyed by the gateway; what it absorbs is answered in one
+    RenewalReplies record."""
+
+    batch_id: str
+    gateway_id: str
+    renewals: tuple[BatchedRenewal, ...]
+
+    def commands(self) -> list[tuple[RenewLease | ReportProgress, int]]:
+        """Each renewal as the command a worker would have sent alone, with its send time (ms)."""
+        return [(command_of(r), r.sent_ms) for r in self.renewals]
+
+
+BATCHED_COMMANDS = (RenewLease, ReportProgress)
+
+
+def batched(command: RenewLease | ReportProgress, sent_ms: int) -> BatchedRenewal:
+    """A renewal's entry in a RenewalBatch."""
+    if isinstance(command, ReportProgress):
+        return BatchedRenewal(command.command_id, command.job_id, command.epoch, command.worker_id, sent_ms,
+                              command.step, command.progress_pct, command.phase)
+    return BatchedRenewal(command.command_id, command.job_id, command.epoch, command.worker_id, sent_ms)
+
+
+def command_of(entry: BatchedRenewal) -> RenewLease | ReportProgress:
+    """The command an entry stands for: a ReportProgress when it has a step, else a RenewLease."""
+    if entry.step is None:
+        return RenewLease(entry.command_id, entry.job_id, entry.epoch, entry.worker_id)
+    return ReportProgress(entry.command_id, entry.job_id, entry.epoch, entry.worker_id, entry.step,
+                          entry.progress_pct if entry.progress_pct is not None else 0.0,
+                          entry.phase if entry.phase is not None else "denoising")

@@ -644,6 +644,19 @@ class NoWorkAvailable:
 
 
 @dataclass(frozen=True)
+class RenewalReplies:
+    """The owner's answers to the renewals of one RenewalBatch that it absorbed (answered without an event,
+    domain/renewals.py), in one record on the replies topic keyed `~batch:<gateway_id>`: each one is the
+    reply the renewal would have had alone. The batch's other renewals are answered by their events or
+    rejections on the events topic, as always."""
+
+    batch_id: str
+    gateway_id: str
+    renewed: tuple[LeaseRenewed, ...] = ()
+    progressed: tuple[ProgressReported, ...] = ()
+
+
+@dataclass(frozen=True)
 class PoolStats:
     """One scheduler partition's view of one pool, published (compacted, keyed `pool/partition`) for
     admission control, ETA and the capacity manager. Sum over partitions for the pool's totals (counts;

@@ -1,0 +1,169 @@
+"""A gateway's RenewalBatch through the scheduler's real batch loop (`Pipeline.on_batch`, in process): each
+renewal judged as if it had come alone, at its own send time; what is absorbed answered in one
+RenewalReplies record; events marked with their place in the batch, and a batch torn by a crash applied
+again from the renewal after the last one whose events landed."""
+
+from __future__ import annotations
+
+from unittest import mock
+
+from spotreel.adapters.kafka import BATCH_REPLY_KEY_PREFIX, CMD_ENTRY_HEADER, CMD_OFFSET_HEADER
+from spotreel.adapters.partitioning import partition_for
+from spotreel.codec import Codec
+from spotreel.domain import commands as c
+from spotreel.domain import events as ev
+from spotreel.platform.topics import commands_deadletter_topic, events_topic, replies_topic
+
+from spotreel.services.scheduler import clock as sched_clock
+from tests.unit.jobkit import T0, submit
+from tests.unit.schedloop import Producer, run, scheduler
+
+TTL = 12_000
+GW = "gw-test"
+codec = Codec.default()
+
+
+def _leased(tmp_path, now: list[int], jobs: int = 2, partitions: int = 1):
+    """A scheduler with `jobs` jobs, each leased to its own worker (w0, w1, ...) and the lease confirmed by a
+    first renewal sent alone. Returns (scheduler, producer, [(job, epoch, worker)], next offset of partition 0)."""
+    sched, producer = scheduler(tmp_path, now, partitions=partitions, prefix="unit.batch")
+    offsets = [0] * partitions
+    held = []
+    for i in range(jobs):
+        sub = submit(key=f"k{i}")
+        p = partition_for(sub.job_id, partitions)
+        now[0] += 10
+        run(sched, codec, [sub, c.RequestWork(f"rw{i}", f"w{i}", "h100", ("tiny-t2v",), (), False, TTL, now[0])],
+            offsets[p], partition=p)
+        state = sched.get(sub.job_id)
+        assert state.lease is not None and state.lease.worker_id == f"w{i}"
+        run(sched, codec, [c.RenewLease(f"confirm{i}", sub.job_id, state.epoch, f"w{i}")], offsets[p] + 2,
+            partition=p)
+        offsets[p] += 3
+        assert sched.get(sub.job_id).lease.confirmed
+        held.append((sub.job_id, state.epoch, f"w{i}"))
+    return sched, producer, held, offsets[0]
+
+
+def _answers(sched, producer: Producer, since: int) -> dict[str, list[tuple[str, dict[str, bytes]]]]:
+    """command id -> [(how it was answered, the record's headers)] for the records sent from `since` on."""
+    found: dict[str, list[tuple[str, dict[str, bytes]]]] = {}
+    for rec in producer.records[since:]:
+        if rec.topic == replies_topic(sched.settings) and rec.key.startswith(BATCH_REPLY_KEY_PREFIX):
+            replies = codec.decode_message(rec.value)
+            for r in (*replies.renewed, *replies.progressed):
+                found.setdefault(r.causation_id, []).append((f"batch-reply {type(r).__name__}", {}))
+        elif rec.topic == replies_topic(sched.settings):
+            r = codec.decode_message(rec.value)
+            found.setdefault(r.causation_id, []).append((f"reply {type(r).__name__}", {}))
+        elif rec.topic == events_topic(sched.settings):
+            e = codec.decode_message(rec.value)
+            cid = e.command_id if isinstance(e, ev.CommandRejected) else getattr(e, "causation_id", None)
+            found.setdefault(cid, []).append((type(e).__name__, dict(rec.headers or ())))
+    return found
+
+
+def _batch(*renewals: tuple[object, int]) -> c.RenewalBatch:
+    return c.RenewalBatch("rb-1", GW, tuple(c.batched(cmd, sent) for cmd, sent in renewals))
+
+
+def test_each_renewal_of_a_batch_is_answered_once_and_the_absorbed_ones_in_one_record(tmp_path) -> None:
+    now = [T0]
+    with mock.patch.object(sched_clock, "now_ms", lambda: now[0]):
+        sched, producer, held, offset = _leased(tmp_path, now)
+        (j0, e0, w0), (j1, e1, w1) = held
+        now[0] += 1_000
+        since = len(producer.records)
+        before = [sched.parts[0].view(sched.get(j)).lease.expires_at_ms for j in (j0, j1)]
+        run(sched, codec, [_batch((c.RenewLease("a", j0, e0, w0), now[0]),
+                                  (c.ReportProgress("b", j1, e1, w1, 3, 15.0), now[0]),
+                                  (c.RenewLease("stale", j0, e0 + 5, w0), now[0]))], offset)
+        answers = _answers(sched, producer, since)
+        assert set(answers) == {"a", "b", "stale"}
+        assert all(len(v) == 1 for v in answers.values()), answers
+        assert answers["a"][0][0] == "batch-reply LeaseRenewed"
+        batch_replies = [r for r in producer.records[since:] if r.key.startswith(BATCH_REPLY_KEY_PREFIX)]
+        assert len(batch_replies) == 1 and batch_replies[0].key == BATCH_REPLY_KEY_PREFIX + GW.encode()
+        # The refused renewal is an event like any command's, marked with the batch's offset and its place.
+        how, headers = answers["stale"][0]
+        assert how == "CommandRejected"
+        assert headers[CMD_OFFSET_HEADER] == str(offset).encode() and headers[CMD_ENTRY_HEADER] == b"2"
+        part = sched.parts[0]
+        assert (part.applied_upto, part.applied_entry) == (offset, None)
+        after = [part.view(sched.get(j)).lease.expires_at_ms for j in (j0, j1)]
+        assert all(a > b for a, b in zip(after, before)), "the batch's renewals did not move the deadlines"
+
+
+def test_each_renewal_is_judged_at_its_own_send_time(tmp_path) -> None:
+    now = [T0]
+    with mock.patch.object(sched_clock, "now_ms", lambda: now[0]):
+        sched, producer, held, offset = _leased(tmp_path, now)
+        (j0, e0, w0), (j1, e1, w1) = held
+        part = sched.parts[0]
+        deadline = max(part.view(sched.get(j)).lease.expires_at_ms for j in (j0, j1))
+        now[0] = deadline + 500  # the batch reaches the log after both deadlines
+        since = len(producer.records)
+        run(sched, codec, [_batch((c.RenewLease("in-time", j0, e0, w0), deadline - 1_000),
+                                  (c.RenewLease("too-late", j1, e1, w1), deadline + 400))],
+            offset, appended_ms=now[0])
+        answers = _answers(sched, producer, since)
+        assert answers["in-time"][0][0].endswith("LeaseRenewed"), answers
+        assert answers["too-late"][0][0] == "CommandRejected", answers
+        rejected = codec.decode_message(next(r.value for r in producer.records[since:]
+                                             if r.topic == events_topic(sched.settings)
+                                             and b"too-late" in r.value))
+        assert rejected.reason == "lease_expired"
+
+
+def test_a_torn_batch_is_applied_again_from_the_renewal_after_the_last_that_landed(tmp_path) -> None:
+    now = [T0]
+    with mock.patch.object(sched_clock, "now_ms", lambda: now[0]):
+        sched, producer, held, offset = _leased(tmp_path, now)
+        (j0, e0, w0), (j1, e1, w1) = held
+        now[0] += 1_000
+        batch = _batch((c.RenewLease("first", j0, e0, w0), now[0]), (c.RenewLease("second", j1, e1, w1), now[0]))
+        part = sched.parts[0]
+        # What catch-up finds after a crash that left the first renewal's events on the topic, not the second's.
+        part.applied_upto, part.applied_entry = offset, 0
+        since = len(producer.records)
+        run(sched, codec, [batch], offset)
+        assert set(_answers(sched, producer, since)) == {"second"}
+        assert (part.applied_upto, part.applied_entry) == (offset, None)
+        # Delivered once more (the commit did not happen): now applied whole, so skipped whole.
+        since = len(producer.records)
+        run(sched, codec, [batch], offset)
+        assert _answers(sched, producer, since) == {}
+
+
+def test_a_batch_with_a_renewal_of_another_partition_is_dead_lettered_whole(tmp_path) -> None:
+    now = [T0]
+    with mock.patch.object(sched_clock, "now_ms", lambda: now[0]):
+        sched, producer, held, offset = _leased(tmp_path, now, jobs=4, partitions=2)
+        by_part = {partition_for(j, 2): (j, e, w) for j, e, w in held}
+        assert len(by_part) == 2, "the four jobs all fell on one partition"
+        (j0, e0, w0), (j1, e1, w1) = by_part[0], by_part[1]
+        since = len(producer.records)
+        run(sched, codec, [_batch((c.RenewLease("here", j0, e0, w0), now[0]),
+                                  (c.RenewLease("elsewhere", j1, e1, w1), now[0]))], offset, partition=0)
+        assert _answers(sched, producer, since) == {}
+        dead = producer.to(commands_deadletter_topic(sched.settings))
+        assert len(dead) == 1
+        name, letter = codec.decode(dead[0].value)
+        assert name == "spotreel.v1.DeadLetteredCommand"
+        assert letter["reason"] == "wrong_partition" and "elsewhere" in letter["detail"]
+
+
+def test_catch_up_reads_how_much_of_the_last_batch_landed_from_its_events() -> None:
+    from spotreel.services.scheduler.catchup import CatchUp, note_applied
+
+    def headers(offset: int, entry: int | None = None) -> list[tuple[str, bytes]]:
+        found = [(CMD_OFFSET_HEADER, str(offset).encode())]
+        return found + ([(CMD_ENTRY_HEADER, str(entry).encode())] if entry is not None else [])
+
+    caught = CatchUp()
+    for h in (headers(4), headers(7, 0), headers(7, 2), headers(7, 2)):
+        note_applied(caught, h)
+    assert (caught.applied_upto, caught.applied_entry) == (7, 2)  # renewals 0..2 of the batch at 7 landed
+    note_applied(caught, headers(9))
+    assert (caught.applied_upto, caught.applied_entry) == (9, None)  # a whole command after it
+    assert note_applied(caught, []) is None and caught.applied_upto == 9
