@@ -185,6 +185,8 @@ def create_app(settings: Settings, deps: Deps, cfg: GatewayConfig | None = None)
 
         cfg = replace(cfg, models=load(settings.model_registry))
     metrics = Metrics.create()
+    if hasattr(deps.commands, "batches"):  # the real sender (wiring.py); tests' stand-ins have no window
+        metrics.count_batches(deps.commands)
     admission = Admission(cfg, deps.reads, on_reject=lambda reason: metrics.rejections.labels(reason).inc(),
                           pools=deps.pools, usage=deps.usage, clock_ms=deps.clock_ms)
     app = web.Application(

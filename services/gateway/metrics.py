@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client.core import CounterMetricFamily
 
 # Counters' and histograms' `_created` timestamps would come out as separate gauge families.
 disable_created_metrics()
@@ -54,3 +56,20 @@ class Metrics:
                                        "refused (409, the lease is gone) or asked (cancel or drain)",
                                        ["told"], registry=reg),
         )
+
+    def count_batches(self, sender: Any) -> None:
+        """Export the command sender's renewal window (spotreel.dispatch.sender): RenewalBatch records sent and
+        the renewals in them; their ratio is how many renewals a record carried."""
+        self.registry.register(_RenewalBatches(sender))
+
+
+class _RenewalBatches:
+    def __init__(self, sender: Any) -> None:
+        self.sender = sender
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily("spotreel_gateway_renewal_batches", "RenewalBatch records the renewal window sent",
+                                  value=self.sender.batches)
+        yield CounterMetricFamily("spotreel_gateway_batched_renewals",
+                                  "heartbeats and progress reports sent inside RenewalBatch records",
+                                  value=self.sender.batched)

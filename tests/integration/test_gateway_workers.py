@@ -300,3 +300,33 @@ async def test_a_verdict_that_comes_after_its_answer_is_told_on_the_next_renewal
     assert rel.status == 200, await rel.text()
     status, refused = await until(lambda s, b: s == 409, "the refusal")
     assert refused["error"]["code"] in ("stale_epoch", "terminal"), refused  # released, and cancelled by it
+
+
+async def test_renewals_of_many_workers_go_in_batches_and_each_gets_its_own_verdict(gw):
+    # The renewal window (gateway README): heartbeats and progress reports sent together travel as RenewalBatch
+    # records, and each request is still answered with its own verdict: the first renewal of each lease is
+    # persisted (an event), the next ones absorbed (one RenewalReplies per batch), a stale epoch refused.
+    from spotreel.services.gateway.context import GATEWAY
+
+    client, keys = gw
+    w, t = bearer(keys["worker"]), bearer(keys["tenant"])
+    held = await asyncio.gather(*(_submitted_and_leased(client, w, t, f"w-batch-{i}") for i in range(9)))
+    sender = client.server.app[GATEWAY].deps.commands
+    batches, batched = sender.batches, sender.batched
+
+    async def renew(job_id: str, fence: dict, kind: str, step: int = 0) -> tuple[int, dict]:
+        body = fence if kind == "heartbeat" else {**fence, "step": step, "progress_pct": 5.0 * step}
+        r = await client.post(f"/internal/leases/{job_id}/{kind}", json=body, headers=w)
+        return r.status, await r.json()
+
+    for round_, kind in enumerate(("heartbeat", "progress", "heartbeat")):
+        answers = await asyncio.gather(*(renew(j, f, kind, round_) for j, f in held),
+                                       renew(held[0][0], {**held[0][1], "epoch": held[0][1]["epoch"] + 7}, kind))
+        *mine, stale = answers
+        assert all(status == 200 and body["verdict"] == "accepted" for status, body in mine), answers
+        assert {body["event"] for _, body in mine} == {"LeaseRenewed" if kind == "heartbeat" else "ProgressReported"}
+        assert all(body["lease_expires_at_ms"] > 0 for _, body in mine)
+        assert stale[0] == 409, stale
+    renewals = 3 * 10
+    assert sender.batched - batched == renewals
+    assert sender.batches - batches < renewals / 2, (sender.batches - batches, renewals)

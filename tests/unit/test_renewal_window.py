@@ -184,3 +184,18 @@ def test_the_listener_routes_each_reply_of_a_batch_as_if_it_had_come_alone() -> 
 def test_an_entry_stands_for_the_command_it_was_made_of(entry: Any) -> None:
     batch = c.RenewalBatch("rb", "gw", (c.batched(entry, 77),))
     assert codec.decode_message(codec.encode_message(batch)).commands() == [(entry, 77)]
+
+
+def test_the_gateway_exports_how_many_renewals_a_record_carried() -> None:
+    from prometheus_client import generate_latest
+
+    from spotreel.services.gateway.metrics import Metrics
+
+    sender, _ = _sender()
+    sender.batches, sender.batched = 3, 11
+    metrics = Metrics.create()
+    metrics.count_batches(sender)
+    sender.close()
+    lines = generate_latest(metrics.registry).decode().splitlines()
+    assert "spotreel_gateway_renewal_batches_total 3.0" in lines
+    assert "spotreel_gateway_batched_renewals_total 11.0" in lines
