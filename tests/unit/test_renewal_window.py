@@ -101,7 +101,7 @@ def test_renewals_through_a_gateway_go_as_one_batch_per_partition_each_settling_
     assert (sender.batches, sender.batched) == (2, 3)
 
 
-def test_other_commands_go_alone_and_after_what_is_held_for_their_partition() -> None:
+def test_a_jobs_other_commands_go_after_its_held_renewal_and_the_rest_do_not_wait() -> None:
     sender, producer = _sender(window_ms=10_000)  # held until something else goes to the partition
     job = _jobs_on(0, 1)[0]
     acked: list[int] = []
@@ -110,6 +110,10 @@ def test_other_commands_go_alone_and_after_what_is_held_for_their_partition() ->
         held = asyncio.ensure_future(_through_gateway(sender, c.RenewLease("r", job, 1, "w0"), 1000, acked))
         await asyncio.sleep(0.05)
         assert producer.records == []
+        # A pulse, a lease request or another job's command names no held job: it goes, the window stays.
+        await asyncio.wait_for(sender.send_nowait(c.GatewayPulse("gp", "gw-1", 999), partition=0), 5)
+        await asyncio.wait_for(sender.send_nowait(c.RequestWork("rw", "w9", "h100", ("m",)), partition=0), 5)
+        assert [r["type"] for r in producer.records] == ["GatewayPulse", "RequestWork"]
         with intake.origin("gw-1", 1001, None):
             done = sender.send_nowait(c.CompleteJob("done", job, 1, "w0", "k", "sum", 10))
         await asyncio.wait_for(asyncio.gather(held, done), 5)
@@ -120,7 +124,8 @@ def test_other_commands_go_alone_and_after_what_is_held_for_their_partition() ->
         asyncio.run(main())
     finally:
         sender.close()
-    assert [r["type"] for r in producer.records] == ["RenewalBatch", "CompleteJob", "RenewLease"]
+    assert [r["type"] for r in producer.records] == ["GatewayPulse", "RequestWork", "RenewalBatch", "CompleteJob",
+                                                     "RenewLease"]
     assert {r["partition"] for r in producer.records} == {0}
 
 

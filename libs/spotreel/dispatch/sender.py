@@ -12,8 +12,11 @@ request the gateway's worker API handles carries its intake headers (intake.py).
 The renewal window (`renewal_window_ms` > 0, the gateway's worker API): a heartbeat or progress report taken
 in through a gateway (an intake origin is current) and not traced is held up to that long with the others for
 jobs of its partition, and they go as one RenewalBatch record (domain/renewal_batch.py), each with its own send
-time; each one's future settles with the batch's ack. Any other command to that partition sends what is held
-first, so a partition's commands keep the order in which they were sent.
+time; each one's future settles with the batch's ack. Any other command of a job with a renewal held sends the
+held ones first, so a job's commands keep the order in which they were sent. Commands that name no job (a lease
+request, a gateway's pulse) do not wait for the window and do not end it: the order between them and another
+job's renewals says nothing, and a held renewal holds its gateway's vouched time back (intake.py) until its
+batch is on the topic.
 """
 
 from __future__ import annotations
@@ -88,8 +91,9 @@ class AsyncCommandSender:
 
     def send_nowait(self, command: Any, partition: int | None = None) -> asyncio.Future[None]:
         """Hand the command to the producer now, before this returns, or hold it in the renewal window (see the
-        module's doc): either way it is ordered on its partition ahead of anything sent after it (a gateway's
-        next pulse included). The future settles with Kafka's ack (or
+        module's doc): either way it is ordered ahead of anything sent after it for its job, and a command
+        sent now is ordered on its partition ahead of anything sent after it (a gateway's next pulse
+        included). The future settles with Kafka's ack (or
         DispatchUnavailable); the current intake origin (intake.py) hears of the ack either way."""
         loop = asyncio.get_running_loop()
         if self._handoff is None or self._handoff.loop is not loop:
@@ -105,7 +109,10 @@ class AsyncCommandSender:
         if self.renewal_window_s > 0 and came is not None and not trace and isinstance(command, BATCHED_COMMANDS):
             self._hold(loop, partition, came, command, settle)
             return done
-        self._flush(partition)  # what is held for this partition goes first
+        job_id = getattr(command, "job_id", None)
+        held = self._windows.get(partition)
+        if held is not None and job_id is not None and any(r.job_id == job_id for r in held.renewals):
+            self._flush(partition)  # a job's commands keep their order: its held renewal goes first
 
         def report(err: Any, msg: Any) -> None:
             handoff.put(settle, err)
