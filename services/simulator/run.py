@@ -25,7 +25,7 @@ from spotreel.fleetsim.figures import (gpu_accounting, goodput_by_stage, goodput
                                                     interval_by_stage, judge_events, saturated, summary_ms)
 from spotreel.fleetsim.fleet import Fleet, Meter, Shared, submit_loop
 from spotreel.services.simulator.kafka_link import KafkaLink
-from spotreel.services.simulator.stack import CpuWindow, PrivateStack, read_events, read_job_records
+from spotreel.services.simulator.stack import CpuWindow, PrivateStack, read_command_mix, read_events, read_job_records
 from spotreel.settings import Settings
 
 
@@ -184,6 +184,7 @@ def simulate(cfg: SimConfig, base: Settings, out: Path | None, *, partitions: in
         result = asyncio.run(_run(cfg, stack, say))
         time.sleep(2.0)  # the last verdicts' events are written before their answers; let stragglers land
         events = read_events(stack.settings)
+        commands = read_command_mix(stack.settings)
         sh = result["sh"]
         under_live = expired_under_live_workers(sh.attempts, events, result["stopped_at_ms"])
         # What the holders of the first lost leases sent and were answered, before the topics are dropped.
@@ -231,7 +232,7 @@ def simulate(cfg: SimConfig, base: Settings, out: Path | None, *, partitions: in
         "unclaimed_released_by_workers": sh.link.released_unclaimed if sh.link is not None else None,
         **gpu_accounting(sh.attempts, sh.lives, cfg.step_s, cfg.price_per_gpu_hour, judged["completed"]),
         "stages": result["stages"], "saturates_at_workers": first_sat,
-        "events_read": len(events), "cpu_cores_of_machine": os.cpu_count(),
+        "events_read": len(events), "command_records": commands, "cpu_cores_of_machine": os.cpu_count(),
     }
     say(render(report))
     if out is not None:
@@ -252,6 +253,12 @@ def render(r: dict[str, Any]) -> str:
         f"attempts {r['attempts_by_outcome']}  checkpoint interval {r['checkpoint_interval_s']}",
         f"dispatch latency (ready -> leased) p50 {d['p50_ms']} ms  p99 {d['p99_ms']} ms  (n={d['n']})",
     ]
+    mix = r.get("command_records") or {}
+    if mix:
+        records = sum(v for k, v in mix.items() if k != "renewals_in_batches")
+        batches = mix.get("RenewalBatch", 0)
+        carried = f", {mix['renewals_in_batches'] / batches:.1f} renewals each" if batches else ""
+        lines.append(f"commands topic: {records} records, {batches} of them renewal batches{carried}")
     for label, key in (("tier", "queue_wait_by_tier"), ("tenant", "queue_wait_by_tenant")):
         parts = [f"{k}: p50 {v['p50_ms']} / p99 {v['p99_ms']} ms" for k, v in r[key].items()]
         lines.append(f"queue wait by {label}: " + "; ".join(parts))

@@ -213,10 +213,10 @@ class CpuWindow:
 
 
 def _read(settings: Settings, topic: str, partitions: Iterable[int], keys: set[bytes] | None = None,
-          also: Callable[[bytes], bool] | None = None) -> Iterator[tuple[int, Any]]:
+          also: Callable[[bytes], bool] | None = None, lenient: bool = False) -> Iterator[tuple[int, Any]]:
     """(append ms, decoded) of the records of these partitions of `topic`; with `keys`, only those keyed by
-    one of them or whose key `also` takes, and a record the codec refuses (a poison command, which the
-    scheduler dead-letters) is passed over. Without, every record must decode."""
+    one of them or whose key `also` takes. With `keys` or `lenient`, a record the codec refuses (a poison
+    command, which the scheduler dead-letters) is passed over; otherwise every record must decode."""
     from spotreel.adapters.kafka import read_partition
     from spotreel.codec import Codec, CodecError
 
@@ -229,7 +229,7 @@ def _read(settings: Settings, topic: str, partitions: Iterable[int], keys: set[b
             try:
                 yield msg.timestamp()[1], codec.decode_message(msg.value())
             except CodecError:
-                if keys is None:
+                if keys is None and not lenient:
                     raise
 
 
@@ -238,6 +238,21 @@ def read_events(settings: Settings) -> list[Any]:
     from spotreel.platform.topics import events_topic
 
     return [event for _, event in _read(settings, events_topic(settings), range(settings.partitions))]
+
+
+def read_command_mix(settings: Settings) -> dict[str, int]:
+    """Records of the run's commands topic by type, and `renewals_in_batches`: the renewals the gateways'
+    RenewalBatch records carried (their ratio to the batches is what a record carried)."""
+    from spotreel.domain.commands import RenewalBatch
+    from spotreel.platform.topics import commands_topic
+
+    mix: dict[str, int] = {}
+    for _, record in _read(settings, commands_topic(settings), range(settings.partitions), keys=None, lenient=True):
+        name = type(record).__name__
+        mix[name] = mix.get(name, 0) + 1
+        if isinstance(record, RenewalBatch):
+            mix["renewals_in_batches"] = mix.get("renewals_in_batches", 0) + len(record.renewals)
+    return mix
 
 
 def read_job_records(settings: Settings, job_ids: set[str]) -> list[tuple[int, str, Any]]:

@@ -70,6 +70,14 @@ def test_a_frozen_scheduler_costs_no_live_worker_its_lease(stack, settings, tmp_
         assert waits["n"] > 0 and waits["max_ms"] > 3000, waits
     else:
         assert waits is None  # the gateway's histogram has them
+    mix = report["command_records"]
+    if transport == "http":
+        # The gateway's renewal window: the renewals went in RenewalBatch records, several to a record.
+        assert mix.get("RenewalBatch", 0) > 0 and mix["renewals_in_batches"] > 1.5 * mix["RenewalBatch"], mix
+        alone = mix.get("RenewLease", 0) + mix.get("ReportProgress", 0)  # only a traced request's goes alone
+        assert alone < 0.05 * mix["renewals_in_batches"], mix
+    else:  # workers on the Kafka transport produce their own renewals, one record each
+        assert "RenewalBatch" not in mix and mix.get("RenewLease", 0) > 0, mix
 
 
 def test_a_frozen_gateway_costs_no_live_worker_its_lease(stack, settings, tmp_path):
