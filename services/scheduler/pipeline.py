@@ -65,7 +65,10 @@ class Pipeline:
         Only then does Faust ack the batch (so its offsets may be committed). The crash proof of README.md
         holds per command: the producer keeps a partition's records in order (aiokafka has one batch in
         flight per partition), so the events that are durable after a crash are a prefix, catch-up's
-        `applied_upto` is the last command whose events all landed, and anything after it is redelivered."""
+        `applied_upto` is the last command whose events all landed, and anything after it is redelivered.
+        A gateway's RenewalBatch is taken apart here: each renewal is judged as if it had come alone (at its
+        own send time), its events carry its place (`cmd-entry`) so a batch torn by a crash is applied again
+        from the next renewal on, and the renewals absorbed are answered in one RenewalReplies record."""
         producer = self.app.producer
         outs = _Outputs()
         rewound: set[int] = set()
@@ -127,28 +130,26 @@ class Pipeline:
                     continue
                 await self._take(part, msg, out, outs, given, started, via, None, None)
             part.applied_upto, part.applied_entry = msg.offset, None
-        sends, writes, after_acks, answers, replies, marked = (outs.sends, outs.writes, outs.after_acks,
-                                                               outs.answers, outs.replies, outs.marked)
-        for p, fut in sends:
+        for p, fut in outs.sends:
             meta = await fut
             part = self.parts[p]
             part.events_offset = max(part.events_offset, meta.offset)
-        await self._send_all(after_acks)
-        for p, state in writes:
+        await self._send_all(outs.after_acks)
+        for p, state in outs.writes:
             if isinstance(state, JobState):
                 self._put_job(p, state)
             else:
                 self._put(p, schedule_key(state.schedule_id), statecodec.dumps_schedule(state))
-        for p in marked:
+        for p in outs.marked:
             self.put_marker(self.parts[p])
         answered = []
-        for answer, msg, traced in answers:
+        for answer, msg, traced in outs.answers:
             worker = answer.worker_id
             partition = partition_for(worker, self.settings.partitions)
             answered.append((answer, msg, await producer.send(
                 assignments_topic(self.settings), worker.encode(), self.codec.encode_message(answer), partition,
                 None, [(TRACEPARENT, traced.encode())] if traced else None)))
-        for fut in replies:
+        for fut in outs.replies:
             await fut
         for part in self.parts.values():
             await self._publish_leases(part)
