@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spotreel.domain.dispatch import DispatchIndex, QueuedJob
-from spotreel.domain.events import WorkerLeaseHeld
+from spotreel.domain.events import ProgressReported, WorkerLeaseHeld
 from spotreel.domain.fairness import TenantUsage
 from spotreel.domain.preemption import Running
 from spotreel.domain.renewals import Pending, Renewal, after_answer, moves, with_pending, with_renewal
@@ -89,6 +89,10 @@ class PartitionState:
     deadlettered: set[int] = field(default_factory=set)
     # Deadlines of renewals answered but not persisted (domain/renewals.py): job_id -> (epoch, deadline).
     renewals: dict[str, Renewal] = field(default_factory=dict)
+    # job_id -> (stored state, renewal, pending, the view of them): the last view built, handed out again while
+    # all three are the very same objects (a renewal is judged against the view its previous one armed).
+    _views: dict[str, tuple[JobState, Renewal | None, Pending | None, JobState]] = field(default_factory=dict,
+                                                                                         repr=False)
     # The newest absorbed progress report that moved a job's position (domain/renewals.py): job_id ->
     # (stored version it was judged against, the report); written in front of the job's next event.
     pending: dict[str, Pending] = field(default_factory=dict)
@@ -121,12 +125,21 @@ class PartitionState:
         lease's newest absorbed renewal and the position of its newest absorbed progress."""
         if state is None:
             return state
-        return with_pending(with_renewal(state, self.renewals.get(state.job_id)), self.pending.get(state.job_id))
+        job_id = state.job_id
+        renewal, pending = self.renewals.get(job_id), self.pending.get(job_id)
+        if renewal is None and pending is None:
+            return state
+        last = self._views.get(job_id)
+        if last is not None and last[0] is state and last[1] is renewal and last[2] is pending:
+            return last[3]
+        view = with_pending(with_renewal(state, renewal), pending)
+        self._views[job_id] = (state, renewal, pending, view)
+        return view
 
     def absorb(self, stored: JobState, renewal: Renewal, report: Any = None) -> None:
         """A renewal answered without an event: remember its deadline (and the position a progress report
         moved to) and arm the timers (expiry, stuck) at them."""
-        if report is not None and moves(self.view(stored), report):
+        if isinstance(report, ProgressReported) and moves(self.view(stored), report):  # no view for a heartbeat
             self.pending[stored.job_id] = (stored.version, report)
         self.renewals[stored.job_id] = renewal
         self._arm_timers(self.view(stored), self.fired.get(stored.job_id, ()))
@@ -212,6 +225,8 @@ class PartitionState:
         pending = self.pending.get(job_id)
         if pending is not None and pending[0] != after.version:
             del self.pending[job_id]  # written in front of this state's events, or superseded by them
+        if job_id not in self.renewals and job_id not in self.pending:
+            self._views.pop(job_id, None)
         self._arm_timers(self.view(after), self.fired.get(job_id, ()))
 
     def _arm_timers(self, state: JobState | None, sent) -> None:

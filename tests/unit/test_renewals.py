@@ -202,3 +202,35 @@ def test_a_moved_position_is_absorbed_within_the_interval_and_written_before_the
     assert absorbed(view, decoding, every) is None
     short = replace(stored, stuck_min_ms=8_000)
     assert absorbed(short, decide(short, c.ReportProgress("p4", d.job_id, d.s.epoch, "w1", 2, 10.0), now), every) is None
+
+
+def test_the_owners_view_is_built_once_per_renewal_and_always_equals_its_inputs() -> None:
+    # PartitionState.view hands the last view out again while the stored state, the absorbed deadline and the
+    # pending position are the very same objects; any of them new, it is built again.
+    from spotreel.services.scheduler.partition import PartitionState
+
+    d = _leased()
+    part = PartitionState(0)
+    stored = d.s
+    part.observe(None, stored)
+    assert part.view(stored) is stored  # nothing absorbed: the stored state itself
+    renewal = ev.LeaseRenewed(d.job_id, stored.version, d.now + 5_000, "r1", stored.epoch, d.now + 5_000 + TTL)
+    part.absorb(stored, (renewal.epoch, renewal.lease_expires_at_ms), renewal)
+    first = part.view(stored)
+    assert first.lease.expires_at_ms == d.now + 5_000 + TTL
+    assert part.view(stored) is first  # the same inputs: the same view
+    assert first == with_pending(with_renewal(stored, part.renewals[d.job_id]), None)
+    report = ev.ProgressReported(d.job_id, stored.version, d.now + 6_000, "p1", stored.epoch, 4, 20.0, "denoising",
+                                 d.now + 6_000 + TTL)
+    part.absorb(stored, (report.epoch, report.lease_expires_at_ms), report)
+    moved = part.view(stored)
+    assert moved is not first and (moved.step, moved.lease.expires_at_ms) == (4, d.now + 6_000 + TTL)
+    # A state written since (a new object, the renewal folded in): built from it, not the old view.
+    d.send(c.RenewLease("r2", d.job_id, stored.epoch, "w1"), advance=7_000)
+    part.observe(stored, d.s)
+    assert part.view(d.s) == with_pending(with_renewal(d.s, part.renewals.get(d.job_id)),
+                                          part.pending.get(d.job_id))
+    # The lease over: nothing absorbed is kept, and no view either.
+    d.send(c.ExpireLease("x", d.job_id, d.s.epoch), advance=60_000)
+    part.observe(stored, d.s)
+    assert part.view(d.s) is d.s and d.job_id not in part._views
