@@ -166,6 +166,7 @@ class Pipeline:
                 self.metrics.dispatch_latency.observe(max(0.0, time.time() - msg.timestamp))
 
     def _dead_letter(self, part: PartitionState, msg: Any, out: HandlerResult, outs: _Outputs) -> None:
+        self.metrics.commands.inc()  # a poison record is processed too, as `_take` counts every other command
         if msg.offset in part.deadlettered:  # redelivered after a crash: its dead letter is there
             self.metrics.skipped.inc()
             return

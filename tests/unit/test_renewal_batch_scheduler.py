@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from unittest import mock
 
+import pytest
+
 from spotreel.adapters.kafka import BATCH_REPLY_KEY_PREFIX, CMD_ENTRY_HEADER, CMD_OFFSET_HEADER
 from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
@@ -67,31 +69,39 @@ def _batch(*renewals: tuple[object, int]) -> c.RenewalBatch:
     return c.RenewalBatch("rb-1", GW, tuple(c.batched(cmd, sent) for cmd, sent in renewals))
 
 
-def test_each_renewal_of_a_batch_is_answered_once_and_the_absorbed_ones_in_one_record(tmp_path) -> None:
+@pytest.fixture
+def two_leases(tmp_path):
+    """Two jobs leased and confirmed on one partition, the scheduler's clock the test's (`now`, moved on a
+    second): (now, scheduler, producer, [(job, epoch, worker)] * 2, next offset)."""
     now = [T0]
     with mock.patch.object(sched_clock, "now_ms", lambda: now[0]):
         sched, producer, held, offset = _leased(tmp_path, now)
-        (j0, e0, w0), (j1, e1, w1) = held
         now[0] += 1_000
-        since = len(producer.records)
-        before = [sched.parts[0].view(sched.get(j)).lease.expires_at_ms for j in (j0, j1)]
-        run(sched, codec, [_batch((c.RenewLease("a", j0, e0, w0), now[0]),
-                                  (c.ReportProgress("b", j1, e1, w1, 3, 15.0), now[0]),
-                                  (c.RenewLease("stale", j0, e0 + 5, w0), now[0]))], offset)
-        answers = _answers(sched, producer, since)
-        assert set(answers) == {"a", "b", "stale"}
-        assert all(len(v) == 1 for v in answers.values()), answers
-        assert answers["a"][0][0] == "batch-reply LeaseRenewed"
-        batch_replies = [r for r in producer.records[since:] if r.key.startswith(BATCH_REPLY_KEY_PREFIX)]
-        assert len(batch_replies) == 1 and batch_replies[0].key == BATCH_REPLY_KEY_PREFIX + GW.encode()
-        # The refused renewal is an event like any command's, marked with the batch's offset and its place.
-        how, headers = answers["stale"][0]
-        assert how == "CommandRejected"
-        assert headers[CMD_OFFSET_HEADER] == str(offset).encode() and headers[CMD_ENTRY_HEADER] == b"2"
-        part = sched.parts[0]
-        assert (part.applied_upto, part.applied_entry) == (offset, None)
-        after = [part.view(sched.get(j)).lease.expires_at_ms for j in (j0, j1)]
-        assert all(a > b for a, b in zip(after, before)), "the batch's renewals did not move the deadlines"
+        yield now, sched, producer, held, offset
+
+
+def test_each_renewal_of_a_batch_is_answered_once_and_the_absorbed_ones_in_one_record(two_leases) -> None:
+    now, sched, producer, held, offset = two_leases
+    (j0, e0, w0), (j1, e1, w1) = held
+    since = len(producer.records)
+    before = [sched.parts[0].view(sched.get(j)).lease.expires_at_ms for j in (j0, j1)]
+    run(sched, codec, [_batch((c.RenewLease("a", j0, e0, w0), now[0]),
+                              (c.ReportProgress("b", j1, e1, w1, 3, 15.0), now[0]),
+                              (c.RenewLease("stale", j0, e0 + 5, w0), now[0]))], offset)
+    answers = _answers(sched, producer, since)
+    assert set(answers) == {"a", "b", "stale"}
+    assert all(len(v) == 1 for v in answers.values()), answers
+    assert answers["a"][0][0] == "batch-reply LeaseRenewed"
+    batch_replies = [r for r in producer.records[since:] if r.key.startswith(BATCH_REPLY_KEY_PREFIX)]
+    assert len(batch_replies) == 1 and batch_replies[0].key == BATCH_REPLY_KEY_PREFIX + GW.encode()
+    # The refused renewal is an event like any command's, marked with the batch's offset and its place.
+    how, headers = answers["stale"][0]
+    assert how == "CommandRejected"
+    assert headers[CMD_OFFSET_HEADER] == str(offset).encode() and headers[CMD_ENTRY_HEADER] == b"2"
+    part = sched.parts[0]
+    assert (part.applied_upto, part.applied_entry) == (offset, None)
+    after = [part.view(sched.get(j)).lease.expires_at_ms for j in (j0, j1)]
+    assert all(a > b for a, b in zip(after, before)), "the batch's renewals did not move the deadlines"
 
 
 def test_each_renewal_is_judged_at_its_own_send_time(tmp_path) -> None:
@@ -115,24 +125,21 @@ def test_each_renewal_is_judged_at_its_own_send_time(tmp_path) -> None:
         assert rejected.reason == "lease_expired"
 
 
-def test_a_torn_batch_is_applied_again_from_the_renewal_after_the_last_that_landed(tmp_path) -> None:
-    now = [T0]
-    with mock.patch.object(sched_clock, "now_ms", lambda: now[0]):
-        sched, producer, held, offset = _leased(tmp_path, now)
-        (j0, e0, w0), (j1, e1, w1) = held
-        now[0] += 1_000
-        batch = _batch((c.RenewLease("first", j0, e0, w0), now[0]), (c.RenewLease("second", j1, e1, w1), now[0]))
-        part = sched.parts[0]
-        # What catch-up finds after a crash that left the first renewal's events on the topic, not the second's.
-        part.applied_upto, part.applied_entry = offset, 0
-        since = len(producer.records)
-        run(sched, codec, [batch], offset)
-        assert set(_answers(sched, producer, since)) == {"second"}
-        assert (part.applied_upto, part.applied_entry) == (offset, None)
-        # Delivered once more (the commit did not happen): now applied whole, so skipped whole.
-        since = len(producer.records)
-        run(sched, codec, [batch], offset)
-        assert _answers(sched, producer, since) == {}
+def test_a_torn_batch_is_applied_again_from_the_renewal_after_the_last_that_landed(two_leases) -> None:
+    now, sched, producer, held, offset = two_leases
+    (j0, e0, w0), (j1, e1, w1) = held
+    batch = _batch((c.RenewLease("first", j0, e0, w0), now[0]), (c.RenewLease("second", j1, e1, w1), now[0]))
+    part = sched.parts[0]
+    # What catch-up finds after a crash that left the first renewal's events on the topic, not the second's.
+    part.applied_upto, part.applied_entry = offset, 0
+    since = len(producer.records)
+    run(sched, codec, [batch], offset)
+    assert set(_answers(sched, producer, since)) == {"second"}
+    assert (part.applied_upto, part.applied_entry) == (offset, None)
+    # Delivered once more (the commit did not happen): now applied whole, so skipped whole.
+    since = len(producer.records)
+    run(sched, codec, [batch], offset)
+    assert _answers(sched, producer, since) == {}
 
 
 def test_a_batch_with_a_renewal_of_another_partition_is_dead_lettered_whole(tmp_path) -> None:
@@ -143,6 +150,7 @@ def test_a_batch_with_a_renewal_of_another_partition_is_dead_lettered_whole(tmp_
         assert len(by_part) == 2, "the four jobs all fell on one partition"
         (j0, e0, w0), (j1, e1, w1) = by_part[0], by_part[1]
         since = len(producer.records)
+        counted = sched.metrics.registry.get_sample_value("spotreel_scheduler_commands_total")
         run(sched, codec, [_batch((c.RenewLease("here", j0, e0, w0), now[0]),
                                   (c.RenewLease("elsewhere", j1, e1, w1), now[0]))], offset, partition=0)
         assert _answers(sched, producer, since) == {}
@@ -151,6 +159,7 @@ def test_a_batch_with_a_renewal_of_another_partition_is_dead_lettered_whole(tmp_
         name, letter = codec.decode(dead[0].value)
         assert name == "spotreel.v1.DeadLetteredCommand"
         assert letter["reason"] == "wrong_partition" and "elsewhere" in letter["detail"]
+        assert sched.metrics.registry.get_sample_value("spotreel_scheduler_commands_total") == counted + 1
 
 
 def test_catch_up_reads_how_much_of_the_last_batch_landed_from_its_events() -> None:
