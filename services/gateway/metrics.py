@@ -58,8 +58,8 @@ class Metrics:
         )
 
     def count_batches(self, sender: Any) -> None:
-        """Export the command sender's renewal window (spotreel.dispatch.sender): RenewalBatch records sent and
-        the renewals in them; their ratio is how many renewals a record carried."""
+        """Export the command sender's renewal window (spotreel.dispatch.sender): RenewalBatch records sent,
+        the renewals and the lease requests in them; their ratios are what a record carried."""
         self.registry.register(_RenewalBatches(sender))
 
 
@@ -73,3 +73,6 @@ class _RenewalBatches:
         yield CounterMetricFamily("spotreel_gateway_batched_renewals",
                                   "heartbeats and progress reports sent inside RenewalBatch records",
                                   value=self.sender.batched)
+        yield CounterMetricFamily("spotreel_gateway_batched_lease_requests",
+                                  "idle workers' lease requests (RequestWork) sent inside RenewalBatch records",
+                                  value=self.sender.batched_requests)

@@ -66,9 +66,10 @@ class Pipeline:
         holds per command: the producer keeps a partition's records in order (aiokafka has one batch in
         flight per partition), so the events that are durable after a crash are a prefix, catch-up's
         `applied_upto` is the last command whose events all landed, and anything after it is redelivered.
-        A gateway's RenewalBatch is taken apart here: each renewal is judged as if it had come alone (at its
-        own send time), its events carry its place (`cmd-entry`) so a batch torn by a crash is applied again
-        from the next renewal on, and the renewals absorbed are answered in one RenewalReplies record."""
+        A gateway's RenewalBatch is taken apart here: each renewal and lease request is judged as if it had
+        come alone (a renewal at its own send time), its events carry its place (`cmd-entry`) so a batch torn
+        by a crash is applied again from the next entry on, and the renewals absorbed and the requests refused
+        are answered in one RenewalReplies record (a grant alone, after its events, as always)."""
         producer = self.app.producer
         outs = _Outputs()
         rewound: set[int] = set()
@@ -85,8 +86,7 @@ class Pipeline:
             if msg.offset < part.applied_upto or (msg.offset == part.applied_upto and part.applied_entry is None):
                 self.metrics.skipped.inc()
                 # Its events are durable, but its answer may not be: a RequestWork is answered again.
-                again = self.handler.reanswer(part, msg.value, clock.now_ms())
-                if again is not None:
+                for again in self.handler.reanswer(part, msg.value, clock.now_ms()):
                     outs.answers.append((again, msg, None))
                 continue
             # A RenewalBatch whose events landed only in part before a crash: its renewals up to this one are
@@ -104,11 +104,14 @@ class Pipeline:
                                                              clock.now_ms(), "wrong_partition", why), outs)
                     continue
                 absorbed: list[Any] = []
-                for i, (renewal, sent_ms) in enumerate(command.commands()):
+                if first:  # the lease requests of the part applied before the crash are answered again
+                    for again in self.handler.reanswer(part, msg.value, clock.now_ms(), first):
+                        outs.answers.append((again, msg, None))
+                for i, (entry, sent_ms) in enumerate(command.commands()):
                     if i < first:
                         continue
                     fenced_at = part.intake.judged_ms(appended, sent_ms, command.gateway_id)
-                    out = self.handler.judge(part, msg.topic, msg.offset, msg.key, msg.value, renewal,
+                    out = self.handler.judge(part, msg.topic, msg.offset, msg.key, msg.value, entry,
                                              clock.now_ms(), appended, fenced_at)
                     await self._take(part, msg, out, outs, given, started, command.gateway_id, i, absorbed)
                 if absorbed:
@@ -117,7 +120,8 @@ class Pipeline:
                         self.codec.encode_message(ev.RenewalReplies(
                             command.batch_id, command.gateway_id,
                             tuple(r for r in absorbed if isinstance(r, ev.LeaseRenewed)),
-                            tuple(r for r in absorbed if isinstance(r, ev.ProgressReported)))), p, None, None))
+                            tuple(r for r in absorbed if isinstance(r, ev.ProgressReported)),
+                            tuple(r for r in absorbed if isinstance(r, ev.NoWorkAvailable)))), p, None, None))
             else:
                 if isinstance(command, HandlerResult):
                     out = command
@@ -181,8 +185,9 @@ class Pipeline:
     async def _take(self, part: PartitionState, msg: Any, out: HandlerResult, outs: _Outputs, given: Any,
                     started: int | None, via: str | None, entry: int | None, absorbed: list[Any] | None) -> None:
         """Send one judged command's events (each with its `cmd-offset` header, and `cmd-entry`, its place,
-        for a renewal of a RenewalBatch), answer it if it was absorbed (`absorbed`: collected for the batch's
-        one RenewalReplies record instead), and note what the later phases write and answer."""
+        for an entry of a RenewalBatch), answer it if it was absorbed (`absorbed`: the batch's absorbed
+        renewals and refused requests, collected for its one RenewalReplies record instead), and note what the
+        later phases write and answer."""
         p = part.partition
         producer = self.app.producer
         if out.pulse is not None:
@@ -248,7 +253,10 @@ class Pipeline:
             outs.after_acks.append((self.commands, key.encode(), self.codec.encode_message(command),
                                     partition_for(key, self.settings.partitions)))
         if out.answer is not None:
-            outs.answers.append((out.answer, msg, traced))
+            if absorbed is not None and isinstance(out.answer, ev.NoWorkAvailable):
+                absorbed.append(out.answer)  # nothing durable behind a refusal: answered with the batch's replies
+            else:
+                outs.answers.append((out.answer, msg, traced))
             if isinstance(out.answer, ev.WorkAssigned):
                 # Faust rereads the uncommitted tail after a rebalance: answer it from here again.
                 part.remember_grant(out.answer.request_id,

@@ -255,9 +255,10 @@ def render(r: dict[str, Any]) -> str:
     ]
     mix = r.get("command_records") or {}
     if mix:
-        records = sum(v for k, v in mix.items() if k != "renewals_in_batches")
+        records = sum(v for k, v in mix.items() if not k.endswith("_in_batches"))
         batches = mix.get("RenewalBatch", 0)
-        carried = f", {mix['renewals_in_batches'] / batches:.1f} renewals each" if batches else ""
+        carried = (f", {mix['renewals_in_batches'] / batches:.1f} renewals and "
+                   f"{mix.get('requests_in_batches', 0) / batches:.1f} lease requests each" if batches else "")
         lines.append(f"commands topic: {records} records, {batches} of them renewal batches{carried}")
     for label, key in (("tier", "queue_wait_by_tier"), ("tenant", "queue_wait_by_tenant")):
         parts = [f"{k}: p50 {v['p50_ms']} / p99 {v['p99_ms']} ms" for k, v in r[key].items()]

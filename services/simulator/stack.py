@@ -241,8 +241,9 @@ def read_events(settings: Settings) -> list[Any]:
 
 
 def read_command_mix(settings: Settings) -> dict[str, int]:
-    """Records of the run's commands topic by type, and `renewals_in_batches`: the renewals the gateways'
-    RenewalBatch records carried (their ratio to the batches is what a record carried)."""
+    """Records of the run's commands topic by type, and `renewals_in_batches` / `requests_in_batches`: the
+    renewals and lease requests the gateways' RenewalBatch records carried (their ratios to the batches are
+    what a record carried)."""
     from spotreel.domain.commands import RenewalBatch
     from spotreel.platform.topics import commands_topic
 
@@ -252,6 +253,7 @@ def read_command_mix(settings: Settings) -> dict[str, int]:
         mix[name] = mix.get(name, 0) + 1
         if isinstance(record, RenewalBatch):
             mix["renewals_in_batches"] = mix.get("renewals_in_batches", 0) + len(record.renewals)
+            mix["requests_in_batches"] = mix.get("requests_in_batches", 0) + len(record.requests)
     return mix
 
 
@@ -274,7 +276,8 @@ def read_job_records(settings: Settings, job_ids: set[str]) -> list[tuple[int, s
                                             else (lambda key: key.startswith(BATCH_REPLY_KEY_PREFIX)))
         for at, record in _read(settings, topic, partitions, keys, also=batches):
             if isinstance(record, RenewalBatch):
-                found += [(at, kind, command) for command, _ in record.commands() if command.job_id in job_ids]
+                found += [(at, kind, command) for command, _ in record.commands()
+                          if getattr(command, "job_id", None) in job_ids]
             elif isinstance(record, RenewalReplies):
                 found += [(at, kind, r) for r in (*record.renewed, *record.progressed) if r.job_id in job_ids]
             elif getattr(record, "job_id", None) in job_ids:

@@ -76,8 +76,11 @@ def test_a_frozen_scheduler_costs_no_live_worker_its_lease(stack, settings, tmp_
         assert mix.get("RenewalBatch", 0) > 0 and mix["renewals_in_batches"] > 1.5 * mix["RenewalBatch"], mix
         alone = mix.get("RenewLease", 0) + mix.get("ReportProgress", 0)  # only a traced request's goes alone
         assert alone < 0.05 * mix["renewals_in_batches"], mix
-    else:  # workers on the Kafka transport produce their own renewals, one record each
+        # And so did the idle workers' lease requests.
+        assert mix.get("requests_in_batches", 0) > 0 and mix.get("RequestWork", 0) < 0.05 * mix["requests_in_batches"]
+    else:  # workers on the Kafka transport produce their own renewals and requests, one record each
         assert "RenewalBatch" not in mix and mix.get("RenewLease", 0) + mix.get("ReportProgress", 0) > 0, mix
+        assert mix.get("RequestWork", 0) > 0, mix
 
 
 def test_a_frozen_gateway_costs_no_live_worker_its_lease(stack, settings, tmp_path):

@@ -14,7 +14,7 @@ from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
 from spotreel.domain import commands as c
 from spotreel.domain import events as ev
-from spotreel.platform.topics import commands_deadletter_topic, events_topic, replies_topic
+from spotreel.platform.topics import assignments_topic, commands_deadletter_topic, events_topic, replies_topic
 
 from spotreel.services.scheduler import clock as sched_clock
 from tests.unit.jobkit import T0, submit
@@ -176,3 +176,70 @@ def test_catch_up_reads_how_much_of_the_last_batch_landed_from_its_events() -> N
     note_applied(caught, headers(9))
     assert (caught.applied_upto, caught.applied_entry) == (9, None)  # a whole command after it
     assert note_applied(caught, []) is None and caught.applied_upto == 9
+
+
+def _ask(request_id: str, worker: str, at_ms: int) -> c.RequestWork:
+    return c.RequestWork(request_id, worker, "h100", ("tiny-t2v",), (), False, TTL, at_ms)
+
+
+def _lease_answers(sched, producer: Producer, since: int) -> dict[str, list[str]]:
+    """request id -> how each answer came: `assigned <job>:<epoch>` alone on the assignments topic, or
+    `refused <reason>` inside a batch's RenewalReplies."""
+    found: dict[str, list[str]] = {}
+    for rec in producer.records[since:]:
+        if rec.topic == assignments_topic(sched.settings):
+            a = codec.decode_message(rec.value)
+            how = f"assigned {a.job_id}:{a.epoch}" if isinstance(a, ev.WorkAssigned) else f"alone {a.reason}"
+            found.setdefault(a.request_id, []).append(how)
+        elif rec.topic == replies_topic(sched.settings) and rec.key.startswith(BATCH_REPLY_KEY_PREFIX):
+            for r in codec.decode_message(rec.value).refused:
+                found.setdefault(r.request_id, []).append(f"refused {r.reason}")
+    return found
+
+
+def test_lease_requests_in_a_batch_are_granted_alone_and_refused_together(two_leases) -> None:
+    now, sched, producer, held, offset = two_leases
+    (j0, e0, w0), _ = held
+    queued = submit(key="queued")
+    run(sched, codec, [queued], offset)
+    since = len(producer.records)
+    run(sched, codec, [c.RenewalBatch("rb-2", GW, (c.batched(c.RenewLease("hb", j0, e0, w0), now[0]),),
+                                      (_ask("rw-a", "idle-a", now[0]), _ask("rw-b", "idle-b", now[0]),
+                                       _ask("rw-c", w0, now[0])))], offset + 1)
+    lease = sched.get(queued.job_id).lease
+    assert lease is not None and lease.worker_id == "idle-a"
+    answers = _lease_answers(sched, producer, since)
+    assert answers == {"rw-a": [f"assigned {queued.job_id}:{sched.get(queued.job_id).epoch}"],
+                       "rw-b": ["refused no_queued_job"], "rw-c": ["refused worker_holds_lease"]}
+    # The renewal's reply and the two refusals share one record; the grant's event carries its place.
+    batch_replies = [r for r in producer.records[since:] if r.key.startswith(BATCH_REPLY_KEY_PREFIX)]
+    assert len(batch_replies) == 1 and len(codec.decode_message(batch_replies[0].value).renewed) == 1
+    granted = [dict(r.headers) for r in producer.to(events_topic(sched.settings))[-3:]
+               if isinstance(codec.decode_message(r.value), ev.JobLeased)]
+    assert granted == [{CMD_OFFSET_HEADER: str(offset + 1).encode(), CMD_ENTRY_HEADER: b"1"}]
+
+
+def test_a_redelivered_batch_answers_its_lease_requests_again_and_never_grants_twice(two_leases) -> None:
+    now, sched, producer, held, offset = two_leases
+    (j0, e0, w0), _ = held
+    queued = submit(key="queued")
+    run(sched, codec, [queued], offset)
+    batch = c.RenewalBatch("rb-3", GW, (c.batched(c.RenewLease("hb", j0, e0, w0), now[0]),),
+                           (_ask("rw-a", "idle-a", now[0]), _ask("rw-b", "idle-b", now[0])))
+    run(sched, codec, [batch], offset + 1)
+    epoch = sched.get(queued.job_id).epoch
+    part = sched.parts[0]
+    # Torn after the grant's events (entry 1) landed: the grant is answered again, the next request judged.
+    part.applied_upto, part.applied_entry = offset + 1, 1
+    since = len(producer.records)
+    run(sched, codec, [batch], offset + 1)
+    assert _lease_answers(sched, producer, since) == {"rw-a": [f"assigned {queued.job_id}:{epoch}"],
+                                                      "rw-b": ["refused no_queued_job"]}
+    # Applied whole and delivered again (the commit did not happen): both answered again, nothing decided.
+    since = len(producer.records)
+    run(sched, codec, [batch], offset + 1)
+    assert _lease_answers(sched, producer, since) == {"rw-a": [f"assigned {queued.job_id}:{epoch}"],
+                                                      "rw-b": ["alone no_queued_job"]}
+    assert sched.get(queued.job_id).epoch == epoch
+    assert producer.to(events_topic(sched.settings))[-1:] and not any(
+        isinstance(codec.decode_message(r.value), ev.JobLeased) for r in producer.records[since:])

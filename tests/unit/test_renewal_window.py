@@ -71,9 +71,10 @@ def _jobs_on(partition: int, n: int) -> list[str]:
     return found
 
 
-async def _through_gateway(sender: AsyncCommandSender, command: Any, sent_ms: int, acked: list[int]) -> None:
+async def _through_gateway(sender: AsyncCommandSender, command: Any, sent_ms: int, acked: list[int],
+                           partition: int | None = None) -> None:
     with intake.origin("gw-1", sent_ms, lambda: acked.append(sent_ms)):
-        fut = sender.send_nowait(command)
+        fut = sender.send_nowait(command, partition)
     await asyncio.wait_for(fut, 5)
 
 
@@ -101,6 +102,32 @@ def test_renewals_through_a_gateway_go_as_one_batch_per_partition_each_settling_
     assert (sender.batches, sender.batched) == (2, 3)
 
 
+def test_idle_workers_lease_requests_through_a_gateway_go_in_the_batch_of_the_partition_they_ask() -> None:
+    sender, producer = _sender()
+    job = _jobs_on(1, 1)[0]
+    acked: list[int] = []
+    # A request names its partition (the gateway's asking policy picks it), whatever the worker's id hashes to.
+    asks = [c.RequestWork(f"rw{i}", f"w{i}", "h100", ("m",), sent_at_ms=at) for i, at in enumerate((2000, 2002, 2003))]
+
+    async def main() -> None:
+        await asyncio.gather(_through_gateway(sender, asks[0], 2000, acked, partition=1),
+                             _through_gateway(sender, c.RenewLease("r", job, 1, "w7"), 2001, acked),
+                             _through_gateway(sender, asks[1], 2002, acked, partition=1),
+                             _through_gateway(sender, asks[2], 2003, acked, partition=2))
+
+    try:
+        asyncio.run(main())
+    finally:
+        sender.close()
+    assert [r["type"] for r in producer.records] == ["RenewalBatch", "RenewalBatch"]
+    by_partition = {r["partition"]: codec.decode_message(r["value"]) for r in producer.records}
+    # The renewals first, then the requests: the order of their places (`cmd-entry`) at the scheduler.
+    assert by_partition[1].commands() == [(c.RenewLease("r", job, 1, "w7"), 2001), (asks[0], 2000), (asks[1], 2002)]
+    assert by_partition[2].requests == (asks[2],) and by_partition[2].renewals == ()
+    assert sorted(acked) == [2000, 2001, 2002, 2003]
+    assert (sender.batches, sender.batched, sender.batched_requests) == (2, 1, 3)
+
+
 def test_a_jobs_other_commands_go_after_its_held_renewal_and_the_rest_do_not_wait() -> None:
     sender, producer = _sender(window_ms=10_000)  # held until something else goes to the partition
     job = _jobs_on(0, 1)[0]
@@ -110,13 +137,16 @@ def test_a_jobs_other_commands_go_after_its_held_renewal_and_the_rest_do_not_wai
         held = asyncio.ensure_future(_through_gateway(sender, c.RenewLease("r", job, 1, "w0"), 1000, acked))
         await asyncio.sleep(0.05)
         assert producer.records == []
-        # A pulse, a lease request or another job's command names no held job: it goes, the window stays.
+        # A pulse or another job's command names no held job: it goes, the window stays. A lease request
+        # taken in through the gateway joins the window and does not end it either.
         await asyncio.wait_for(sender.send_nowait(c.GatewayPulse("gp", "gw-1", 999), partition=0), 5)
-        await asyncio.wait_for(sender.send_nowait(c.RequestWork("rw", "w9", "h100", ("m",)), partition=0), 5)
-        assert [r["type"] for r in producer.records] == ["GatewayPulse", "RequestWork"]
+        asked = asyncio.ensure_future(_through_gateway(
+            sender, c.RequestWork("rw", "w9", "h100", ("m",), sent_at_ms=1000), 1000, acked, partition=0))
+        await asyncio.sleep(0.05)
+        assert [r["type"] for r in producer.records] == ["GatewayPulse"]
         with intake.origin("gw-1", 1001, None):
             done = sender.send_nowait(c.CompleteJob("done", job, 1, "w0", "k", "sum", 10))
-        await asyncio.wait_for(asyncio.gather(held, done), 5)
+        await asyncio.wait_for(asyncio.gather(held, asked, done), 5)
         # No origin (a worker on the Kafka transport): alone at once.
         await asyncio.wait_for(sender.send_nowait(c.RenewLease("kafka", job, 1, "w0")), 5)
 
@@ -124,9 +154,11 @@ def test_a_jobs_other_commands_go_after_its_held_renewal_and_the_rest_do_not_wai
         asyncio.run(main())
     finally:
         sender.close()
-    assert [r["type"] for r in producer.records] == ["GatewayPulse", "RequestWork", "RenewalBatch", "CompleteJob",
-                                                     "RenewLease"]
+    assert [r["type"] for r in producer.records] == ["GatewayPulse", "RenewalBatch", "CompleteJob", "RenewLease"]
     assert {r["partition"] for r in producer.records} == {0}
+    batch = codec.decode_message(producer.records[1]["value"])
+    assert [e for e, _ in batch.commands()] == [c.RenewLease("r", job, 1, "w0"),
+                                                c.RequestWork("rw", "w9", "h100", ("m",), sent_at_ms=1000)]
 
 
 def test_a_full_window_goes_at_once_and_a_zero_window_batches_nothing() -> None:
@@ -185,6 +217,19 @@ def test_the_listener_routes_each_reply_of_a_batch_as_if_it_had_come_alone() -> 
     assert lis._verdicts == {}
 
 
+def test_the_listener_hands_each_refusal_of_a_batch_to_its_request_as_the_assignments_topic_would() -> None:
+    lis = DispatchListener(Settings(), codec, name="unit")
+    answers: list[Any] = []
+    lis.on_answer("rw-1", answers.append)
+    lis.on_answer("rw-2", answers.append)
+    mine = ev.NoWorkAvailable("rw-1", "w1", 1000, "no_queued_job", 2)
+    draining = ev.NoWorkAvailable("rw-2", "w2", 1000, "draining", 2)
+    other = ev.NoWorkAvailable("rw-9", "w9", 1000, "no_queued_job", 2)  # another gateway's: nobody waits
+    replies = ev.RenewalReplies("rb-1", "gw-1", (), (), (mine, other, draining))
+    lis._route(_Msg(lis.replies, BATCH_REPLY_KEY_PREFIX + b"gw-1", codec.encode_message(replies)))
+    assert answers == [mine, draining]
+
+
 @pytest.mark.parametrize("entry", [c.RenewLease("a", "j", 3, "w"), c.ReportProgress("b", "j", 3, "w", 9, 45.5, "decoding")])
 def test_an_entry_stands_for_the_command_it_was_made_of(entry: Any) -> None:
     batch = c.RenewalBatch("rb", "gw", (c.batched(entry, 77),))
@@ -197,10 +242,11 @@ def test_the_gateway_exports_how_many_renewals_a_record_carried() -> None:
     from spotreel.services.gateway.metrics import Metrics
 
     sender, _ = _sender()
-    sender.batches, sender.batched = 3, 11
+    sender.batches, sender.batched, sender.batched_requests = 3, 11, 5
     metrics = Metrics.create()
     metrics.count_batches(sender)
     sender.close()
     lines = generate_latest(metrics.registry).decode().splitlines()
     assert "spotreel_gateway_renewal_batches_total 3.0" in lines
     assert "spotreel_gateway_batched_renewals_total 11.0" in lines
+    assert "spotreel_gateway_batched_lease_requests_total 5.0" in lines

@@ -11,8 +11,9 @@ thousands of spot workers coming and going cause no rebalance):
   scheduler answered without persisting it (domain/renewals.py), the LeaseRenewed / ProgressReported reply
   naming it on the replies topic (its version is that of the job state it was judged against), alone or in a
   gateway's RenewalReplies record (keyed `~batch:<gateway>`, each reply in it routed as if it had come
-  alone). Only records whose key (the job id) someone waits on are decoded, and the batches, so following the
-  whole topic costs a dict lookup per record.
+  alone; the NoWorkAvailable answers it carries for the batch's lease requests go to their request ids as
+  if read from the assignments topic). Only records whose key (the job id) someone waits on are decoded, and
+  the batches, so following the whole topic costs a dict lookup per record.
 
 Handlers run on the consumer thread and must not block; asyncio callers hand over with
 `call_soon_threadsafe` (aio.py), threads with an Event.
@@ -214,10 +215,12 @@ class DispatchListener:
         if topic == self.events or topic == self.replies:
             key = msg.key() or b""
             if key.startswith(BATCH_REPLY_KEY_PREFIX):
-                # A gateway's renewals answered in one record: each reply as if it had come alone.
+                # A gateway's renewals and lease requests answered in one record: each as if it had come alone.
                 replies = self.codec.decode_message(msg.value())
                 for reply in (*replies.renewed, *replies.progressed):
                     self._deliver(reply.job_id.encode(), reply, None)
+                for refusal in replies.refused:
+                    self._answer(refusal)
                 return
             self._deliver(key, None, msg.value())
         elif topic == self.assignments:
@@ -225,17 +228,21 @@ class DispatchListener:
             headers = msg.headers()
             if headers and getattr(answer, "job_id", None):
                 self._trace_lease(answer, tracing.traceparent_of(headers))
-            with self._lock:
-                handler = self._answers.get(answer.request_id)
-                if handler is not None and isinstance(answer, ev.WorkAssigned):
-                    grant = (answer.job_id, answer.epoch)
-                    if self._granted.get(answer.request_id) == grant:
-                        return  # the same grant again (see `on_answer`)
-                    self._granted[answer.request_id] = grant
-            if handler is not None:
-                handler(answer)
+            self._answer(answer)
         elif msg.value() is not None:
             self.queues.record(self.codec.decode_message(msg.value()))
+
+    def _answer(self, answer: Any) -> None:
+        """Hand a WorkAssigned / NoWorkAvailable to the handler registered for its request id."""
+        with self._lock:
+            handler = self._answers.get(answer.request_id)
+            if handler is not None and isinstance(answer, ev.WorkAssigned):
+                grant = (answer.job_id, answer.epoch)
+                if self._granted.get(answer.request_id) == grant:
+                    return  # the same grant again (see `on_answer`)
+                self._granted[answer.request_id] = grant
+        if handler is not None:
+            handler(answer)
 
     def _deliver(self, key: bytes, event: Any, value: bytes | None) -> None:
         """Hand a job's event (or its record `value`, decoded only if someone waits) to its observer and to the

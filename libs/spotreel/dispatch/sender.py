@@ -12,11 +12,12 @@ request the gateway's worker API handles carries its intake headers (intake.py).
 The renewal window (`renewal_window_ms` > 0, the gateway's worker API): a heartbeat or progress report taken
 in through a gateway (an intake origin is current) and not traced is held up to that long with the others for
 jobs of its partition, and they go as one RenewalBatch record (domain/renewal_batch.py), each with its own send
-time; each one's future settles with the batch's ack. Any other command of a job with a renewal held sends the
-held ones first, so a job's commands keep the order in which they were sent. Commands that name no job (a lease
-request, a gateway's pulse) do not wait for the window and do not end it: the order between them and another
-job's renewals says nothing, and a held renewal holds its gateway's vouched time back (intake.py) until its
-batch is on the topic.
+time; each one's future settles with the batch's ack. An idle worker's lease request (RequestWork) taken in so
+is held the same way with the others that ask its partition, and goes in the same record: at the peak idle
+workers' requests are most of the commands topic. Any other command of a job with a renewal held sends the
+held ones first, so a job's commands keep the order in which they were sent. A gateway's pulse does not wait
+for the window and does not end it: the order between it and the renewals says nothing, and a held renewal
+holds its gateway's vouched time back (intake.py) until its batch is on the topic.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from spotreel.codec import Codec
 from spotreel.dispatch import intake
 from spotreel.dispatch.aio import Handoff
 from spotreel.dispatch.listener import DispatchUnavailable
-from spotreel.domain.commands import BATCHED_COMMANDS, RenewalBatch, batched
+from spotreel.domain.commands import BATCHED_COMMANDS, BATCHED_REQUESTS, RenewalBatch, batched
 from spotreel.platform.topics import commands_topic
 from spotreel.settings import Settings
 
@@ -49,10 +50,12 @@ def command_key(command: Any) -> str:
 
 @dataclass
 class _Window:
-    """Renewals held for one partition (see the module's doc): each with its future and intake hook."""
+    """Renewals and lease requests held for one partition (see the module's doc); a future and intake hook
+    for each."""
     gateway_id: str
     timer: asyncio.TimerHandle
     renewals: list[Any] = field(default_factory=list)
+    requests: list[Any] = field(default_factory=list)
     settles: list[Callable[[Any], None]] = field(default_factory=list)
 
 
@@ -67,8 +70,9 @@ class AsyncCommandSender:
         self._windows: dict[int, _Window] = {}
         self._batch_ids = itertools.count()
         self._batch_prefix = f"rb-{secrets.token_hex(6)}-"
-        self.batches = 0  # RenewalBatch records sent, and the renewals in them
+        self.batches = 0  # RenewalBatch records sent, and the renewals and lease requests in them
         self.batched = 0
+        self.batched_requests = 0
         self.topic = commands_topic(settings)
         self.codec = codec or Codec.default()
         self.producer = Producer({
@@ -106,7 +110,8 @@ class AsyncCommandSender:
             partition = partition_for(key, self.settings.partitions)
         trace = tracing.kafka_headers()
         came = intake.current()
-        if self.renewal_window_s > 0 and came is not None and not trace and isinstance(command, BATCHED_COMMANDS):
+        if (self.renewal_window_s > 0 and came is not None and not trace
+                and isinstance(command, (*BATCHED_COMMANDS, *BATCHED_REQUESTS))):
             self._hold(loop, partition, came, command, settle)
             return done
         job_id = getattr(command, "job_id", None)
@@ -133,13 +138,16 @@ class AsyncCommandSender:
         if window is None:
             window = self._windows[partition] = _Window(
                 came[0], loop.call_later(self.renewal_window_s, self._flush, partition))
-        window.renewals.append(batched(command, came[1]))
+        if isinstance(command, BATCHED_REQUESTS):
+            window.requests.append(command)
+        else:
+            window.renewals.append(batched(command, came[1]))
         window.settles.append(settle)
-        if len(window.renewals) >= self.renewal_batch_max:
+        if len(window.settles) >= self.renewal_batch_max:
             self._flush(partition)
 
     def _flush(self, partition: int) -> None:
-        """Send the renewals held for `partition` as one RenewalBatch; each one's future settles with its ack."""
+        """Send what is held for `partition` as one RenewalBatch; each one's future settles with its ack."""
         window = self._windows.pop(partition, None)
         if window is None:
             return
@@ -156,7 +164,7 @@ class AsyncCommandSender:
             handoff.put(settle_all, err)
 
         batch = RenewalBatch(f"{self._batch_prefix}{next(self._batch_ids):x}", window.gateway_id,
-                             tuple(window.renewals))
+                             tuple(window.renewals), tuple(window.requests))
         try:
             self.producer.produce(self.topic, value=self.codec.encode_message(batch), key=window.gateway_id.encode(),
                                   partition=partition, on_delivery=report,
@@ -165,7 +173,8 @@ class AsyncCommandSender:
             settle_all(DispatchUnavailable(f"producer queue full: {exc}"))
             return
         self.batches += 1
-        self.batched += len(settles)
+        self.batched += len(window.renewals)
+        self.batched_requests += len(window.requests)
 
     def close(self, timeout: float = 10.0) -> None:
         for partition in list(self._windows):

@@ -429,27 +429,33 @@ INTAKE_COMMANDS = (GatewayPulse,)
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Renewals batched across workers (a gateway's renewal window; domain/renewal_batch.py)
+# Renewals and lease requests batched across workers (a gateway's renewal window; domain/renewal_batch.py)
 # ---------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class RenewalBatch:
     """A gateway's lease renewals (RenewLease, ReportProgress) of several workers whose jobs share one commands
-    partition, in one record: the owner judges each one as if it had come alone, in order, at its own send
-    time (`sent_ms`), through `gateway_id`. Keyed by the gateway; what it absorbs is answered in one
-    RenewalReplies record."""
+    partition, and the lease requests (RequestWork) of its idle workers that ask that partition, in one
+    record: the owner judges each one as if it had come alone, in order (the renewals, then the requests), a
+    renewal at its own send time (`sent_ms`), through `gateway_id`. Keyed by the gateway; the renewals it
+    absorbs and the requests it refuses are answered in one RenewalReplies record, a grant alone on the
+    assignments topic."""
 
     batch_id: str
     gateway_id: str
     renewals: tuple[BatchedRenewal, ...]
+    requests: tuple[RequestWork, ...] = ()
 
-    def commands(self) -> list[tuple[RenewLease | ReportProgress, int]]:
-        """Each renewal as the command a worker would have sent alone, with its send time (ms)."""
-        return [(command_of(r), r.sent_ms) for r in self.renewals]
+    def commands(self) -> list[tuple[RenewLease | ReportProgress | RequestWork, int]]:
+        """Each entry as the command a worker would have sent alone, with its send time (ms), in the order of
+        their places (`cmd-entry`): the renewals, then the requests."""
+        return [*((command_of(r), r.sent_ms) for r in self.renewals),
+                *((r, r.sent_at_ms) for r in self.requests)]
 
 
 BATCHED_COMMANDS = (RenewLease, ReportProgress)
+BATCHED_REQUESTS = (RequestWork,)
 
 
 def batched(command: RenewLease | ReportProgress, sent_ms: int) -> BatchedRenewal:

@@ -646,14 +646,16 @@ class NoWorkAvailable:
 @dataclass(frozen=True)
 class RenewalReplies:
     """The owner's answers to the renewals of one RenewalBatch that it absorbed (answered without an event,
-    domain/renewals.py), in one record on the replies topic keyed `~batch:<gateway_id>`: each one is the
-    reply the renewal would have had alone. The batch's other renewals are answered by their events or
-    rejections on the events topic, as always."""
+    domain/renewals.py) and to the lease requests it refused, in one record on the replies topic keyed
+    `~batch:<gateway_id>`: each one is the reply or NoWorkAvailable the command would have had alone. The
+    batch's other renewals are answered by their events or rejections on the events topic, and its granted
+    requests by their WorkAssigned on the assignments topic, as always."""
 
     batch_id: str
     gateway_id: str
     renewed: tuple[LeaseRenewed, ...] = ()
     progressed: tuple[ProgressReported, ...] = ()
+    refused: tuple[NoWorkAvailable, ...] = ()
 
 
 @dataclass(frozen=True)
