@@ -110,9 +110,10 @@ class GatewayConfig:
     # A renewal verdict slower than this (or none in time) adds `renew_in_seconds` (a third of a TTL) to the answer:
     # the holder spaces out its renewals while the control plane is behind (domain.leases.renew_in_s).
     slow_verdict_seconds: float = 1.0
-    # Worker API: heartbeats and progress reports are held up to this long (ms) per commands partition and sent
-    # together as one RenewalBatch record (spotreel.dispatch.sender), each judged as if it had come alone; fewer
-    # records for the broker and the scheduler at a large fleet's cost of this much more round trip. 0: each alone.
+    # Worker API: heartbeats, progress reports and idle workers' lease requests are held up to this long (ms) per
+    # commands partition and sent together as one RenewalBatch record (spotreel.dispatch.sender), each judged as
+    # if it had come alone; fewer records for the broker and the scheduler at a large fleet's cost of this much
+    # more round trip. 0: each alone.
     renewal_batch_ms: float = 50.0
     # A pass over every partition found nothing: wait this long (less when pool stats show work) before the next.
     idle_pass_seconds: float = 1.0

@@ -1,4 +1,5 @@
-"""One renewal inside a RenewalBatch (domain/commands.py).
+"""One renewal inside a RenewalBatch (domain/commands.py); the batch's lease requests are whole RequestWork
+records.
 
 A gateway in front of thousands of HTTP workers would otherwise put every heartbeat and progress report in its
 own Kafka record, and the broker, the owner's consumer and its answer producer pay per record. It keeps them
