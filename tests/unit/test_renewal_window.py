@@ -78,22 +78,29 @@ async def _through_gateway(sender: AsyncCommandSender, command: Any, sent_ms: in
     await asyncio.wait_for(fut, 5)
 
 
-def test_renewals_through_a_gateway_go_as_one_batch_per_partition_each_settling_with_its_ack() -> None:
-    sender, producer = _sender()
-    jobs = _jobs_on(0, 2) + _jobs_on(1, 1)
-    acked: list[int] = []
-
+def _all_through_gateway(sender: AsyncCommandSender, producer: Producer, sends: list[tuple[Any, int, int | None]],
+                         acked: list[int]) -> dict[int, Any]:
+    """Send (command, sent ms, partition or None) through the gateway at once; the decoded records by partition,
+    after checking that each partition got one RenewalBatch."""
     async def main() -> None:
-        await asyncio.gather(_through_gateway(sender, c.RenewLease("a", jobs[0], 1, "w0"), 1000, acked),
-                             _through_gateway(sender, c.ReportProgress("b", jobs[1], 2, "w1", 4, 20.0), 1001, acked),
-                             _through_gateway(sender, c.RenewLease("z", jobs[2], 1, "w2"), 1002, acked))
+        await asyncio.gather(*(_through_gateway(sender, cmd, at, acked, partition=p) for cmd, at, p in sends))
 
     try:
         asyncio.run(main())
     finally:
         sender.close()
-    assert [r["type"] for r in producer.records] == ["RenewalBatch", "RenewalBatch"]
-    by_partition = {r["partition"]: codec.decode_message(r["value"]) for r in producer.records}
+    assert [r["type"] for r in producer.records] == ["RenewalBatch"] * len({r["partition"] for r in producer.records})
+    return {r["partition"]: codec.decode_message(r["value"]) for r in producer.records}
+
+
+def test_renewals_through_a_gateway_go_as_one_batch_per_partition_each_settling_with_its_ack() -> None:
+    sender, producer = _sender()
+    jobs = _jobs_on(0, 2) + _jobs_on(1, 1)
+    acked: list[int] = []
+    by_partition = _all_through_gateway(sender, producer, [
+        (c.RenewLease("a", jobs[0], 1, "w0"), 1000, None), (c.ReportProgress("b", jobs[1], 2, "w1", 4, 20.0), 1001, None),
+        (c.RenewLease("z", jobs[2], 1, "w2"), 1002, None)], acked)
+    assert len(by_partition) == 2
     assert by_partition[0].gateway_id == "gw-1" and all(r["key"] == b"gw-1" for r in producer.records)
     assert by_partition[0].commands() == [(c.RenewLease("a", jobs[0], 1, "w0"), 1000),
                                           (c.ReportProgress("b", jobs[1], 2, "w1", 4, 20.0), 1001)]
@@ -108,19 +115,10 @@ def test_idle_workers_lease_requests_through_a_gateway_go_in_the_batch_of_the_pa
     acked: list[int] = []
     # A request names its partition (the gateway's asking policy picks it), whatever the worker's id hashes to.
     asks = [c.RequestWork(f"rw{i}", f"w{i}", "h100", ("m",), sent_at_ms=at) for i, at in enumerate((2000, 2002, 2003))]
-
-    async def main() -> None:
-        await asyncio.gather(_through_gateway(sender, asks[0], 2000, acked, partition=1),
-                             _through_gateway(sender, c.RenewLease("r", job, 1, "w7"), 2001, acked),
-                             _through_gateway(sender, asks[1], 2002, acked, partition=1),
-                             _through_gateway(sender, asks[2], 2003, acked, partition=2))
-
-    try:
-        asyncio.run(main())
-    finally:
-        sender.close()
-    assert [r["type"] for r in producer.records] == ["RenewalBatch", "RenewalBatch"]
-    by_partition = {r["partition"]: codec.decode_message(r["value"]) for r in producer.records}
+    by_partition = _all_through_gateway(sender, producer, [
+        (asks[0], 2000, 1), (c.RenewLease("r", job, 1, "w7"), 2001, None), (asks[1], 2002, 1), (asks[2], 2003, 2)],
+        acked)
+    assert len(by_partition) == 2
     # The renewals first, then the requests: the order of their places (`cmd-entry`) at the scheduler.
     assert by_partition[1].commands() == [(c.RenewLease("r", job, 1, "w7"), 2001), (asks[0], 2000), (asks[1], 2002)]
     assert by_partition[2].requests == (asks[2],) and by_partition[2].renewals == ()
