@@ -48,6 +48,7 @@ class _Outputs:
     after_acks: list[tuple] = field(default_factory=list)  # (topic, key, value, partition[, headers])
     answers: list[tuple[Any, Any, Any]] = field(default_factory=list)
     replies: list[Any] = field(default_factory=list)  # send futures of renewal answers that are not events
+    refused: list[float] = field(default_factory=list)  # produce times of a batch's requests refused in its replies
     marked: set[int] = field(default_factory=set)
 
 
@@ -155,6 +156,8 @@ class Pipeline:
                 None, [(TRACEPARENT, traced.encode())] if traced else None)))
         for fut in outs.replies:
             await fut
+        for produced in outs.refused:  # a batch's refusals were sent with its replies, awaited just above
+            self.metrics.dispatch_latency.observe(max(0.0, time.time() - produced))
         for part in self.parts.values():
             await self._publish_leases(part)
             await self._publish_usage(part)
@@ -255,6 +258,8 @@ class Pipeline:
         if out.answer is not None:
             if absorbed is not None and isinstance(out.answer, ev.NoWorkAvailable):
                 absorbed.append(out.answer)  # nothing durable behind a refusal: answered with the batch's replies
+                if msg.timestamp:
+                    outs.refused.append(msg.timestamp)
             else:
                 outs.answers.append((out.answer, msg, traced))
             if isinstance(out.answer, ev.WorkAssigned):

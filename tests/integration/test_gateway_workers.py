@@ -330,3 +330,32 @@ async def test_renewals_of_many_workers_go_in_batches_and_each_gets_its_own_verd
     renewals = 3 * 10
     assert sender.batched - batched == renewals
     assert sender.batches - batches < renewals / 2, (sender.batches - batches, renewals)
+
+
+async def test_idle_workers_lease_polls_go_in_batches_and_each_is_granted_or_refused_on_its_own(gw):
+    # Lease requests wait in the same window (gateway README): the polls of idle workers of a model nothing is
+    # queued for travel in RenewalBatch records and each comes back refused by the scheduler (the reason it
+    # gave, read from the batch's RenewalReplies, not the poll's own timeout); a worker polling for a model with
+    # a job queued is granted it, alone on the assignments topic.
+    from spotreel.services.gateway.context import GATEWAY
+
+    client, keys = gw
+    w, t = bearer(keys["worker"]), bearer(keys["tenant"])
+    sender = client.server.app[GATEWAY].deps.commands
+    batches, requests = sender.batches, sender.batched_requests
+    idle_model = f"m-idle-{uuid.uuid4().hex[:8]}"
+
+    async def poll(worker: str, model: str) -> tuple[int, str | None]:
+        r = await client.post(f"/internal/workers/{worker}/lease",
+                              json={"gpu_type": "cpu", "models": [model], "wait_seconds": 3}, headers=w)
+        return r.status, r.headers.get("X-Spotreel-No-Work")
+
+    idle = await asyncio.gather(*(poll(f"w-idle-{i}", idle_model) for i in range(12)))
+    assert all(status == 204 for status, _ in idle), idle
+    # Each idle worker asked its own partition (its presence) and heard the scheduler's "no queued job".
+    assert {reason for _, reason in idle} == {"no_queued_job"}, idle
+    assert sender.batched_requests - requests >= 12
+    assert sender.batches - batches < 12, (sender.batches - batches, sender.batched_requests - requests)
+    job_id, fence = await _submitted_and_leased(client, w, t, "w-idle-granted")
+    assert job_id and fence["epoch"] >= 1
+    assert sender.batched_requests - requests > 12

@@ -203,9 +203,12 @@ def test_lease_requests_in_a_batch_are_granted_alone_and_refused_together(two_le
     queued = submit(key="queued")
     run(sched, codec, [queued], offset)
     since = len(producer.records)
+    timed = sched.metrics.registry.get_sample_value("spotreel_scheduler_dispatch_seconds_count") or 0
     run(sched, codec, [c.RenewalBatch("rb-2", GW, (c.batched(c.RenewLease("hb", j0, e0, w0), now[0]),),
                                       (_ask("rw-a", "idle-a", now[0]), _ask("rw-b", "idle-b", now[0]),
-                                       _ask("rw-c", w0, now[0])))], offset + 1)
+                                       _ask("rw-c", w0, now[0])))], offset + 1, appended_ms=now[0])
+    # Every request's answer is timed, the refusals sent inside the replies record too.
+    assert sched.metrics.registry.get_sample_value("spotreel_scheduler_dispatch_seconds_count") == timed + 3
     lease = sched.get(queued.job_id).lease
     assert lease is not None and lease.worker_id == "idle-a"
     answers = _lease_answers(sched, producer, since)
