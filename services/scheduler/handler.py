@@ -197,12 +197,10 @@ class Handler:
             return out
         return none("no_queued_job")
 
-    def reanswer(self, part: PartitionState, value: bytes | None, now_ms: int, first: int | None = None) -> list[Any]:
+    def reanswer(self, part: PartitionState, value: bytes | None, now_ms: int) -> list[Any]:
         """The answers to a redelivered RequestWork whose decision is already on the events topic (its offset
-        is at or below `applied_upto`), or to the lease requests of a redelivered RenewalBatch (those before
-        entry `first` when the batch was torn, else all): the same lease again, never a second one. Without a
-        grant in the redelivery window a request had no events, so it was answered NoWorkAvailable. Empty for
-        other commands."""
+        is at or below `applied_upto`), or to the lease requests of a RenewalBatch applied whole: the same
+        lease again, never a second one (`answer_again`). Empty for other commands."""
         try:
             command = self.codec.decode_message(value)
         except CodecError:
@@ -210,11 +208,12 @@ class Handler:
         if isinstance(command, cmd.RequestWork):
             return [self.answer_again(part, command, now_ms)]
         if isinstance(command, cmd.RenewalBatch):
-            entries = command.commands()[:first]
-            return [self.answer_again(part, c, now_ms) for c, _ in entries if isinstance(c, cmd.RequestWork)]
+            return [self.answer_again(part, r, now_ms) for r in command.requests]
         return []
 
     def answer_again(self, part: PartitionState, command: cmd.RequestWork, now_ms: int) -> Any:
+        """A request decided before: its remembered grant, or NoWorkAvailable when it had none in the
+        redelivery window (it had no events, so it was refused)."""
         leased = part.grants.get(command.command_id)
         state = self.get(leased.job_id) if leased is not None else None
         if leased is not None and state is not None:

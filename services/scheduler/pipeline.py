@@ -105,11 +105,10 @@ class Pipeline:
                                                              clock.now_ms(), "wrong_partition", why), outs)
                     continue
                 absorbed: list[Any] = []
-                if first:  # the lease requests of the part applied before the crash are answered again
-                    for again in self.handler.reanswer(part, msg.value, clock.now_ms(), first):
-                        outs.answers.append((again, msg, None))
                 for i, (entry, sent_ms) in enumerate(command.commands()):
-                    if i < first:
+                    if i < first:  # applied before the crash: only a lease request is answered again
+                        if isinstance(entry, RequestWork):
+                            outs.answers.append((self.handler.answer_again(part, entry, clock.now_ms()), msg, None))
                         continue
                     fenced_at = part.intake.judged_ms(appended, sent_ms, command.gateway_id)
                     out = self.handler.judge(part, msg.topic, msg.offset, msg.key, msg.value, entry,

@@ -244,5 +244,4 @@ def test_a_redelivered_batch_answers_its_lease_requests_again_and_never_grants_t
     assert _lease_answers(sched, producer, since) == {"rw-a": [f"assigned {queued.job_id}:{epoch}"],
                                                       "rw-b": ["alone no_queued_job"]}
     assert sched.get(queued.job_id).epoch == epoch
-    assert producer.to(events_topic(sched.settings))[-1:] and not any(
-        isinstance(codec.decode_message(r.value), ev.JobLeased) for r in producer.records[since:])
+    assert not any(isinstance(codec.decode_message(r.value), ev.JobLeased) for r in producer.records[since:])

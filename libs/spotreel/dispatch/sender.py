@@ -35,9 +35,13 @@ from spotreel.codec import Codec
 from spotreel.dispatch import intake
 from spotreel.dispatch.aio import Handoff
 from spotreel.dispatch.listener import DispatchUnavailable
-from spotreel.domain.commands import BATCHED_COMMANDS, BATCHED_REQUESTS, RenewalBatch, batched
+from spotreel.domain.commands import BATCHED_COMMANDS, DISPATCH_COMMANDS, RenewalBatch, batched
 from spotreel.platform.topics import commands_topic
 from spotreel.settings import Settings
+
+
+# What the renewal window holds: renewals, and lease requests (RequestWork).
+_WINDOWED = (*BATCHED_COMMANDS, *DISPATCH_COMMANDS)
 
 
 def command_key(command: Any) -> str:
@@ -111,7 +115,7 @@ class AsyncCommandSender:
         trace = tracing.kafka_headers()
         came = intake.current()
         if (self.renewal_window_s > 0 and came is not None and not trace
-                and isinstance(command, (*BATCHED_COMMANDS, *BATCHED_REQUESTS))):
+                and isinstance(command, _WINDOWED)):
             self._hold(loop, partition, came, command, settle)
             return done
         job_id = getattr(command, "job_id", None)
@@ -138,7 +142,7 @@ class AsyncCommandSender:
         if window is None:
             window = self._windows[partition] = _Window(
                 came[0], loop.call_later(self.renewal_window_s, self._flush, partition))
-        if isinstance(command, BATCHED_REQUESTS):
+        if isinstance(command, DISPATCH_COMMANDS):
             window.requests.append(command)
         else:
             window.renewals.append(batched(command, came[1]))

@@ -455,7 +455,6 @@ class RenewalBatch:
 
 
 BATCHED_COMMANDS = (RenewLease, ReportProgress)
-BATCHED_REQUESTS = (RequestWork,)
 
 
 def batched(command: RenewLease | ReportProgress, sent_ms: int) -> BatchedRenewal:
