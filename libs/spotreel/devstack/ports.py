@@ -26,10 +26,19 @@ def listening(host: str, port: int, timeout: float = 0.5) -> bool:
         return False
 
 
+_HANDED_OUT: set[int] = set()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A port nothing holds now, and never one this process was handed before: a port picked for a server
+    that has not bound it yet is free to the kernel, which could hand the same one to the next caller."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def _socket_inodes(port: int) -> set[str]:

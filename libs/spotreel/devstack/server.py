@@ -31,6 +31,8 @@ class Server:
     # A spotreel service (scheduler, projector, gateway): started after every server answers, stopped first,
     # and not something `provision` waits for on servers someone else runs.
     service: bool = False
+    # How long a fresh start waits for another process to let go of one of its ports before refusing.
+    port_grace_s: float = 5.0
 
     def __init__(self, settings: Settings) -> None:
         self.settings = launcher_settings(settings)
@@ -123,6 +125,7 @@ class Server:
                 self.setup(say)
                 return False
         self.pidfile().unlink(missing_ok=True)
+        self._refuse_held_ports()
         self.prepare(say)
         marks = [LogMark.at_end(p) for p in self.logs()]
         proc = spawn(self.command(), pidfile=self.pidfile(), log=self.stdout_log, cwd=self.conf_dir,
@@ -133,6 +136,15 @@ class Server:
             f"(pid {proc.pid}{', ' + detail if detail else ''})")
         self.setup(say)
         return True
+
+    def _refuse_held_ports(self) -> None:
+        """Another process on one of its ports would answer the probes in its place; a port a killed process
+        is still letting go of gets `port_grace_s` seconds."""
+        deadline = time.monotonic() + self.port_grace_s
+        while (conflicts := self.port_conflicts()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if conflicts:
+            raise InfraError(conflicts[0][0], [held for _, held in conflicts if held])
 
     def _wait_ready(self, running: Running, proc: subprocess.Popen | None, marks: list[LogMark],
                     t0: float) -> str:
