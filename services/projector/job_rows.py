@@ -1,5 +1,6 @@
 """A job's rows from its folded state: jobs_by_id (only the columns an event changed, each at that event's
-version), jobs_by_tenant, and the live rows pool_jobs and tenant_live_jobs (deleted once the job ends).
+version), jobs_by_tenant, and the live rows pool_jobs and tenant_live_jobs (written when the job's status changes,
+deleted once the job ends).
 projection.py calls `state_ops` for every job event; the consumer's rebuild calls `full_state_ops`."""
 
 from __future__ import annotations
@@ -84,8 +85,13 @@ def tenant_row(s: JobState) -> dict[str, Any]:
 
 
 def pool_row(s: JobState) -> dict[str, Any] | None:
-    """None: the job is not live in its pool (terminal), so the row is deleted."""
-    return None if s.status in Status.TERMINAL else {"status": s.status, "version": s.version}
+    """The live row of pool_jobs and tenant_live_jobs; None: the job is not live (terminal), so the row is
+    deleted. Status only: its readers (pool stats, the gateway's in-flight guard) read nothing else, and the
+    cell's write time is the version that set it. With the version in the row too, every progress report and
+    heartbeat of a running job rewrote both rows (two of the six or seven rows of such an event at the fleet's peak,
+    each in a pool's or tenant's one partition); now a row is written when the job's status changes. The
+    tables' `version` column is no longer written (migration 0010)."""
+    return None if s.status in Status.TERMINAL else {"status": s.status}
 
 
 def _diff(before: dict[str, Any] | None, after: dict[str, Any]) -> Values:
@@ -128,7 +134,7 @@ def state_ops(before: JobState | None, after: JobState, rows: tuple[Rows | None,
     tkey = (("tenant_id", after.tenant), ("created_at", after.submitted_at_ms), ("job_id", after.job_id))
     ops.append(RowOp(TENANT_JOBS, tkey, _diff(was_rows[1] if was_rows else None, now_rows[1]), ts))
     was, now = (was_rows[2] if was_rows else None), now_rows[2]
-    # pool_jobs and tenant_live_jobs: the same live row (status, version), keyed by pool and by tenant.
+    # pool_jobs and tenant_live_jobs: the same live row (its status), keyed by pool and by tenant.
     for table, key in ((POOL_JOBS, (("pool", after.pool), ("job_id", after.job_id))),
                        (TENANT_LIVE, (("tenant_id", after.tenant), ("job_id", after.job_id)))):
         if now is None:

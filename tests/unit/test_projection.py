@@ -98,6 +98,29 @@ def test_every_accepted_event_is_a_history_row_and_a_rejection_a_rejection_row()
                 assert pr.JOBS in tables  # every accepted event moves version/updated_at at least
 
 
+def test_a_running_jobs_reports_leave_its_live_rows_alone_and_a_status_change_rewrites_them():
+    d = Driver()
+    d.submit()
+    d.grant(worker="w1")
+    d.progress(10.0, 2)  # leased -> running: a status change
+    state = fold(d.history)
+    live = {pr.POOL_JOBS, pr.TENANT_LIVE}
+    start = len(d.history)
+    for _ in range(3):  # still running: a report, a checkpoint and a heartbeat change no live row
+        d.progress(20.0, 4)
+        d.checkpoint(4, 20.0)
+        d.renew()
+    assert len(d.history) - start == 9
+    for event in d.history[start:]:
+        state, ops = pj.project(state, event)
+        assert not live & {op.table for op in ops}, event
+    d.release()  # running -> queued: both rows again, at the release's version
+    state, ops = pj.project(state, d.history[-1])
+    written = {op.table: op for op in ops if op.table in live}
+    assert written.keys() == live
+    assert all(dict(op.values) == {"status": "queued"} and op.timestamp == state.version for op in written.values())
+
+
 def test_lease_lifecycle_rows():
     d = Driver()
     d.submit()
@@ -251,7 +274,7 @@ def test_in_order_projection_is_the_fold(history):
     if state.is_terminal:
         assert live == {} and tenant_live == {}
     else:
-        row = {"status": state.status, "version": state.version}
+        row = {"status": state.status}  # status only (job_rows.pool_row): its write time is the version
         assert live == {(("pool", state.pool), ("job_id", state.job_id)): row}
         assert tenant_live == {(("tenant_id", state.tenant), ("job_id", state.job_id)): row}
     accepted = [e for e in history if not isinstance(e, ev.CommandRejected)]
