@@ -114,10 +114,12 @@ def load_before(ref: str, into: Path) -> tuple[ModuleType, ModuleType]:
     pkg = "projector_before"
     (into / pkg).mkdir()
     (into / pkg / "__init__.py").write_text("")
-    for name in ("projection", "store", "consumer"):
-        src = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:services/projector/{name}.py"],
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-tree", "--name-only", f"{ref}:services/projector"],
+                            check=True, capture_output=True, text=True).stdout.split()
+    for name in (n for n in listed if n.endswith(".py") and n != "__init__.py"):  # every module it had then
+        src = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:services/projector/{name}"],
                              check=True, capture_output=True, text=True).stdout
-        (into / pkg / f"{name}.py").write_text(src.replace("spotreel.services.projector.", f"{pkg}."))
+        (into / pkg / name).write_text(src.replace("spotreel.services.projector.", f"{pkg}."))
     sys.path.insert(0, str(into))
     return importlib.import_module(f"{pkg}.consumer"), importlib.import_module(f"{pkg}.store")
 

@@ -46,12 +46,39 @@ def load_migrations(package: str = "spotreel.platform") -> list[Migration]:
 
 
 def statements(cql: str) -> list[str]:
-    lines = []
-    for line in cql.splitlines():
-        code = line.split("--", 1)[0].rstrip()
-        if code.strip():
-            lines.append(code)
-    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+    """The statements of a migration: `--` comments dropped and split at `;`, neither inside a quoted string
+    (a table comment may hold both; `''` inside a string is a quote, as CQL has it)."""
+    out: list[str] = []
+    current: list[str] = []
+    line: list[str] = []
+    quoted = False
+    i = 0
+    while i < len(cql):
+        ch = cql[i]
+        if quoted:
+            line.append(ch)
+            quoted = ch != "'"  # a doubled quote closes and reopens: the same text, the same state after
+        elif ch == "'":
+            line.append(ch)
+            quoted = True
+        elif cql.startswith("--", i):
+            while i < len(cql) and cql[i] != "\n":
+                i += 1
+            continue
+        elif ch == ";":
+            current.append("".join(line).rstrip())
+            line = []
+            out.append("\n".join(c for c in current if c.strip()).strip())
+            current = []
+        elif ch == "\n":
+            current.append("".join(line).rstrip())
+            line = []
+        else:
+            line.append(ch)
+        i += 1
+    current.append("".join(line).rstrip())
+    out.append("\n".join(c for c in current if c.strip()).strip())
+    return [s for s in out if s]
 
 
 def keyspace_cql(keyspace: str, replication: int = 1, datacenter: str = "datacenter1") -> str:
