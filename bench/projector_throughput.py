@@ -2,7 +2,7 @@
 consume loop over the same records in the same run. Uses a throwaway topic prefix and keyspaces.
 
     .venv/bin/python -m bench.projector_throughput [n_jobs] [events_per_job] [--mix mixed|peak]
-        [--before GITREF]
+        [--before GITREF] [--gc SETTING]
 
 --mix mixed (default): tests/integration/projector_kit.py's random histories (every kind of event, many
   commands refused: about 60% of the records are CommandRejected).
@@ -10,6 +10,9 @@ consume loop over the same records in the same run. Uses a throwaway topic prefi
   step with an occasional heartbeat (LeaseRenewed), a checkpoint every 5 steps, a preemption now and then
   (released, requeued, leased again from the checkpoint), then success. ~71% of the records are
   ProgressReported / LeaseRenewed, ~11% CheckpointRecorded.
+--gc SETTING: the cyclic collector's thresholds (SPOTREEL_GC_THRESHOLD's form); by default the service's own
+  setting, installed as `spotreel projector` installs it (spotreel/gctune.py). Before 2026-11-29 this bench
+  ran with Python's defaults (`--gc ''`), which the service does not.
 --before GITREF: also runs the projector as it was at GITREF (its services/projector/ checked out into a
   temporary directory and imported under another name) over the same records, into its own keyspace, and
   checks that both projectors left identical tables.
@@ -49,6 +52,7 @@ from cassandra.cluster import Cluster
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from spotreel import gctune
 from spotreel.codec import Codec
 from spotreel.platform.migrate import migrate
 from spotreel.services.projector import consumer as current_consumer
@@ -181,6 +185,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--mix", choices=("mixed", "peak"), default="mixed")
     ap.add_argument("--before", metavar="GITREF", help="also run the projector as it was at GITREF")
     ap.add_argument("--batch-size", type=int, default=2000, help="both projectors' consume batch (default 2000)")
+    ap.add_argument("--gc", metavar="SETTING", default=None,
+                    help="the collector's thresholds, as SPOTREEL_GC_THRESHOLD (default: the service's setting; "
+                         "'' keeps Python's defaults, as this bench ran before 2026-11-29)")
     args = ap.parse_args(argv)
 
     base = Settings.from_env()
@@ -200,7 +207,12 @@ def main(argv: list[str] | None = None) -> None:
         for e in stream:
             kinds[type(e).__name__] = kinds.get(type(e).__name__, 0) + 1
         total = produce(s.kafka_bootstrap, topic, stream)
+        # The collector set as `spotreel projector` sets it (gctune.py), the histories made above frozen with
+        # the rest: the service's process does not hold them, so they must not make its collections longer.
+        gc_setting = base.gc_threshold if args.gc is None else args.gc
+        thresholds = gctune.install(gc_setting)
         print(f"machine: {machine()}")
+        print(f"collector: {'thresholds ' + ','.join(map(str, thresholds)) + ', start-up frozen' if thresholds else 'Python defaults'}")
         print(f"{total} events ({args.n_jobs} jobs, mix {args.mix}): "
               + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])))
         bare = [bare_loop(s.kafka_bootstrap, topic, total, "1")]
