@@ -99,8 +99,9 @@ def _diff(before: dict[str, Any] | None, after: dict[str, Any]) -> Values:
 
     Both rows come from the same builder (job_row, tenant_row, pool_row: one dict literal each), so they
     hold the same columns in the same order and are compared pairwise, by identity first: a state evolved
-    from another shares every object an event did not change. About three times cheaper than the set
-    difference of their items it replaced (which hashed every (column, value) pair of both rows)."""
+    from another shares every object an event did not change. A jobs_by_id diff costs 2.9 µs where the set
+    difference of their items it replaced (a tuple made and hashed per column of both rows) cost 6.3 µs
+    (bench/README.md, "The projector's live rows written on a status change only")."""
     if before is None:
         return tuple(after.items())
     if len(before) != len(after):  # not rows of one builder: by name
