@@ -99,18 +99,13 @@ def _diff(before: dict[str, Any] | None, after: dict[str, Any]) -> Values:
 
     Both rows come from the same builder (job_row, tenant_row, pool_row: one dict literal each), so they
     hold the same columns in the same order and are compared pairwise, by identity first: a state evolved
-    from another shares every object an event did not change. A jobs_by_id diff costs 2.9 µs where the set
+    from another shares every object an event did not change (rows of different lengths are an error, not a
+    quiet wrong diff). A jobs_by_id diff costs 2.9-3.1 µs where the set
     difference of their items it replaced (a tuple made and hashed per column of both rows) cost 6.3 µs
     (bench/README.md, "The projector's live rows written on a status change only")."""
     if before is None:
         return tuple(after.items())
-    if len(before) != len(after):  # not rows of one builder: by name
-        get = before.get
-        return tuple((k, v) for k, v in after.items() if (b := get(k, _MISSING)) is not v and b != v)
-    return tuple(kv for kv, b in zip(after.items(), before.values()) if b is not kv[1] and b != kv[1])
-
-
-_MISSING = object()
+    return tuple(kv for kv, b in zip(after.items(), before.values(), strict=True) if b is not kv[1] and b != kv[1])
 
 
 Rows = tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None]

@@ -66,7 +66,6 @@ def _stranger() -> socket.socket:
 
 
 def test_a_server_refuses_to_start_on_a_port_another_process_holds(settings: Settings, tmp_path: Path) -> None:
-    server = None
     with _stranger() as stranger:
         server = _Listener(dataclasses.replace(settings, home=tmp_path / "home"), stranger.getsockname()[1])
         with pytest.raises(InfraError) as raised:
