@@ -42,7 +42,7 @@ from spotreel.codec import Codec
 from spotreel.dispatch import verdicts
 from spotreel.dispatch.lateverdicts import LateVerdicts, answer_wait_s
 from spotreel.dispatch.listener import DispatchListener, DispatchUnavailable
-from spotreel.dispatch.asking import Asking
+from spotreel.dispatch.asking import CROWD_ASKS, Asking
 from spotreel.dispatch.order import request_order
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
@@ -121,9 +121,10 @@ class KafkaTransport:
         # job id -> (epoch, instructions seen on its events); only the jobs this worker holds are decoded.
         self._jobs: dict[str, tuple[int, dict[str, bool]]] = {}
         self._stop = threading.Event()
-        # When to ask for work (dispatch/asking.py): where the pool stats show it, not again after a refusal
-        # until they change, and the worker's own partition every 7.5 s so the scheduler knows it is idle.
-        self._asking = Asking(settings.partitions, scout_s=idle_pass_seconds, stale_s=stale_s)
+        # When to ask for work (dispatch/asking.py): where the pool stats show it, with this worker's share of
+        # the crowd of idle workers (one process among many), not again after a refusal until they change,
+        # and the worker's own partition every 7.5 s so the scheduler knows it is idle.
+        self._asking = Asking(settings.partitions, scout_s=idle_pass_seconds, stale_s=stale_s, crowd_asks=CROWD_ASKS)
         self._work_changed = threading.Event()
         self._listener.queues.on_change = self._work_changed.set
         self._producer = producer(settings, **{"message.timeout.ms": 10_000})

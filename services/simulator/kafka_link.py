@@ -14,6 +14,7 @@ both transports with one worker model.
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from typing import Any, Callable
 from spotreel.dispatch import lateverdicts, verdicts
 from spotreel.dispatch.aio import AsyncDispatch
 from spotreel.dispatch.listener import DispatchUnavailable
-from spotreel.dispatch.asking import Asking
+from spotreel.dispatch.asking import CROWD_ASKS, Asking
 from spotreel.dispatch.sender import AsyncCommandSender
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
@@ -44,7 +45,8 @@ class _Desk:
 class KafkaLink:
     def __init__(self, settings: Settings, *, lease_ttl_ms: int = 30_000, verdict_s: float = 10.0,
                  answer_s: float = 1.0, stale_s: float = 30.0, forget_s: float = 120.0,
-                 idle_pass_s: float = 1.0, on_renewal_verdict: Callable[[int], None] | None = None) -> None:
+                 idle_pass_s: float = 1.0, on_renewal_verdict: Callable[[int], None] | None = None,
+                 seed: int | None = None) -> None:
         self.settings = settings
         self.lease_ttl_ms = lease_ttl_ms
         self.verdict_s = verdict_s
@@ -55,6 +57,7 @@ class KafkaLink:
         self.stale_s = stale_s
         self.forget_s = forget_s
         self.idle_pass_s = idle_pass_s
+        self._rng = random.Random(seed)  # every simulated worker's draws of its share of the crowd (asking.py)
         self.dispatch = AsyncDispatch(settings, name="sim")
         self.sender = AsyncCommandSender(settings, name="sim")
         self.desks: dict[str, _Desk] = {}
@@ -154,7 +157,8 @@ class KafkaLink:
         models = tuple(body["models"])
         self._models[worker_id] = models
         if desk.asking is None:
-            desk.asking = Asking(self.settings.partitions, scout_s=self.idle_pass_s, stale_s=self.stale_s)
+            desk.asking = Asking(self.settings.partitions, scout_s=self.idle_pass_s, stale_s=self.stale_s,
+                                 crowd_asks=CROWD_ASKS, rng=self._rng)
         asking = desk.asking
         while True:
             now = time.monotonic()

@@ -52,7 +52,7 @@ async def _run(cfg: SimConfig, stack: PrivateStack, say: Callable[[str], None]) 
                     model=stack.model, gpu_type="sim-gpu", session=session, rng=random.Random(cfg.seed))
         if cfg.transport == "kafka":
             sh.link = KafkaLink(stack.settings, lease_ttl_ms=int(cfg.lease_ttl_s * 1000),
-                                on_renewal_verdict=lambda ms: sh.meter.verdict_wait.append(ms))
+                                on_renewal_verdict=lambda ms: sh.meter.verdict_wait.append(ms), seed=cfg.seed)
             await sh.link.start()
         try:
             return await _ramp(cfg, stack, sh, say)

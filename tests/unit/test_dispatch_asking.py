@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from collections import Counter
 from types import SimpleNamespace
 
@@ -10,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spotreel.adapters.partitioning import partition_for
-from spotreel.dispatch.asking import Asking
+from spotreel.dispatch.asking import CROWD_ASKS, Asking
 from spotreel.dispatch.order import PoolQueues, WorkView
 from spotreel.services.gateway.worker_api.idlepolls import IdlePolls
 
@@ -18,9 +19,9 @@ M = ("m",)
 N = 6
 
 
-def view(queued: dict[int, int], versions: dict[int, int] | None = None, known=range(N)) -> WorkView:
+def view(queued: dict[int, int], versions: dict[int, int] | None = None, known=range(N), idle: int = 0) -> WorkView:
     hinted = tuple(sorted((p for p, n in queued.items() if n > 0), key=lambda p: -queued[p]))
-    return WorkView(hinted, queued, versions or {}, frozenset(known))
+    return WorkView(hinted, queued, versions or {}, frozenset(known), idle)
 
 
 def refused(partition: int) -> SimpleNamespace:
@@ -181,3 +182,84 @@ async def test_a_replaced_poll_ends_a_timed_out_one_asks_again_and_a_cancelled_w
         pass
     assert polls.asking.free(M, queues.view(M)) == 1, "the slot counted for the woken poll is free again"
     assert polls.waiting == 0
+
+
+# -- a crowd of one-worker processes (Kafka workers) -------------------------------------------------------
+
+def _crowd(n: int, crowd_asks: float | None, seed: int = 5) -> list[Asking]:
+    """n Kafka workers, each its own process with its own policy; each asked its home a moment ago (no
+    presence due), as idle workers of a running fleet have."""
+    rng = random.Random(seed)
+    crowd = []
+    for i in range(n):
+        a = Asking(N, crowd_asks=crowd_asks, rng=rng)
+        a.sent(f"home{i}", f"w{i}", partition_for(f"w{i}", N), M, 0.0)
+        a.answered(f"home{i}", refused(partition_for(f"w{i}", N)), view({}, {p: 1 for p in range(N)}))
+        crowd.append(a)
+    return crowd
+
+
+def _asks(crowd: list[Asking], v: WorkView, now: float) -> Counter:
+    return Counter(a.pick(f"w{i}", M, v, now) for i, a in enumerate(crowd))
+
+
+def test_a_crowd_of_kafka_workers_asks_about_twice_per_queued_job_not_once_each() -> None:
+    # 2,000 idle workers, each its own process, see one stats change: three jobs queued on partition 2.
+    v = view({2: 3}, {p: 2 for p in range(N)}, idle=2000)
+    stampede = _asks(_crowd(2000, None), v, 1.0)
+    assert stampede[2] == 2000  # each worker's own count allows it three requests: every one asks
+    crowd = _crowd(2000, CROWD_ASKS)
+    # The same view met again at 200 wake-ups within the presence interval (no presence due).
+    rounds = [_asks(crowd, v, 1.0 + r * 0.025)[2] for r in range(200)]
+    mean = sum(rounds) / len(rounds)
+    assert 5.0 <= mean <= 7.0, mean  # CROWD_ASKS x 3 queued jobs = 6 expected asks a round
+    assert max(rounds) <= 20 and sum(1 for r in rounds if r == 0) <= 2, rounds
+    # Nothing else is asked in those rounds: no presence was due and every partition published stats.
+    assert set(_asks(crowd, v, 2.0)) <= {2, None}
+
+
+def test_a_worker_asks_for_sure_when_the_crowd_is_small_or_not_counted_yet() -> None:
+    for idle in (0, 1, 6):  # 0: no stats counted idle workers yet; 6 <= CROWD_ASKS x 3 queued jobs
+        crowd = _crowd(10, CROWD_ASKS)
+        assert _asks(crowd, view({2: 3}, {p: 2 for p in range(N)}, idle=idle), 1.0)[2] == 10, idle
+
+
+def test_a_crowd_worker_never_asks_past_its_own_count_or_a_refusal() -> None:
+    a = Asking(N, crowd_asks=CROWD_ASKS, rng=random.Random(1))
+    a.sent("home", "w", partition_for("w", N), M, 0.0)
+    v = view({2: 1}, {2: 4}, idle=1)  # alone: the chance is 1
+    assert a.pick("w", M, v, 1.0) == 2
+    a.sent("r1", "w", 2, M, 1.0)
+    assert a.pick("w", M, v, 1.1) is None  # its one request for the one queued job is out
+    a.answered("r1", refused(2), v)
+    assert a.pick("w", M, v, 1.2) is None  # refused at version 4: not again until the stats move
+    assert a.pick("w", M, view({2: 1}, {2: 5}, idle=1), 1.3) == 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 50), st.integers(1, 5000), st.floats(0.5, 4.0), st.integers(0, 2**32 - 1))
+def test_a_crowd_workers_chance_is_its_share_capped_at_one(left, idle, crowd_asks, seed) -> None:
+    a = Asking(N, crowd_asks=crowd_asks, rng=random.Random(seed))
+    draws = [a._drawn(left, idle) for _ in range(400)]
+    chance = min(1.0, crowd_asks * left / idle)
+    if chance >= 1.0:
+        assert all(draws)
+    else:  # 400 draws: within six standard deviations of the chance (or exactly none for a tiny one)
+        sd = (chance * (1 - chance) / 400) ** 0.5
+        assert abs(sum(draws) / 400 - chance) <= 6 * sd + 1e-9, (chance, sum(draws))
+
+
+def test_the_view_counts_the_idle_workers_of_its_models_over_every_partition() -> None:
+    queues = PoolQueues()
+    for p, idle in ((0, 700), (1, 650), (3, 40)):
+        queues.record(SimpleNamespace(pool="m@gpu", partition=p, queued=0, min_share=None, queued_by_tier=(),
+                                      idle_workers=idle))
+    queues.record(SimpleNamespace(pool="other@gpu", partition=0, queued=2, min_share=None, queued_by_tier=(),
+                                  idle_workers=900))
+    queues.record(SimpleNamespace(pool="m@gpu", partition=1, queued=1, min_share=None, queued_by_tier=(),
+                                  idle_workers=600))  # the newest record of a partition replaces its count
+    assert queues.view(M).idle == 700 + 600 + 40
+    assert queues.view(("other",)).idle == 900 and queues.view(("m", "other")).idle == 2240
+    # A scheduler older than the count (no idle_workers field) counts as none.
+    queues.record(SimpleNamespace(pool="m@gpu", partition=3, queued=0, min_share=None, queued_by_tier=()))
+    assert queues.view(M).idle == 1300

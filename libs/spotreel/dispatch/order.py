@@ -27,6 +27,7 @@ class PoolQueues:
         self._queued: dict[str, dict[int, tuple[int, float | None]]] = defaultdict(dict)
         self._top: dict[str, dict[int, int]] = defaultdict(dict)  # highest queued priority per partition
         self._losses: dict[str, dict[int, tuple[int, float]]] = defaultdict(dict)
+        self._idle: dict[str, dict[int, int]] = defaultdict(dict)  # idle workers each partition heard from
         # Bumped when what a partition shows (queued, share, top tier of any pool) changes, not on every
         # tick's identical record: a refusal from a partition holds until its version moves (asking.py).
         self._versions: dict[int, int] = defaultdict(int)
@@ -42,6 +43,7 @@ class PoolQueues:
             self._queued[pool][p] = queued
             self._top[pool][p] = top
             self._losses[pool][p] = _exposure(stats)
+            self._idle[pool][p] = max(0, int(getattr(stats, "idle_workers", 0) or 0))
             if changed:
                 self._versions[p] += 1
         if changed and self.on_change is not None:
@@ -49,19 +51,22 @@ class PoolQueues:
 
     def view(self, models: Iterable[str]) -> WorkView:
         """What the stats show for a worker of these models: the partitions with queued work in asking
-        order (`partitions_with_work`), how many jobs each queues, every partition's version, and the
-        partitions that published stats at all."""
+        order (`partitions_with_work`), how many jobs each queues, every partition's version, the
+        partitions that published stats at all, and the idle workers of these models the partitions heard
+        from (summed: a worker heard by two partitions counts twice, so it is never an undercount)."""
         hinted = self.partitions_with_work(models)
         wanted = set(models)
         queued: dict[int, int] = defaultdict(int)
+        idle = 0
         with self._lock:
             for pool, parts in self._queued.items():
                 if pool.rsplit("@", 1)[0] in wanted:
                     for p, (n, _) in parts.items():
                         queued[p] += max(0, n)
+                    idle += sum(self._idle[pool].values())
             versions = dict(self._versions)
             known = frozenset(p for parts in self._queued.values() for p in parts)
-        return WorkView(tuple(hinted), dict(queued), versions, known)
+        return WorkView(tuple(hinted), dict(queued), versions, known, idle)
 
     def lease_losses(self, pool: str) -> tuple[int, float]:
         """The pool's leases lost in the last hour and the leased seconds they were counted over, summed
@@ -98,6 +103,7 @@ class WorkView:
     queued: dict[int, int]  # queued jobs per partition
     versions: dict[int, int]  # per partition, bumped when what it shows changes
     known: frozenset[int]  # partitions that published stats at all
+    idle: int = 0  # idle workers of these models heard from, summed over partitions (PoolStats.idle_workers)
 
 
 def _exposure(stats: Any) -> tuple[int, float]:
