@@ -53,7 +53,8 @@ class PoolQueues:
         """What the stats show for a worker of these models: the partitions with queued work in asking
         order (`partitions_with_work`), how many jobs each queues, every partition's version, the
         partitions that published stats at all, and the idle workers of these models the partitions heard
-        from (summed: a worker heard by two partitions counts twice, so it is never an undercount)."""
+        from (summed over partitions: a worker heard by two counts twice; one not heard within the scheduler's
+        60 s window, a worker just started, not at all)."""
         hinted = self.partitions_with_work(models)
         wanted = set(models)
         queued: dict[int, int] = defaultdict(int)
