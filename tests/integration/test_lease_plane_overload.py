@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from spotreel.dispatch.asking import PRESENCE_S
 from spotreel.fleetsim.config import SimConfig
 from spotreel.services.simulator.run import simulate
 
@@ -85,7 +86,7 @@ def test_a_frozen_scheduler_costs_no_live_worker_its_lease(stack, settings, tmp_
         # `crowd_asks`), not all of them at every stats change: what is left is every idle worker's presence
         # (its own partition every 7.5 s) and a few requests a lease. Measured: 1,141 for 192 leases in 51 s;
         # 4,023 with every worker asking at every change, as before 2026-11-29.
-        presence = 150 * (report["elapsed_s"] / 7.5 + 1)
+        presence = cfg.workers[0] * (report["elapsed_s"] / PRESENCE_S + 1)
         assert mix["RequestWork"] <= presence + 4 * report["leases"], (mix["RequestWork"], report["leases"])
 
 
