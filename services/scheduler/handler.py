@@ -99,6 +99,8 @@ class Handler:
         if isinstance(command, cmd.RequestWork):
             out = self._request_work(part, command, now_ms)
         elif isinstance(command, cmd.GatewayPulse):
+            for w in command.idle:
+                self._present(part, w.worker_id, w.gpu_type, w.models, w.warm_models, now_ms)
             out = HandlerResult(pulse=command)
         elif isinstance(command, cmd.JOB_COMMANDS):
             if partition_for(command.job_id, self.partitions) != part.partition:
@@ -159,11 +161,24 @@ class Handler:
             out.followups.extend(followups.for_schedule_event(e, after))
         return out
 
+    @staticmethod
+    def _seen(part: PartitionState, offer: WorkerOffer, now_ms: int) -> None:
+        part.worker_asked(offer.worker_id, WorkerSeen(
+            now_ms, offer.draining, tuple(pool_key(p.model, p.gpu_type) for p in offer.pools), True,
+            tuple(pool_key(p.model, p.gpu_type) for p in offer.pools if offer.is_warm(p))))
+
+    def _present(self, part: PartitionState, worker_id: str, gpu_type: str, models: tuple[str, ...],
+                 warm: tuple[str, ...], now_ms: int) -> None:
+        """An idle worker a gateway vouched for in its pulse: seen as by its RequestWork (pool stats' idle
+        workers, preemption's free ones), nothing to answer. One this scheduler knows to hold a lease is
+        left as its lease commands keep it (the pulse may be older than the grant)."""
+        if worker_id in part.busy_workers or self.worker_busy(worker_id):
+            return
+        self._seen(part, WorkerOffer(worker_id, gpu_type, frozenset(models), frozenset(warm), False), now_ms)
+
     def _request_work(self, part: PartitionState, c: cmd.RequestWork, now_ms: int) -> HandlerResult:
         offer = WorkerOffer(c.worker_id, c.gpu_type, frozenset(c.models), frozenset(c.warm_models), c.draining)
-        part.worker_asked(c.worker_id, WorkerSeen(
-            now_ms, c.draining, tuple(pool_key(p.model, p.gpu_type) for p in offer.pools), True,
-            tuple(pool_key(p.model, p.gpu_type) for p in offer.pools if offer.is_warm(p))))
+        self._seen(part, offer, now_ms)
 
         def none(reason: str) -> HandlerResult:
             return HandlerResult(answer=ev.NoWorkAvailable(c.command_id, c.worker_id, now_ms, reason, part.partition))

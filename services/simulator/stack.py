@@ -243,8 +243,8 @@ def read_events(settings: Settings) -> list[Any]:
 def read_command_mix(settings: Settings) -> dict[str, int]:
     """Records of the run's commands topic by type, and `renewals_in_batches` / `requests_in_batches`: the
     renewals and lease requests the gateways' RenewalBatch records carried (their ratios to the batches are
-    what a record carried)."""
-    from spotreel.domain.commands import RenewalBatch
+    what a record carried); `idle_in_pulses`: the idle workers the gateways' pulses vouched for."""
+    from spotreel.domain.commands import GatewayPulse, RenewalBatch
     from spotreel.platform.topics import commands_topic
 
     mix: dict[str, int] = {}
@@ -254,6 +254,8 @@ def read_command_mix(settings: Settings) -> dict[str, int]:
         if isinstance(record, RenewalBatch):
             mix["renewals_in_batches"] = mix.get("renewals_in_batches", 0) + len(record.renewals)
             mix["requests_in_batches"] = mix.get("requests_in_batches", 0) + len(record.requests)
+        elif isinstance(record, GatewayPulse):
+            mix["idle_in_pulses"] = mix.get("idle_in_pulses", 0) + len(record.idle)
     return mix
 
 

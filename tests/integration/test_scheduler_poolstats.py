@@ -13,8 +13,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from spotreel.domain import commands as c
 from spotreel.domain import events as ev
 from spotreel.platform.topics import pool_stats_topic
-from tests.integration.schedkit import (POOL, Bus, SchedulerProc, drop_topics, make_topics, scheduler_settings,
-                                        submit, teardown)
+from tests.integration.schedkit import (GPU, MODEL, POOL, Bus, SchedulerProc, drop_topics, make_topics,
+                                        scheduler_settings, submit, teardown)
 
 
 def _latest_stats(settings, codec, cons: Consumer, latest: dict) -> dict:
@@ -58,6 +58,11 @@ def test_pool_stats_carry_queue_workers_durations_and_lease_losses(stack, tmp_pa
         # and one with the pool's model loaded (warm)
         assert isinstance(bus.request_work("w-warm", timeout=0, warm=(POOL.rpartition("@")[0],)), ev.NoWorkAvailable)
         assert isinstance(bus.request_work("w-drain", draining=True), ev.NoWorkAvailable)
+        # Two idle workers a gateway vouched for in its pulse (no request, no answer), one of them warm, and
+        # one it vouched for that holds a lease here (w-held: not idle, the pulse may be older than the grant).
+        bus.send(c.GatewayPulse(bus.next_id(), "gw-ps", int(time.time() * 1000), False,
+                                (c.IdleWorker("w-vouched", GPU, (MODEL,)), c.IdleWorker("w-vouched-warm", GPU, (MODEL,), (MODEL,)),
+                                 c.IdleWorker("w-held", GPU, (MODEL,)))), partition=0)
         queued = [submit("acme", f"{run}-q1", priority=5), submit("acme", f"{run}-q2"), submit("beta", f"{run}-q3")]
         for s in queued:
             bus.send(s)
@@ -68,14 +73,14 @@ def test_pool_stats_carry_queue_workers_durations_and_lease_losses(stack, tmp_pa
         deadline = time.monotonic() + 60
         while True:
             rec = _latest_stats(settings, bus.codec, cons, latest).get(f"{POOL}/0")
-            if rec is not None and rec.queued == 3 and rec.draining_workers == 1:
+            if rec is not None and rec.queued == 3 and rec.draining_workers == 1 and rec.idle_workers == 5:
                 break
             assert time.monotonic() < deadline, f"no pool-stats record with the 3 queued jobs; last: {rec}"
         assert isinstance(rec, ev.PoolStats) and (rec.pool, rec.partition) == (POOL, 0)
         assert rec.leased == 1 and rec.active_workers == 1
-        # Idle: w-idle and w-warm, which asked, and w-done, whose job completed (free at once, without asking
-        # again); not w-lost, whose lease expired. Warm: w-warm alone.
-        assert rec.idle_workers == 3 and rec.draining_workers == 1 and rec.warm_idle_workers == 1
+        # Idle: w-idle and w-warm, which asked, w-done, whose job completed (free at once, without asking
+        # again), and the two vouched for; not w-lost, whose lease expired. Warm: w-warm and w-vouched-warm.
+        assert rec.idle_workers == 5 and rec.draining_workers == 1 and rec.warm_idle_workers == 2
         assert sorted(rec.queued_by_tier) == ["0=2", "5=1"]
         assert sorted(rec.queued_by_tenant) == ["acme=2", "beta=1"]
         assert rec.oldest_wait_ms >= 0

@@ -44,11 +44,12 @@ def producer(settings: Settings, **extra: Any):
 
 def produce_command(prod: Any, settings: Settings, codec: Codec, command: Any, partition: int | None = None,
                     topic: str | None = None, headers: list | None = None) -> int:
-    """Produce `command` keyed by its job_id (or worker_id / schedule_id) to the owner's partition, with
-    `headers` (a traceparent, spotreel/tracing.py) if given."""
+    """Produce `command` keyed by its job_id (or schedule_id / worker_id / a pulse's gateway_id) to the owner's
+    partition (a pulse: give `partition`), with `headers` (a traceparent, spotreel/tracing.py) if given."""
     from spotreel.platform.topics import commands_topic
 
-    key = getattr(command, "job_id", None) or getattr(command, "schedule_id", None) or command.worker_id
+    key = (getattr(command, "job_id", None) or getattr(command, "schedule_id", None)
+           or getattr(command, "worker_id", None) or command.gateway_id)
     if partition is None:
         partition = partition_for(key, settings.partitions)
     prod.produce(topic or commands_topic(settings), value=codec.encode_message(command), key=key.encode(),

@@ -20,6 +20,8 @@ the stats (`order.WorkView`) and the time; it counts the requests that are out.
 - **Presence.** Every idle worker asks its own partition (`partition_for`) at least every `presence_s`, work
   in sight or not: the scheduler learns of idle workers only from their requests (pool stats'
   `idle_workers`, and the free workers that spare a lease from preemption, over a 15 s window).
+  A process that vouches for its idle workers in its pulses (the gateway: `GatewayPulse.idle`) sets
+  `presence_by_pulse`: their presence no longer takes a request; `vouched` counts the pulse as their ask.
 Everything else waits for a change: new stats, an answer that frees a slot, or its presence coming due.
 A worker asks at most one partition at a time (the lease desk waits for its unanswered request).
 
@@ -76,6 +78,8 @@ class Asking:
     # A process of one worker among many (a Kafka worker): the requests per queued job the crowd aims at.
     crowd_asks: float | None = None
     rng: random.Random = field(default_factory=random.Random)
+    # Presence comes in this process's pulses (`vouched`), not by asking: set once it pulses.
+    presence_by_pulse: bool = False
 
     def pick(self, worker_id: str, models: tuple[str, ...], view: WorkView, now: float) -> int | None:
         """The partition this worker should ask now, or None to wait for a change."""
@@ -92,7 +96,7 @@ class Asking:
             if (p not in view.known and self._per_partition[p] == 0
                     and now - self._scouted.get(p, -math.inf) >= self.scout_s):
                 return p
-        if now - self._last_ask.get(worker_id, -math.inf) >= self.presence_s:
+        if not self.presence_by_pulse and now - self._last_ask.get(worker_id, -math.inf) >= self.presence_s:
             return home
         return None
 
@@ -111,6 +115,11 @@ class Asking:
     def next_due(self, worker_id: str, now: float) -> float:
         """Seconds until this worker's presence is due (0 when it is)."""
         return max(0.0, self._last_ask.get(worker_id, -math.inf) + self.presence_s - now)
+
+    def vouched(self, worker_id: str, now: float) -> None:
+        """The worker's presence went out in a pulse: it counts as its ask (no request is out)."""
+        self._last_ask.pop(worker_id, None)
+        self._last_ask[worker_id] = now
 
     def sent(self, request_id: str, worker_id: str, partition: int, models: tuple[str, ...], now: float) -> None:
         """Count the request `request_id` (unique everywhere: the scheduler remembers grants by it) to

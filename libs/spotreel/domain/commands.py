@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from spotreel.domain.presence import IdleWorker
 from spotreel.domain.renewal_batch import BatchedRenewal
 from spotreel.domain.spec import RenderSpec
 
@@ -416,12 +417,15 @@ class GatewayPulse:
     gateway vouches past a lease's deadline, the owner holds the expiry of the leases whose holder last came
     through it (services/scheduler/intake.py), at most the scheduler's gateway hold: a control plane behind
     at its edge does not cost a live worker its lease. `leaving`: its last pulse (it stops), hold nothing
-    for it any more."""
+    for it any more. `idle`: the idle workers (in a lease poll, not draining) whose presence on this
+    partition is due (dispatch/asking.py): the owner counts them as if each had sent a RequestWork, and
+    nobody waits for an answer."""
 
     command_id: str
     gateway_id: str
     vouched_ms: int
     leaving: bool = False
+    idle: tuple[IdleWorker, ...] = ()
 
 
 INTAKE_COMMANDS = (GatewayPulse,)

@@ -9,11 +9,15 @@ since the last pulse (while it works off a backlog, what it reads is as old as t
 stand for the requests not even read yet. A gateway that falls behind,
 is frozen or is starved of CPU vouches for less, so the scheduler holds the expiry of the leases whose
 holders came through it (services/scheduler/intake.py); its last pulse, on a clean stop, says `leaving`.
-Lease polls are stamped but not counted: a poll waits for work, not for the log."""
+Lease polls are stamped but not counted: a poll waits for work, not for the log.
+
+The pulse to each partition also vouches for the idle workers whose presence there is due (`presence`,
+the idle polls' `vouch`, idlepolls.py): each partition gets its own list, the rest of the pulse is the same."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
 from contextlib import contextmanager
@@ -37,6 +41,8 @@ class Intake:
         self._frontier: int | None = None  # the newest send time among the requests read since the last pulse
         self.lag_ms = 0
         self.sent = 0  # pulses sent
+        # The idle workers whose presence is due, by partition (IdlePolls.vouch), once the idle polls exist.
+        self.presence: Callable[[], dict[int, list[Any]]] | None = None
 
     @contextmanager
     def reading(self, told: str | None, counted: bool = True) -> Iterator[None]:
@@ -81,7 +87,10 @@ class Intake:
     async def send_all(self, send: Callable[[Any, int], Awaitable[None]], partitions: int,
                        leaving: bool = False) -> None:
         pulse = self.pulse(leaving)
-        results = await asyncio.gather(*(send(pulse, p) for p in range(partitions)), return_exceptions=True)
+        idle = self.presence() if self.presence is not None and not leaving else {}
+        results = await asyncio.gather(
+            *(send(dataclasses.replace(pulse, idle=tuple(idle[p])) if p in idle else pulse, p)
+              for p in range(partitions)), return_exceptions=True)
         failed = [r for r in results if isinstance(r, BaseException)]
         if failed:  # Kafka away: the scheduler holds, at most its gateway hold, and the next pulse tries again
             log.warning("gateway pulse not sent to %d of %d partitions: %s", len(failed), partitions, failed[0])

@@ -21,8 +21,8 @@ from spotreel.domain.spec import flattened
 from spotreel.services.gateway.context import Gateway, gateway
 from spotreel.services.gateway.worker_api.idlepolls import IdlePolls
 from spotreel.services.gateway.worker_api.leasedesk import SUPERSEDED, LeaseDesk, Poll
-from spotreel.services.gateway.worker_api.wire import (DESK, IDLE, PROFILES, model_list, note_age, read_body,
-                                                       take, work_bus, worker_id_of)
+from spotreel.services.gateway.worker_api.wire import (DESK, IDLE, INTAKE, PROFILES, model_list, note_age,
+                                                       read_body, take, work_bus, worker_id_of)
 
 log = logging.getLogger("spotreel.gateway")
 
@@ -85,9 +85,22 @@ async def lease(request: web.Request) -> web.StreamResponse:
 
 async def _wait_for_lease(request: web.Request, gw: Gateway, bus, desk: LeaseDesk, poll: Poll, ask: tuple,
                           wait: float) -> tuple[ev.WorkAssigned | None, str]:
+    gpu, models, warm, _ttl = ask
+    idle = _idle_polls(request, gw, bus)
+    offer = None if poll.draining else cmd.IdleWorker(poll.worker_id, gpu, tuple(models), tuple(warm))
+    if offer is not None:
+        idle.offer(offer)  # the gateway's pulses vouch for its presence while the poll lasts (idlepolls.py)
+    try:
+        return await _ask_until(gw, bus, desk, poll, idle, ask, wait)
+    finally:
+        if offer is not None:
+            idle.withdraw(offer)
+
+
+async def _ask_until(gw: Gateway, bus, desk: LeaseDesk, poll: Poll, idle: IdlePolls, ask: tuple,
+                     wait: float) -> tuple[ev.WorkAssigned | None, str]:
     gpu, models, warm, ttl = ask
     wid, draining, n = poll.worker_id, poll.draining, gw.settings.partitions
-    idle = _idle_polls(request, gw, bus)
     # Two Kafka hops: even a zero wait gives the answer already on its way a moment to arrive.
     deadline = time.monotonic() + max(wait, 0.5)
     reason = "no_work"
@@ -134,6 +147,7 @@ def _idle_polls(request: web.Request, gw: Gateway, bus) -> IdlePolls:
                         stale_s=gw.cfg.lease_request_stale_seconds)
         holder.append(IdlePolls(asking, bus.work_view, gw.new_id))
         bus.on_work_change(holder[0].stats_changed)
+        request.app[INTAKE].presence = holder[0].vouch  # the pulses, if this gateway sends them, vouch
     return holder[0]
 
 
