@@ -75,7 +75,8 @@ class PartitionState:
     last_checkpoint_ms: dict[str, int] = field(default_factory=dict)
     known_pools: set[str] = field(default_factory=set)  # published once: keep publishing (zeros)
     # Queued jobs per pool in the last published stats, and the pools a job was queued in since: a pool
-    # that showed nothing queued gets its stats at once, not at the next tick (idle workers wait for them).
+    # that showed nothing queued, or has idle workers, gets its stats at once, not at the next tick (idle
+    # workers wait for them).
     published_queued: dict[str, int] = field(default_factory=dict)
     freshly_queued: set[str] = field(default_factory=set)
     holders: dict[str, str] = field(default_factory=dict)  # job_id -> pool, while leased

@@ -141,3 +141,14 @@ def test_a_job_queued_in_an_empty_pool_is_published_at_once_not_at_the_next_tick
         bus.wait_event(second.job_id, ev.JobQueued, timeout=60)
         records(3.0)
         assert not any(r.queued == 2 for r in seen[after_first:]), "a backlog published before the tick"
+        # An idle worker a gateway vouches for (it sends no request of its own): the next job queued is
+        # published at once, backlog or not, so the worker hears of it within a batch.
+        bus.send(c.GatewayPulse(bus.next_id(), "gw-pf", int(time.time() * 1000), False,
+                                (c.IdleWorker("w-idle", GPU, (MODEL,)),)), partition=0)
+        third = submit("acme", f"{run}-3")
+        bus.send(third)
+        bus.wait_event(third.job_id, ev.JobQueued, timeout=60)
+        deadline = time.monotonic() + 30
+        while not any(r.pool == POOL and r.queued == 3 and r.idle_workers == 1 for r in seen[after_first:]):
+            assert time.monotonic() < deadline, f"no record with the third job; seen {seen[after_first:]}"
+            records(0.5)
