@@ -105,7 +105,9 @@ def test_pool_stats_carry_queue_workers_durations_and_lease_losses(stack, tmp_pa
 def test_a_job_queued_in_an_empty_pool_is_published_at_once_not_at_the_next_tick(stack, tmp_path):
     """Idle workers ask where the pool stats show work (dispatch/asking.py): a job queued in a pool whose
     last stats showed nothing queued gets its record right after its batch. The tick here is 120 s, so a
-    record within 30 s can only come from the batch; with a backlog (the second job) nothing extra is sent."""
+    record within 30 s can only come from the batch; with a backlog (the second job) and no idle worker nothing
+    extra is sent, and once an idle worker waits (a gateway's pulse vouched for it) the third job is published
+    at once."""
     settings = scheduler_settings("pf" + uuid.uuid4().hex[:10], partitions=1)
     make_topics(settings)
     bus = Bus(settings)
