@@ -38,6 +38,11 @@ status: setup
 demo: up
 	$(SPOTREEL) demo $(DEMO_ARGS)
 
+# The suite starts and kills many short-lived JVMs on 2 cores (the shared stack, chaos clusters, restarts): it
+# runs them with C1 only, sparing each start the C2 compiler's CPU (docs/SETTINGS.md, jvm_fast_start). A
+# server started by `up` or `demo` compiles with C2. An explicit SPOTREEL_JVM_FAST_START wins.
+test test-unit test-integration: export SPOTREEL_JVM_FAST_START ?= 1
+
 # The whole suite: unit (pure, hypothesis), integration against the real servers, e2e and chaos.
 # ruff and mypy go first so that a lint or type slip fails in seconds, before any server starts (mypy: strict
 # on domain, codec and dispatch, pyproject.toml's [tool.mypy]). tools/lint-imports runs import-linter over
