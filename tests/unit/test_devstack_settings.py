@@ -51,3 +51,13 @@ def test_broker_ports_agree_between_runtime_and_launcher():
     s = DevstackSettings(cluster_nodes=3)
     assert [s.kafka_node_port(n) for n in (1, 2, 3)] == [s.kafka_node_ports(n)[0] for n in (1, 2, 3)]
     assert s.kafka_bootstrap == ",".join(f"127.0.0.1:{s.kafka_node_ports(n)[0]}" for n in (1, 2, 3))
+
+
+def test_servers_compile_with_c2_unless_asked_to_start_fast(tmp_path: Path):
+    # A stack under load runs its JVMs with C2 (bench/README.md, "Kafka and Cassandra compiled with C2");
+    # `make test` asks for C1 only with SPOTREEL_JVM_FAST_START=1.
+    from spotreel.devstack.java import common_jvm_options
+
+    assert "-XX:TieredStopAtLevel=1" not in common_jvm_options(DevstackSettings(home=tmp_path), tmp_path, tmp_path)
+    fast = DevstackSettings.from_env({"SPOTREEL_JVM_FAST_START": "1", "SPOTREEL_HOME": str(tmp_path)})
+    assert "-XX:TieredStopAtLevel=1" in common_jvm_options(fast, tmp_path, tmp_path)

@@ -28,8 +28,8 @@ class DevstackSettings(Settings):
     start_timeout: int = 240
     # Seconds `down` waits after SIGTERM before SIGKILL.
     stop_timeout: int = 60
-    # 0: the JVMs compile hot code with C2, as a server should run (Kafka and Cassandra take about a third
-    # less CPU at the fleet's peak). 1: C1 only, for many short-lived servers: what the test suite uses.
+    # 0: the JVMs compile hot code with C2, as a server should run (at the fleet's peak the broker takes a third
+    # less CPU, Cassandra a fifth once warm). 1: C1 only, for many short-lived servers: what the test suite uses.
     jvm_fast_start: int = 0
     # Extra options for every JVM the local stack starts (space-separated), e.g. to attach a profiler.
     jvm_extra_opts: str = ""
