@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from spotreel.devstack.java import common_jvm_options
 from spotreel.devstack.services import settings_env
 from spotreel.devstack.settings import DevstackSettings, launcher_settings
 from spotreel.settings import Settings
@@ -56,8 +57,6 @@ def test_broker_ports_agree_between_runtime_and_launcher():
 def test_servers_compile_with_c2_unless_asked_to_start_fast(tmp_path: Path):
     # A stack under load runs its JVMs with C2 (bench/README.md, "Kafka and Cassandra compiled with C2");
     # `make test` asks for C1 only with SPOTREEL_JVM_FAST_START=1.
-    from spotreel.devstack.java import common_jvm_options
-
     assert "-XX:TieredStopAtLevel=1" not in common_jvm_options(DevstackSettings(home=tmp_path), tmp_path, tmp_path)
     fast = DevstackSettings.from_env({"SPOTREEL_JVM_FAST_START": "1", "SPOTREEL_HOME": str(tmp_path)})
     assert "-XX:TieredStopAtLevel=1" in common_jvm_options(fast, tmp_path, tmp_path)

@@ -28,10 +28,8 @@ def java_bin(settings: Settings, component: str) -> str:
 def common_jvm_options(settings: Settings, logs_dir: Path, tmp_dir: Path) -> list[str]:
     settings = launcher_settings(settings)
     return [
-        # C1 only (`jvm_fast_start`): the JVM never compiles its hot code with C2. It saves the C2 compiler's
-        # CPU in a server's first minutes, which counts in a test suite starting and killing servers on 2 cores;
-        # a stack under load pays for it: at the fleet's peak (4,000 workers over HTTP) the broker took 0.335
-        # core with C1 only against 0.224 with C2, Cassandra 0.324 against 0.262 (bench/README.md).
+        # C1 only (`jvm_fast_start`, whose comment says when): no C2 compiler CPU in a server's first minutes,
+        # slower hot code for good (figures: bench/README.md, "Kafka and Cassandra compiled with C2").
         *(["-XX:TieredStopAtLevel=1"] if settings.jvm_fast_start else []),
         *settings.jvm_extra_opts.split(),
         "-Djava.awt.headless=true",
