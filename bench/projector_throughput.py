@@ -11,8 +11,8 @@ consume loop over the same records in the same run. Uses a throwaway topic prefi
   (released, requeued, leased again from the checkpoint), then success. ~71% of the records are
   ProgressReported / LeaseRenewed, ~11% CheckpointRecorded.
 --gc SETTING: the cyclic collector's thresholds (SPOTREEL_GC_THRESHOLD's form); by default the service's own
-  setting, installed as `spotreel projector` installs it (spotreel/gctune.py). Before 2026-11-29 this bench
-  ran with Python's defaults (`--gc ''`), which the service does not.
+  setting, installed as `spotreel projector` installs it (spotreel/gctune.py); `--gc ''` keeps Python's
+  defaults, which the service does not use.
 --before GITREF: also runs the projector as it was at GITREF (its services/projector/ checked out into a
   temporary directory and imported under another name) over the same records, into its own keyspace, and
   checks that both projectors left identical tables.

@@ -34,9 +34,7 @@ from spotreel.worker.hf_logging import quietly
 LOOP_VERSION = 2
 VAE_TILING = ("off", "on", "auto")
 # `--vae-tiling auto` on a GPU, for the measured families (vae_memory.py): tiles when a whole decode's estimated
-# memory exceeds a quarter of the GPU's (measured on an H100: a whole decode above the weights takes 4.4 GiB for
-# Wan 2.1 at 832x480 x81, 14.7 GiB for CogVideoX-2B at 720x480 x49, 44.5 GiB at 1360x768 x49, which tiles;
-# tiled decodes take 1.3-2.9x as long). Otherwise (a CPU, an unmeasured family, or an operator's
+# memory exceeds a quarter of the GPU's (docs/decisions/0013-vae-tiling-by-estimated-memory.md). Otherwise (a CPU, an unmeasured family, or an operator's
 # --vae-tile-above) it tiles above this many output pixels × frames, Wan 2.1 1.3B's largest output.
 DEFAULT_TILE_ABOVE_VOXELS = 832 * 480 * 81
 # Every sampler some family offers; each family accepts its own subset (Renderer.check says which).

@@ -3,12 +3,11 @@
 `uvloop` (libuv under asyncio's API) by default: each worker request crosses the gateway's loop several times
 (a read, the handler's task, a produce, a verdict handed in from the consumer thread, a write), and at the
 seeds' peak the stock selector loop's own machinery (`_run_once`, handles, transports, self-pipe wake-ups)
-was a large share of the gateway's CPU (py-spy). Measured at the HTTP peak's stage (bench/README.md,
-2026-11-27 night): 7% more worker requests answered for 10% less gateway CPU per request, half the idle
-polls shed. `asyncio` keeps the stock loop (the baseline of that comparison, or a platform without uvloop's
-wheel). The scheduler keeps the stock loop (Faust drives its own), and so does the fleet simulator: on uvloop
-its 4,000-connection aiohttp client had 2,014 request errors in that run (registrations at the fleet's start,
-and 96 progress reports whose leases then expired under live workers).
+is a large share of the gateway's CPU. uvloop answers more worker requests for less CPU each
+(docs/decisions/0011-uvloop-in-the-gateway-only.md). `asyncio` keeps the stock loop (the baseline of that
+comparison, or a platform without uvloop's wheel). The scheduler keeps the stock loop (Faust drives its own),
+and so does the fleet simulator: on uvloop its 4,000-connection aiohttp client failed requests (registrations
+at the fleet's start, and progress reports whose leases then expired under live workers).
 """
 
 from __future__ import annotations

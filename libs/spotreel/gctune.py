@@ -3,11 +3,10 @@
 Python's defaults (a young collection every 700 allocations, a full one after ten middle ones) suit a
 short script. A gateway holds thousands of long polls open for up to 20 s each: their requests, tasks and
 futures outlive two young collections, reach the oldest generation and make full collections frequent, each
-walking everything the process holds. At the seeds' peak, py-spy (--native) found half of the gateway's CPU
-in the collector. `install` moves what start-up built (modules, schemas, the app) out of the collector's
+walking everything the process holds, which a profile of a gateway under a fleet's load shows as a large
+share of its CPU (docs/decisions/0010-collector-thresholds.md). `install` moves what start-up built (modules, schemas, the app) out of the collector's
 sight (gc.freeze) and collects less often; reference counting still frees nearly everything at once, the
-collector is only for cycles. An empty setting keeps Python's defaults (the baseline of bench/README.md's
-comparison)."""
+collector is only for cycles. An empty setting keeps Python's defaults (the baseline of that comparison)."""
 
 from __future__ import annotations
 

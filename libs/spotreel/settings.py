@@ -150,7 +150,7 @@ class Settings:
     preempt_fair_share_ratio: int = 0
     # Bounded state (domain/retention.py): a terminal job leaves the scheduler's table (a tombstone in its
     # compacted changelog) this many seconds after its last change. The events topic keeps the whole history
-    # either way. Memory: about 5 KB per job in the table (bench/README.md, "Bounded state").
+    # either way. Memory per job in the table: bench/README.md, "Scheduler: bounded state".
     scheduler_retention_s: int = 86_400
     # A summary of a terminal job (outcome, version, request hash; about 0.7 KB) stays this many seconds after
     # its last change, for idempotent resubmission and late DAG children.

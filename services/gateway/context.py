@@ -34,7 +34,7 @@ class Gateway:
     watch: LoopWatch = field(default_factory=LoopWatch)
     # Command and request ids: 16 random hex digits drawn once per gateway, then a counter (32 hex digits in
     # all, like a uuid4's hex). Unique within the process by the counter, across processes by the prefix;
-    # a uuid4 per id cost a getrandom call each (about 2% of the gateway's CPU at the HTTP peak, py-spy).
+    # a uuid4 per id costs a getrandom call each, slow on a busy box.
     _id_prefix: str = field(default_factory=lambda: secrets.token_hex(8))
     _id_counter: itertools.count = field(default_factory=itertools.count)
 

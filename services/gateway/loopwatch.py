@@ -11,8 +11,8 @@ Three measures, taken together (`behind_ms`, the largest of them):
   one still pending), the median of the last `window_s`: the control plane behind the gateway.
 A median of at least MIN_SAMPLES, so one worker's clock off by seconds or one slow verdict sheds nothing, and
 behind for SUSTAIN measurements in a row (3 s), so a backlog worked off after a freeze sheds nothing either.
-The 2026-11-27 ramp over HTTP (bench/README.md) is why: at twice the peak's demand the loop's lag stayed under
-2 s while renewals took 11 s at the median and live workers lost their leases.
+Why all three: at twice the peak's demand the loop's lag alone stays under its threshold while renewals wait
+for many seconds and live workers lose their leases (docs/decisions/0006-load-shedding-by-how-far-behind.md).
 
 While `behind_ms` is at or above a kind of request's threshold (GatewayConfig: `shed_idle_polls_lag_seconds`,
 `shed_submissions_lag_seconds`; 0 never sheds), requests of that kind are answered at once with 503
@@ -20,7 +20,7 @@ While `behind_ms` is at or above a kind of request's threshold (GatewayConfig: `
 again later; a lease already waiting for it at the desk is still handed over) and a new submission or DAG
 (the client retries with its Idempotency-Key). What a lease holder sends (renewals, progress, checkpoints,
 completions, releases) is never shed: turning it away would cost the fleet its leases, the failure the
-shedding is there to prevent (issue 11, the starved box in bench/README.md).
+shedding is there to prevent.
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ def retry_after_s(behind_ms: int, threshold_s: float) -> int | None:
 # Samples a median needs before it counts.
 MIN_SAMPLES = 8
 # Measurements in a row (every 250 ms: 3 s) the gateway must have been behind before it sheds: right after a
-# freeze the backlog it reads is old, and shedding it then (submissions, idle polls) drained it faster than
-# a worker given a lease held through the freeze could renew it (a CI run lost one such lease).
+# freeze the backlog it reads is old, and shedding it then (submissions, idle polls) would drain it faster
+# than a worker given a lease held through the freeze could renew it, costing that worker its lease.
 SUSTAIN = 12
 
 

@@ -90,9 +90,9 @@ def registry_rules(cfg: GatewayConfig) -> list[dict[str, Any]]:
     resolutions, num_steps and samplers (submission.normalize -> ModelRegistry.problem). A field left out or
     null takes the gateway's default, so a model the default does not suit requires that field. Not stated
     here: the frame range, duration from frames_min / fps to frames_max / fps (422 on duration). Stated
-    exactly it takes one branch per fps with its own duration bounds (58 for the local registry); tried on
-    2026-11-27, schemathesis' generator gives up on the request body beyond 10 such branches (jsonschema_rs'
-    canonical form stays raw), so no case of the operation could be generated at all."""
+    exactly it takes one branch per fps with its own duration bounds (58 for the local registry), and
+    schemathesis' generator gives up on a request body beyond 10 such branches (jsonschema_rs' canonical form
+    stays raw), so no case of the operation could be generated at all."""
     if cfg.models is None:
         return []
     branches = []

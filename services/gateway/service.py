@@ -18,7 +18,7 @@ from spotreel.settings import Settings
 
 class AccessLog(AccessLogger):
     """aiohttp's access log without the worker API's successful requests: a fleet sends hundreds a second
-    (the log line cost about 3% of the gateway's CPU at a few thousand workers); the metrics count them,
+    (a log line each is a visible share of the gateway's CPU at a few thousand workers); the metrics count them,
     and the worker API's errors are still logged."""
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:

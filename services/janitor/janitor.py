@@ -125,8 +125,8 @@ class Janitor:
                 log.warning("skipping undecodable record %s@%d: %s", m.partition(), m.offset(), exc)
         todo = deletions_for(events)
         done = not (todo.keys or todo.jobs) or await self._until_done(lambda: self._delete(todo), stop)
-        # Committed once the deletions are done, stopping or not: a janitor stopped just after them (a CI run
-        # stopped it between the two) would otherwise read the batch again on its next start.
+        # Committed once the deletions are done, stopping or not: a janitor stopped between the deletions and
+        # the commit would otherwise read the batch again on its next start.
         if ends and done:
             await asyncio.to_thread(self._commit, ends)
 

@@ -177,7 +177,7 @@ class Projector:
     def _consume(self) -> list[Any]:
         """What librdkafka has fetched already (up to batch_size), without waiting; only when that is
         nothing, wait up to poll_timeout_s for a batch. consume(n, timeout) returns early only with n
-        records, so a backlog's last short batch (and any batch short of n) used to idle the whole timeout."""
+        records, so a backlog's last short batch (and any batch short of n) would idle the whole timeout."""
         msgs = self.consumer.consume(self.config.batch_size, 0)
         return msgs or self.consumer.consume(self.config.batch_size, self.config.poll_timeout_s)
 
@@ -236,9 +236,9 @@ class Projector:
     def _commit(self, offsets: dict[tuple[str, int], int]) -> None:
         """Commit what this batch projected. A failed commit loses nothing: the rows are written, and the
         records come again (to this projector or the partition's new owner) and are projected again to the
-        same rows. So it is logged, never fatal. It used to end the process: found by the whole-system chaos
-        test, where a Kafka restart and then a Cassandra restart (the batch's writes waiting, no poll) made
-        the group drop the projector, and the commit answered _ASSIGNMENT_LOST."""
+        same rows. So it is logged, never fatal: a Kafka restart and then a Cassandra restart (the batch's
+        writes waiting, no poll) make the group drop the projector, and the commit answers _ASSIGNMENT_LOST
+        (the whole-system chaos test does exactly that)."""
         if not offsets:
             return
         try:
@@ -322,7 +322,7 @@ class Projector:
         self._settle(stop)  # the history read back must hold every row written so far
         ops: list[RowOp] = []
         # Read like the writes below, retried while Cassandra is away: a projector restarted during a
-        # Cassandra restart used to die here (found by the whole-system chaos test).
+        # Cassandra restart reads histories back before Cassandra answers.
         for job, rows in self._retrying(lambda: self.store.histories(wanted), "read", stop).items():
             history = []
             for _, payload in rows:

@@ -28,8 +28,8 @@ LIVE = ("leased", "running")
 BY_JOB = frozenset({"jobs_by_id", "events_by_job", "rejections_by_job", "attempts_by_job"})
 
 
-# A request costs the Python driver far more client CPU than a row in it (measured on this machine: ~200 µs
-# per request against ~5 µs per row of a batch), so the writes go out in as few requests as Cassandra takes
+# A request costs the Python driver far more client CPU than a row in it (tens of times a row of a batch:
+# services/projector/README.md, "Throughput"), so the writes go out in as few requests as Cassandra takes
 # without complaint:
 # - one partition's rows as one unlogged batch, up to MAX_ROWS: a single-partition batch is one mutation,
 #   and Cassandra applies no batch size check to it;

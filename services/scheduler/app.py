@@ -131,9 +131,8 @@ class Scheduler(TableAccess, Rebuild, Pipeline, InOrder, Timers, Stats):
 
         async def process(stream):
             # Whatever is buffered, up to batch_max, without waiting longer than batch_within for more.
-            # Faust's take loop wakes every `within` even when nothing arrives: at 2 ms that alone kept an
-            # idle scheduler at 0.12 core; at 10 ms it is 0.05, and dispatch latency did not move
-            # (bench/README.md, Scheduler).
+            # Faust's take loop wakes every `within` even when nothing arrives: a shorter wait costs an idle
+            # scheduler CPU for no gain in dispatch latency (bench/results/history.md, "scheduler idle cost").
             async for batch in stream.take_events(self.batch_max, within=self.batch_within):
                 async with self.batch_lock:
                     await self.on_batch(batch)

@@ -1,8 +1,8 @@
 """Leases judged by when their holders sent their renewals, not by when a gateway behind got them into the log.
 
 A worker on HTTP reaches the log through a gateway. A gateway short of CPU, frozen or queueing requests
-delays renewals that the worker sent in time; judged at their append time they came too late, and the live
-holder lost its lease: the metastable failure of bench/README.md's starved run. Two headers on the
+delays renewals that the worker sent in time; judged at their append time they would come too late, and the
+live holder would lose its lease (docs/decisions/0002-leases-judged-at-send-time.md). Two headers on the
 commands the gateway produces (spotreel.dispatch.intake) and its pulses close that gap, per partition:
 
 - Whether a lease command that came through a gateway was in time is judged at the worker's send time, or

@@ -18,7 +18,7 @@ tick, per pool, from:
 
 **One decider per pool and tick:** another instance's requests are seen a stats tick (about a second) and a
 Kafka round trip late, so two instances deciding in the same second would each spend the whole budget
-(measured: a budget of 2, two processes, 4 requests within 1.5 s). So only the owner of the *lowest
+(docs/decisions/0024-one-preemption-decider-per-pool.md). So only the owner of the *lowest
 partition holding a lease that may be asked back now* (for the tier plan: of a tier below the highest
 waiting one) asks that tick; the others wait. Each record says, per partition, which leases may be asked
 back (`PoolStats.preemptible_by_tier`) in the same record as the requests made for them (`preempted_1m`,
@@ -28,7 +28,7 @@ publishing) decides as if it were alone, and the victim is the lowest tier among
 not necessarily the pool's. Nor does another instance see one instance's records of several partitions at
 once: a view holding the new record of one (its lease asked, no candidate left there, so the viewer is now
 the lowest holder) and the old record of another (its request not counted yet) lets a second decider spend
-the budget again (a CI run: 3 requests against a budget of 2). So an instance also waits while another
+the budget again. So an instance also waits while another
 instance's requests are arriving: for `SETTLE_S` after its view last saw a request counted on a partition it
 does not own (`PoolStatsView.settling`), the records of that instance's other partitions, published in the
 same tick, have time to arrive. With one instance owning every partition the budget is exact. The request times are memory: a new owner of a partition

@@ -75,9 +75,8 @@ class Stats:
         or that has idle workers (its roll: they asked, or a gateway's pulse vouched for them), publishes its
         stats now, so idle workers (who ask where the stats show work, dispatch/asking.py) hear of it within
         a batch instead of up to a tick later. With a backlog and no idle worker nothing is published here.
-        A gateway's idle workers no longer ask their own partition just to be counted (its pulse vouches for
-        them), and those asks used to take a freshly queued job within moments: this record is how they hear
-        of it."""
+        A gateway's idle workers do not ask their own partition just to be counted (its pulse vouches for
+        them), so no such ask takes a freshly queued job within moments: this record is how they hear of it."""
         now = clock.now_ms()
         for p, part in list(self.parts.items()):
             if part.freshly_queued and any(not part.published_queued.get(pool) or part.workers.idle_count(pool)

@@ -20,12 +20,8 @@ Printed: seconds from each kill to the first lease of a job acknowledged after i
 the four-way kill also to the first lease on the dead scheduler's partitions, to a worker the dead gateway
 served and to a real worker; and from `infra up` to healed.
 
-Figures (five runs of 2026-11-25 on this machine, 2 cores shared, load average 4-21; more in
-tests/chaos/README.md, "The cluster test"): dispatching again 4.1-8.1 s after a broker's kill, 0.6-1.5 s after
-a Cassandra node's, 5.1-10.3 s after both; after all four at once 7.2-12.6 s anywhere, 8.0-18.2 s on the dead
-scheduler's partitions, 7.2-12.6 s for the workers the dead gateway served, 7.9-18.6 s for a real render.
-Healed 8-18 s after `infra up` for a broker, 24-43 s for a Cassandra node, 31-52 s for both, 35-65 s for all
-four. The test takes 257-310 s.
+The figures these print: bench/README.md, "Faults"; what the test holds: tests/chaos/README.md, "The cluster
+test".
 """
 
 from __future__ import annotations

@@ -45,8 +45,8 @@ from tests.integration.workerkit import reference_checksum, tiny_model
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(1500)]
 
 # At least MIN_JOBS jobs; MAX_JOBS only bounds a runaway stream. The number made is set by how long the
-# chaos lasts: while a lane runs, the fleet must always have work (a CI run with 20 as the bound ran out of
-# jobs while the worker lane still waited for a busy worker).
+# chaos lasts: while a lane runs, the fleet must always have work (a low bound would run out of jobs while
+# the worker lane still waits for a busy worker).
 MIN_JOBS, MAX_JOBS = 12, 60
 IN_FLIGHT = 6  # unfinished jobs the stream keeps ahead of the fleet while the chaos goes on
 REQUESTS = [

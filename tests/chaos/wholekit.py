@@ -305,8 +305,7 @@ class EventLog(threading.Thread):
     """Follows the events topic from its start in the background, so any thread can ask what happened to a
     job without polling Kafka itself. Through broker restarts: librdkafka reconnects on its own, but a
     consumer that `assign`ed its partitions can stay silent after the broker comes back (librdkafka issues
-    5153 and 4492; a CI run's whole-system test saw no event for 300 s after a Kafka restart while the topic
-    held them). So when nothing arrived for `STALL_S` while a partition's high watermark is past what was
+    5153 and 4492: no event for minutes after a Kafka restart while the topic holds them). So when nothing arrived for `STALL_S` while a partition's high watermark is past what was
     read, the consumer is replaced by a new one assigned at the next unread offsets (nothing read twice)."""
 
     STALL_S = 3.0

@@ -12,19 +12,20 @@ and message:
 - With a model registry (the local stack's gateway, and this test's), `duration` outside the model's frame
   range at the request's fps (frames_min / fps to frames_max / fps): a product of two fields, which only a
   branch per fps could state, more than schemathesis' generator takes (openapi_rules.registry_rules). A
-  frame count off the model's grid (4n+1) is no longer refused: the nearest count on it renders.
+  frame count off the model's grid (4n+1) is not refused: the nearest count on it renders.
 - DAGs: a node's `parents` naming neither another node of the request nor a video id, duplicate node keys
   or a cycle (`invalid_dag`): references inside the request body.
-(Former entries are gone: the backoffs no longer conflict, the max caps the base; a lease poll without
-gpu_type/models from a worker that never registered is a 409, which schemathesis counts as accepted.)
+Not here, since JSON Schema states them or schemathesis accepts the answer: the backoffs (the max caps the
+base, so they never conflict); a lease poll without gpu_type/models from a worker that never registered (a
+409, which schemathesis counts as accepted).
 
 `use_after_free` expects a resource to be gone after a 2xx DELETE. DELETE /v1/schedules/{id} answers 200
 once the read model shows the schedule deleted, and its routes answer 404 from then on; if that takes longer
 than the gateway waits it answers 202 (the command is durable and applies later), and a read right after a
 202 may still find the schedule, as documented. This test's gateway runs without a scheduler, so its DELETEs
 answer 202: a read after a DELETE that answered 202 is let through, a read after one that answered 200 still
-fails (the local stack, with its scheduler, answers 200). (A former entry is gone: DELETE /v1/videos/{id},
-the first spelling of cancel, after which the video stayed readable, is no longer served.)
+fails (the local stack, with its scheduler, answers 200). DELETE /v1/videos/{id} is not served (cancel is a
+POST, after which the video stays readable), so it needs no entry.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """spotreel.client.kafka against the real scheduler process and Kafka: an internal producer submits and
 controls jobs without the gateway and reads each command's verdict from the events topic, refusals included
-(a command on a job that does not exist, version 0, used to be invisible to its producer)."""
+(a command on a job that does not exist, version 0, must be visible to its producer too)."""
 
 from __future__ import annotations
 

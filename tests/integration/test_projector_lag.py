@@ -1,6 +1,5 @@
 """Regression: right after assignment, before any fetch, librdkafka reports position and cached high mark
-as OFFSET_INVALID (-1001); the projector used to add that sentinel to its lag and report a negative
-number. Against a real topic the lag must be the unread records, and zero once everything is projected."""
+as OFFSET_INVALID (-1001); added to the lag, that sentinel would make it negative. Against a real topic the lag must be the unread records, and zero once everything is projected."""
 
 from __future__ import annotations
 

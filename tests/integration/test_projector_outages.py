@@ -6,7 +6,7 @@
 - a projector (re)started during an outage meets jobs mid-history and must read their histories back from
   Cassandra: that read waits for Cassandra like the writes do.
 
-Both used to end the process; the whole-system chaos test found them."""
+Both happen in the whole-system chaos test; here each is reproduced alone."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """A job at the latest time the API takes (limits.MAX_TIME_MS, the end of year 9999) goes through the real
 projector writes and reads back through the gateway's reads from real Cassandra. A later run_at could not be
 read back: the Python driver fails to decode the timestamp and drops its connection, and with it every read of
-the gateway (schemathesis' stateful run against the local stack, run_at 2**53, 2026-11-27). The API and the
-domain now refuse such times (tests/unit/test_time_limits.py)."""
+the gateway (a run_at of 2**53 ms, as an API fuzzer draws, is one). The API and the domain refuse such times
+(tests/unit/test_time_limits.py)."""
 
 from __future__ import annotations
 

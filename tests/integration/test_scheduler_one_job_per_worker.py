@@ -112,7 +112,7 @@ def test_two_partitions_asked_at_once_leave_the_worker_one_lease(env) -> None:
 
 def test_a_request_for_a_lease_no_grant_could_hold_is_refused_and_costs_the_queue_nothing(env) -> None:
     """A RequestWork with a TTL of 0, or one that would end the lease after year 9999 (limits.lease_ttl_fits),
-    is answered invalid_lease_ttl before any job is tried: trying them, each refused grant used to drop that job
+    is answered invalid_lease_ttl before any job is tried: trying them, each refused grant would drop that job
     from the partition's queue index. The queued job is granted to the next valid request."""
     settings, bus = env
     job = _job_on(0, "ttl")

@@ -1,5 +1,5 @@
 """`spotreel simulate` stopped with SIGTERM (a `kill`, a CI timeout, a closed terminal) stops its private
-services and drops its keyspace, as a run that ends does; it used to die at once and leave four services
+services and drops its keyspace, as a run that ends does, instead of dying at once and leaving its services
 running on their ports for good."""
 
 from __future__ import annotations

@@ -178,7 +178,7 @@ def test_submit_ack_from_the_running_gateway_scraped_by_a_real_prometheus(stack,
     delta = {le: end[le] - start[le] for le in end}
     if delta["+Inf"] == n_submits:  # nobody else submitted in the window: the figures are these, exactly
         # Counted from Prometheus' samples without extrapolation (slo_cli.counter_increase): PromQL's increase()
-        # extrapolated each bucket on its own, and a p99 of 30 acks all under 25 ms read as 67 ms in a CI run.
+        # extrapolates each bucket on its own, and a p99 of 30 acks all under 25 ms can read as 67 ms.
         exact = {float(le): n for le, n in delta.items()}
         assert ack["n"] == n_submits, (ack, delta)
         for key, q in (("value_s", 0.99), ("p50_s", 0.5)):

@@ -1,5 +1,5 @@
 """Consumers that fetch in batches while records trickle in (adapters/kafka.py `batched_fetch`): each fetch
-waits for 64 KiB or its reader's latency bound, so a steady flow of records no longer costs the broker a fetch
+waits for 64 KiB or its reader's latency bound, so a steady flow of records does not cost the broker a fetch
 per record or two."""
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ def test_broker_ports_agree_between_runtime_and_launcher():
 
 
 def test_servers_compile_with_c2_unless_asked_to_start_fast(tmp_path: Path):
-    # A stack under load runs its JVMs with C2 (bench/README.md, "Kafka and Cassandra compiled with C2");
+    # A stack under load runs its JVMs with C2 (docs/decisions/0009-jvms-compile-with-c2.md);
     # `make test` asks for C1 only with SPOTREEL_JVM_FAST_START=1.
     assert "-XX:TieredStopAtLevel=1" not in common_jvm_options(DevstackSettings(home=tmp_path), tmp_path, tmp_path)
     fast = DevstackSettings.from_env({"SPOTREEL_JVM_FAST_START": "1", "SPOTREEL_HOME": str(tmp_path)})

@@ -247,7 +247,7 @@ def test_weights_three_to_one_hold_across_partitions_that_never_see_both_tenants
 
 
 def test_per_partition_usage_does_not_give_the_weights():
-    """What dispatch did before: each partition's own leases, equal weights, the most queued asked first."""
+    """The baseline: each partition's own leases, equal weights, the most queued asked first."""
     share_a, _ = simulate(shared=False)
     assert abs(share_a - 0.75) > 0.15
 

@@ -324,7 +324,7 @@ async def test_the_gateway_service_pulses_while_it_runs_and_says_it_leaves_when_
 
 def test_a_timer_of_a_deadline_the_lease_has_moved_past_is_dropped_not_held() -> None:
     """At a fleet's pace most due expiry timers are of deadlines a renewal moved on: judging each again every
-    tick while the gateway's vouching lags (about a second) was 6% of the scheduler's CPU at the peak."""
+    tick while the gateway's vouching lags (about a second) is work for nothing, many times a second."""
     part, states, deadline, job = _partition_with_lease("gw-a")
     s = states[job]
     renewed = fold(decide(s, c.RenewLease("r", job, s.lease.epoch, s.lease.worker_id), deadline - 1_000), s)

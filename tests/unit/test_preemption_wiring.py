@@ -151,8 +151,8 @@ def _asked(partition: int, at_ms: int, asked: int = 0, yielding: int = 0, pool: 
 
 
 def test_a_view_settles_after_another_partition_counts_a_new_request() -> None:
-    """The race a CI run showed: the other instance asked two leases, on its partitions 0 and 2; this one read
-    partition 0's new record first and would have spent the budget's last unit before partition 2's arrived."""
+    """The race: the other instance asked two leases, on its partitions 0 and 2; this one reads partition 0's
+    new record first and would spend the budget's last unit before partition 2's arrives."""
     from spotreel.services.scheduler.preempting import SETTLE_S, PoolStatsView
     from spotreel.settings import Settings
 

@@ -1,9 +1,8 @@
 """A grant whose answer leaves the scheduler late does not cost its holder the lease.
 
-A CI run of the frozen-scheduler test (tests/integration/test_lease_plane_overload.py) once caught the
-scheduler stopped between writing four grants' JobLeased events and sending their answers: the answers left
-15 s later, the workers' first renewals came after the 12 s TTL counted from the grant, and four live
-workers lost their leases. Here the real batch loop (`Pipeline.on_batch`) runs in process with a producer
+A scheduler stopped between writing grants' JobLeased events and sending their answers (as the frozen-scheduler
+test, tests/integration/test_lease_plane_overload.py, can stop it) sends the answers late; counted from the
+grant, the TTL could run out before the workers' first renewals, and live workers would lose their leases. Here the real batch loop (`Pipeline.on_batch`) runs in process with a producer
 that acknowledges the events only after the clock jumped past a TTL, as the pause did."""
 
 from __future__ import annotations

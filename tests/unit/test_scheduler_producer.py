@@ -1,8 +1,7 @@
 """The scheduler's producer is idempotent: a batch resent after a lost answer must not land twice.
 
-Faust enables aiokafka's idempotence only inside its transactions, which the scheduler does not use; the
-whole-system chaos test once saw a job's first two events twice on the events topic after a kill -9 of the
-broker. What is checked here is the producer the Faust app really builds (not a constant in our code)."""
+Faust enables aiokafka's idempotence only inside its transactions, which the scheduler does not use; without
+it a batch whose answer a broker's kill -9 lost is resent and lands twice on the events topic. What is checked here is the producer the Faust app really builds (not a constant in our code)."""
 
 from __future__ import annotations
 

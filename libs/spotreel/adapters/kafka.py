@@ -1,6 +1,6 @@
 """Small confluent-kafka helpers shared by the services and tests: producing a command to its owner's
-partition and reading a partition range. Topic names and their declaration live in platform/topics.py; the
-three it used to hold are re-exported here for the callers that import them from this module."""
+partition and reading a partition range. Topic names and their declaration live in platform/topics.py; three
+of them are re-exported here for the callers that import them from this module."""
 
 from __future__ import annotations
 
@@ -28,9 +28,8 @@ def batched_fetch(wait_ms: int) -> dict[str, Any]:
     """Consumer settings that fetch at most once per `wait_ms` while records trickle in (a fetch answers when
     64 KiB are there or `wait_ms` passed). librdkafka's defaults (fetch.min.bytes 1) answer a fetch as soon
     as one record is there and send the next at once: a consumer of a topic with a steady trickle of records
-    sends a fetch per record or two, and the broker pays for each. Measured on this 2-vCPU box (bench/fetch_cost.py;
-    bench/README.md, "The peak over HTTP, less per message"): one such consumer of 400 records/s cost the broker 0.125 core and itself 0.04; with 64 KiB and
-    100 ms, 0.005 and 0.004; with 64 KiB and 10 ms, 0.05 and 0.014. `wait_ms` is what the reader may lag."""
+    sends a fetch per record or two, and the broker pays for each (bench/fetch_cost.py; bench/README.md, "Kafka:
+    what an eager consumer costs the broker"). `wait_ms` is what the reader may lag."""
     return {"fetch.min.bytes": 65536, "fetch.wait.max.ms": wait_ms}
 
 

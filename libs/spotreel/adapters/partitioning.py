@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-# partition_for's memory: murmur2 in Python costs about 27 µs for a job id on this machine, a cache hit under
-# 1 µs, and the same keys come back (a job's every command, a worker's every poll); 65,536 keys are a few MiB.
+# partition_for's memory: murmur2 in Python costs tens of microseconds a key, a cache hit well under one, and
+# the same keys come back (a job's every command, a worker's every poll); 65,536 keys are a few MiB.
 CACHED_KEYS = 1 << 16
 
 

@@ -16,8 +16,8 @@ from spotreel.demo.errors import DemoError
 from spotreel.devstack.services import settings_env
 from spotreel.settings import Settings
 
-# One torch thread: on 2 cores shared with Kafka, Cassandra and the services, two threads measured anywhere
-# from 0.8x to 5x the time of one (threads wait on each other when a core is taken); one is steady.
+# One torch thread: on 2 cores shared with Kafka, Cassandra and the services, two threads wait on each other
+# whenever a core is taken, so their step time swings (up to several times one thread's); one is steady.
 THREADS = 1
 # The worker's own SIGTERM deadline (emergency checkpoint + release); `stop` waits a little longer.
 GRACE_SECONDS = 10.0

@@ -116,7 +116,8 @@ def node_session(settings, host: str, timeout: float):
 def schema_session(settings, host: str, timeout: float = 20.0):
     """(session, settle) for the migrations: every statement through `host`, which applies each change before
     it answers, so the next one finds it there; no wait for the other nodes after each statement (the driver's
-    default: a gossip round, about 1.2 s a statement here, 38 s for the schema), one `settle` per migration
+    default: a gossip round per statement, which makes the schema's dozens of statements the slowest part of a
+    cluster's start), one `settle` per migration
     instead, before its record is written at LOCAL_QUORUM and before anything else uses the tables."""
     from cassandra.cluster import EXEC_PROFILE_DEFAULT, Cluster
     from cassandra.policies import WhiteListRoundRobinPolicy

@@ -29,7 +29,7 @@ def common_jvm_options(settings: Settings, logs_dir: Path, tmp_dir: Path) -> lis
     settings = launcher_settings(settings)
     return [
         # C1 only (`jvm_fast_start`, whose comment says when): no C2 compiler CPU in a server's first minutes,
-        # slower hot code for good (figures: bench/README.md, "Kafka and Cassandra compiled with C2").
+        # slower hot code for good (docs/decisions/0009-jvms-compile-with-c2.md).
         *(["-XX:TieredStopAtLevel=1"] if settings.jvm_fast_start else []),
         *settings.jvm_extra_opts.split(),
         "-Djava.awt.headless=true",

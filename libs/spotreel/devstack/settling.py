@@ -2,11 +2,10 @@
 
 Just after a broker or a Cassandra node restarts, the first requests of `infra up`'s idempotent setup can fail for
 reasons that pass within seconds: a broker handle the client destroys while the broker's address is re-learned
-(`_DESTROY_BROKER`, seen once in a clean-clone run), no leader yet for a partition, a quorum read that times out
-while the returning node is still replaying its commit log (`ReadTimeout ... received only 1 responses`, seen
-once in CI), a replica without a new table's schema yet (`INCOMPATIBLE_SCHEMA`). Every setup step is idempotent,
+(`_DESTROY_BROKER`), no leader yet for a partition, a quorum read that times out while the returning node is
+still replaying its commit log (`ReadTimeout ... received only 1 responses`), a replica without a new table's schema yet (`INCOMPATIBLE_SCHEMA`). Every setup step is idempotent,
 so such a failure is tried again for a bounded time; any other failure, and a transient one that outlasts the
-window, ends the command as before.
+window, ends the command.
 """
 
 from __future__ import annotations

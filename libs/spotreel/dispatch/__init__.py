@@ -2,7 +2,7 @@
 
 One library for every party that speaks the worker protocol to the scheduler over Kafka: the gateway's
 worker API (on behalf of HTTP workers), the Kafka worker transport (workers inside the platform) and the
-fleet simulator's Kafka transport. Each used to carry its own copy of the same three things:
+fleet simulator's Kafka transport. They share these three things, so one protocol has one implementation:
 
 - `order.py`: where a RequestWork goes (partitions whose pool stats show queued work, then a ring from the
   worker's own partition);

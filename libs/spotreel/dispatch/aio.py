@@ -17,8 +17,8 @@ from spotreel.settings import Settings
 class Handoff:
     """Callbacks from the consumer thread, run on one event loop in batches. `call_soon_threadsafe` wakes the
     loop through its self-pipe, a write system call per call; the consumer thread routes up to 500 records a
-    poll, so one wake-up per batch instead of one per answer or verdict (the simulator's fleet: ~10% of its
-    CPU went to those writes)."""
+    poll, so one wake-up per batch instead of one per answer or verdict (a write per record is a large share
+    of the simulator's CPU when it plays a fleet)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop

@@ -1,10 +1,10 @@
 """Which partition an idle worker asks for work, and when: idle workers must not stampede the scheduler.
 
-Measured on the HTTP fleet simulator (1,000 workers, 5 submissions/s): the gateway sent 17,855 RequestWork
-commands for 187 submissions, 95 per job. Every idle poll asked the partitions the pool stats hinted, then
-the whole ring, and began again as soon as a stats record (one per partition and pool every second, stale
-for up to that second) still showed queued work; with nothing queued it asked the whole ring once a second.
-Each RequestWork is a Kafka record, a scheduler decision and an answer: idle workers cost more than busy ones.
+If every idle poll asked the partitions the pool stats hint, then the whole ring, and again as soon as a
+stats record (one per partition and pool every second, stale for up to that second) still showed queued
+work, a mostly idle fleet would send dozens of RequestWork per job. Each RequestWork is a Kafka record, a
+scheduler decision and an answer: idle workers would cost more than busy ones
+(docs/decisions/0005-idle-workers-take-turns.md has the figures).
 
 `Asking` is the policy of one process that speaks for many idle workers (a gateway). Pure: the caller gives
 the stats (`order.WorkView`) and the time; it counts the requests that are out.
@@ -21,16 +21,16 @@ the stats (`order.WorkView`) and the time; it counts the requests that are out.
   in sight or not: the scheduler learns of idle workers only from their requests (pool stats'
   `idle_workers`, and the free workers that spare a lease from preemption, over a 15 s window).
   A process that vouches for its idle workers in its pulses (the gateway: `GatewayPulse.idle`) sets
-  `presence_by_pulse`: their presence no longer takes a request; `vouched` counts the pulse as their ask.
+  `presence_by_pulse`: their presence takes no request; `vouched` counts the pulse as their ask.
 Everything else waits for a change: new stats, an answer that frees a slot, or its presence coming due.
 A worker asks at most one partition at a time (the lease desk waits for its unanswered request).
 
 - **A share of the crowd, for a process of one worker** (`crowd_asks`). A Kafka worker is a process of its
-  own: its `Asking` counts only its own requests, so "at most as many requests as queued jobs" held per
-  worker, and every idle worker of the fleet asked a hinted partition each time its stats changed. At the
-  seeds' peak over Kafka (4,000 workers, 2026-11-29) that was 814,276 RequestWork records for 6,317 leases,
-  129 a lease. Such a worker asks a hinted partition with the chance `crowd_asks` x (its queued jobs not
-  asked for by this process) / (the idle workers of its models the stats count), capped at 1, drawn again
+  own: its `Asking` counts only its own requests, so "at most as many requests as queued jobs" would hold
+  per worker, and every idle worker of the fleet would ask a hinted partition each time its stats changed
+  (over a hundred requests a lease at the Kafka peak: docs/decisions/0005). Such a worker asks a hinted
+  partition with the chance `crowd_asks` x (its queued jobs not asked for by this process) / (the idle
+  workers of its models the stats count), capped at 1, drawn again
   at every change and every pass: about `crowd_asks` requests per queued job from the whole crowd, and none
   of them needs another worker's count. A worker that draws no ask waits as any idle worker does (next
   change, next pass, its presence). None (the gateway's): the process speaks for all of its workers and

@@ -46,8 +46,7 @@ def answer_wait_s(answer_s: float, waited_s: float) -> float:
     """How long to wait for a renewal's verdict once its command is on the log: what is left of `answer_s`
     after `waited_s` (from the holder's send: in a socket, a gateway's queue, the produce), never less than
     `MIN_ANSWER_WAIT_S` (or `answer_s` if that is less: 0 answers at once). Counted from the handler instead,
-    a renewal that waited two seconds to be read was answered a second after that (the gateway until
-    2026-11-28)."""
+    a renewal that waited two seconds to be read would be answered a second after that."""
     return max(min(MIN_ANSWER_WAIT_S, answer_s), answer_s - max(0.0, waited_s))
 
 

@@ -3,7 +3,7 @@ producer).
 
 confluent-kafka reports deliveries from `poll()`; one daemon thread polls and hands the reports to the
 event loop through a `Handoff` (aio.py): one wake-up of the loop for the reports that arrive before it runs,
-not a self-pipe write and read per report (about 3% of the gateway's CPU at the HTTP peak, py-spy). A command
+not a self-pipe write and read per report (a visible share of the gateway's CPU under load). A command
 goes to the partition the shared partitioner (spotreel.adapters.partitioning) gives its key, the one whose
 scheduler owns the job, unless the caller names one (a RequestWork). A command sent inside a sampled span (a
 traced HTTP request) carries its `traceparent` header (spotreel/tracing.py), and one sent for a worker's

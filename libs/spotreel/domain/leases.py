@@ -68,7 +68,7 @@ def renew_in_s(verdict_wait_s: float | None, lease_ttl_ms: int, *, slow_s: float
     spiral). Since a renewal counts from when it entered the log, a holder can space its renewals out to a
     third of a TTL, counted from when it sent the last one: two more renewals still fit before the deadline,
     each of which may take another third to get through. (Counted from the answer, or at half a TTL, a
-    gateway that queues requests for many seconds pushed renewals past the deadline: measured at the peak.)"""
+    gateway that queues requests for many seconds would push renewals past the deadline.)"""
     if verdict_wait_s is not None and verdict_wait_s < slow_s:
         return None
     return lease_ttl_ms / 3000.0

@@ -49,8 +49,8 @@ FINISHING_PHASES = frozenset({"decoding", "encoding", "uploading"})
 
 # The latest time a job or schedule may name (run_at, start_at): the last millisecond of year 9999, the latest a
 # Python datetime holds. The read model stores these as CQL timestamps, and a later one cannot be decoded by the
-# Python driver, which then drops its connection: one such row made every read of the gateway fail
-# (schemathesis' stateful run found it with a run_at of 2**53 ms, 2026-11-27).
+# Python driver, which then drops its connection: one such row would make every read of the gateway fail
+# (a run_at of 2**53 ms, as an API fuzzer draws, is one).
 MAX_TIME_MS = 253_402_300_799_999
 # The lease TTL a worker may ask for over HTTP (the gateway answers 422 outside it). The domain itself only
 # refuses a TTL that is not positive or would end a lease past MAX_TIME_MS (lease_ttl_fits).

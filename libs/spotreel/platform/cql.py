@@ -11,8 +11,8 @@ from spotreel.settings import Settings
 
 
 # Seconds between the driver's attempts to reach a host it marked down. Its default schedule grows to ten
-# minutes (1, 2, 4, … 600 s, jittered), so a service whose Cassandra was down for a minute went on failing
-# for up to another minute after it was back (measured: gateway 35 s, projector 55 s after an 80 s restart).
+# minutes (1, 2, 4, … 600 s, jittered), so a service whose Cassandra was down for a minute would go on failing
+# for up to another minute after it is back; the whole-system chaos test restarts Cassandra and holds this.
 RECONNECT_BASE_S = 0.5
 RECONNECT_MAX_S = 4.0
 
@@ -35,7 +35,7 @@ def consistency(name: str, setting: str) -> int:
 
 
 # Row classes by column names: the driver's default row factory builds a new namedtuple class for every result
-# (about 2.5% of the gateway's CPU at the HTTP peak, py-spy); the same query returns the same columns.
+# (a visible share of a loaded gateway's CPU in a profile); the same query returns the same columns.
 ROW_CLASSES_MAX = 1024
 _row_classes: dict[tuple[str, ...], type] = {}
 

@@ -186,7 +186,7 @@ def _renew_late_delivery(gw: Gateway, answer: ev.WorkAssigned) -> None:
     """A grant about to reach its worker more than a third of its TTL after it was made (it waited in this
     gateway, frozen or far behind, or parked for the worker's next poll) is renewed on the holder's behalf: the
     worker's own first renewal comes a heartbeat later, and by then this gateway's pulses may have vouched
-    past the lease's deadline, expiring a lease whose holder was never silent (a CI run lost one so). Handed
+    past the lease's deadline, expiring a lease whose holder was never silent. Handed
     to the producer before this returns, so it is on the partition ahead of the next pulse, and produced in
     the poll's intake context, so it is judged at the poll's send time (services/scheduler/intake.py). Its
     ack is not awaited: the poll's connection is not held while Kafka is slow or away, and a renewal that

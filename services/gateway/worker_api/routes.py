@@ -123,7 +123,7 @@ async def _fenced(request: web.Request, spec: dict[str, tuple],
     command_id = body.get("command_id")
     if command_id is None or command_id == "":
         command_id = f"wk-{gw.new_id()}"
-    # Any other falsy value ({}, 0, false) used to pass as "absent": refused like every non-string.
+    # Any other falsy value ({}, 0, false) is not "absent": refused like every non-string.
     elif not isinstance(command_id, str) or len(command_id) > 128:
         raise invalid("command_id", "command_id must be a string of at most 128 characters")
     command = make(command_id, job_id, f)
@@ -179,8 +179,8 @@ def _instructions(verdict) -> dict[str, Any]:
     """What a renewal's answer tells the worker beside the new expiry: stop (cancel) or checkpoint and hand
     the lease back (drain: the job was paused). From the verdict itself; a verdict still pending tells
     nothing yet (both false), and the worker hears it on a later renewal. A pending verdict means the
-    control plane is behind, and the read model is further behind still: reading it then (as this did until
-    2026-11-27) added a Cassandra read to every pending answer exactly when the box was short of CPU."""
+    control plane is behind, and the read model is further behind still: reading it then would add a
+    Cassandra read to every pending answer exactly when the box is short of CPU."""
     told = verdicts.instructions(verdict)
     return told if told is not None else {"cancel": False, "drain": False}
 
@@ -267,8 +267,8 @@ def mount(app: web.Application, settings: Settings, deps: Deps, cfg: GatewayConf
     sub = build(settings, deps, cfg, metrics)
     app[INTAKE] = sub[INTAKE]
     if GATEWAY in app:
-        # Found on the sub-app itself: `request.config_dict` builds a chain of both apps on every call
-        # (7% of the gateway's CPU at the peak's few hundred worker requests a second).
+        # Found on the sub-app itself: `request.config_dict` builds a chain of both apps on every call, a
+        # visible share of the gateway's CPU at a fleet's few hundred worker requests a second.
         sub[GATEWAY] = app[GATEWAY]
     app.add_subapp("/internal/", sub)
 
