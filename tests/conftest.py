@@ -2,32 +2,24 @@
 (tests/harness/suite_checks.py) and the real servers for integration tests.
 
 A test that needs a server and cannot get one FAILS; nothing here ever skips.
-
-Hypothesis profiles, chosen by HYPOTHESIS_PROFILE: `ci` (the default when CI is set) runs 50 examples per
-property and no per-example deadline (a busy 2-core machine makes deadlines flaky); `dev` (the default
-otherwise) is hypothesis's own 100 examples, without a deadline either; `deep` runs 2,000 examples for a
-search on demand (`HYPOTHESIS_PROFILE=deep make test-unit`). A test that sets `max_examples` itself keeps it.
+Hypothesis profiles (`ci`, `dev`, `deep`): tests/harness/hypothesis_profiles.py.
 """
 
 from __future__ import annotations
 
-import os
 import uuid
 from pathlib import Path
 from typing import Iterator
 
 import pytest
-from hypothesis import settings as hypothesis_settings
 
 from spotreel.settings import Settings
+from tests.harness import hypothesis_profiles
 from tests.harness.stack import Endpoints, StackUnavailable, container_stack, docker_reachable, local_stack
 
 pytest_plugins = ("tests.harness.suite_checks",)
 
-hypothesis_settings.register_profile("dev", deadline=None)
-hypothesis_settings.register_profile("ci", max_examples=50, deadline=None, print_blob=True)
-hypothesis_settings.register_profile("deep", max_examples=2000, deadline=None)
-hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
+hypothesis_profiles.load()
 
 _MARK_BY_DIR = {"unit": "unit", "integration": "integration", "e2e": "e2e", "chaos": "chaos"}
 

@@ -69,3 +69,10 @@ def test_a_real_session_fails_on_a_slow_test_and_on_an_empty_selection(tmp_path:
     assert lost.returncode != 0, lost.stdout + lost.stderr
     assert "selects no test marked integration" in lost.stdout + lost.stderr, lost.stdout + lost.stderr
     assert _pytest(tmp_path, "-m", "unit or chaos", "--test-time-limit", "5").returncode == 0
+
+
+def test_the_profiles_scale_what_a_test_asks_for() -> None:
+    from tests.harness.hypothesis_profiles import examples
+
+    assert [examples(1000, p) for p in ("ci", "dev", "deep")] == [250, 1000, 10000]
+    assert examples(20, "ci") == 10  # a floor: a property still gets a search
