@@ -54,6 +54,8 @@ test test-unit test-integration: export PATH := $(PATH):/usr/local/go/bin
 # the import contracts (tools/lint-imports runs import-linter over services/ and worker/ too; the script says
 # why), so that a slip fails in seconds; then the unit pass with coverage of the domain, before any server
 # starts; then the servers and the pass that needs them (integration, e2e, chaos), without coverage.
+# PYTEST_ARGS go to both passes, so give options there (-x, -k ...); test paths go to test-unit or
+# test-integration (a pass that selects no test fails, tests/harness/suite_checks.py).
 test: setup
 	tools/system-packages
 	$(BIN)/ruff check $(LINT_PATHS)
