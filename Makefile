@@ -1,9 +1,11 @@
 # spotreel developer entry points. Everything runs from the project's virtualenv in .venv.
-PYTHON ?= python3.11
+# Python 3.11: python3.11 where it is on the PATH, else python3 (the setup checks its version).
+PYTHON ?= $(shell command -v python3.11 >/dev/null 2>&1 && echo python3.11 || echo python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 SPOTREEL := $(BIN)/spotreel
 PYTEST_ARGS ?=
+UNIT_COVERAGE := --cov=spotreel.domain --cov-report=term-missing:skip-covered --cov-fail-under=95
 DEMO_ARGS ?=
 
 .PHONY: setup up down status fresh demo test test-unit test-integration lint bench clean
@@ -14,6 +16,8 @@ LINT_PATHS := libs services worker tests bench schemas
 # Idempotent: a stamp file records the pyproject.toml that was installed.
 $(VENV)/.installed: pyproject.toml
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "setup: $(PYTHON) not found (spotreel needs Python 3.11)"; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
+	  || { echo "setup: $(PYTHON) is not Python 3.11 (spotreel needs Python 3.11; make PYTHON=...)"; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test,worker]'
@@ -42,22 +46,31 @@ demo: up
 # runs them with C1 only, sparing each start the C2 compiler's CPU (docs/SETTINGS.md, jvm_fast_start). A
 # server started by `up` or `demo` compiles with C2. An explicit SPOTREEL_JVM_FAST_START wins.
 test test-unit test-integration: export SPOTREEL_JVM_FAST_START ?= 1
+# The Go toolchain's own tarball installs to /usr/local/go (amazon-ec2-metadata-mock is built with `go install`).
+test test-unit test-integration: export PATH := $(PATH):/usr/local/go/bin
 
-# The whole suite: unit (pure, hypothesis), integration against the real servers, e2e and chaos.
-# ruff and mypy go first so that a lint or type slip fails in seconds, before any server starts (mypy: strict
-# on domain, codec and dispatch, pyproject.toml's [tool.mypy]). tools/lint-imports runs import-linter over
-# services/ and worker/ too (a bare lint-imports cannot see them; the script says why).
+# The whole suite, cheapest first: the system tools it needs (tools/system-packages finds them, or installs the
+# missing ones from apt), ruff and mypy (strict on domain, codec and dispatch, pyproject.toml's [tool.mypy]) and
+# the import contracts (tools/lint-imports runs import-linter over services/ and worker/ too; the script says
+# why), so that a slip fails in seconds; then the unit pass with coverage of the domain, before any server
+# starts; then the servers and the pass that needs them (integration, e2e, chaos), without coverage.
+# PYTEST_ARGS go to both passes, so give options there (-x, -k ...); test paths go to test-unit or
+# test-integration (a pass that selects no test fails, tests/harness/suite_checks.py).
 test: setup
+	tools/system-packages
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/mypy
-	$(SPOTREEL) infra up
 	LINT_IMPORTS=$(BIN)/lint-imports tools/lint-imports
-	$(BIN)/pytest --durations=25 --cov=spotreel.domain --cov-report=term-missing:skip-covered --cov-fail-under=95 $(PYTEST_ARGS)
+	$(BIN)/pytest -m unit $(UNIT_COVERAGE) --durations=25 $(PYTEST_ARGS)
+	$(SPOTREEL) infra up
+	$(BIN)/pytest -m "not unit" --durations=25 $(PYTEST_ARGS)
 
 test-unit: setup
-	$(BIN)/pytest -m unit --cov=spotreel.domain --cov-report=term-missing:skip-covered --cov-fail-under=95 $(PYTEST_ARGS)
+	tools/system-packages
+	$(BIN)/pytest -m unit $(UNIT_COVERAGE) $(PYTEST_ARGS)
 
 test-integration: up
+	tools/system-packages
 	$(BIN)/pytest -m "integration or e2e or chaos" $(PYTEST_ARGS)
 
 lint: setup

@@ -1,6 +1,8 @@
-"""Session-wide test harness: markers by directory, and the real servers for integration tests.
+"""Session-wide test harness: markers by directory, hypothesis profiles, the session's own checks
+(tests/harness/suite_checks.py) and the real servers for integration tests.
 
 A test that needs a server and cannot get one FAILS; nothing here ever skips.
+Hypothesis profiles (`ci`, `dev`, `deep`): tests/harness/hypothesis_profiles.py.
 """
 
 from __future__ import annotations
@@ -12,7 +14,12 @@ from typing import Iterator
 import pytest
 
 from spotreel.settings import Settings
+from tests.harness import hypothesis_profiles
 from tests.harness.stack import Endpoints, StackUnavailable, container_stack, docker_reachable, local_stack
+
+pytest_plugins = ("tests.harness.suite_checks",)
+
+hypothesis_profiles.load()
 
 _MARK_BY_DIR = {"unit": "unit", "integration": "integration", "e2e": "e2e", "chaos": "chaos"}
 

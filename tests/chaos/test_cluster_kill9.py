@@ -1,24 +1,25 @@
 """The cluster profile under kill -9: a private 3-broker Kafka and 3-node Cassandra with two gateways behind
 HAProxy and two schedulers in one group (`infra up --nodes 3 --replicas gateway=2,scheduler=2`), with jobs
 flowing through the real gateways, schedulers and projector to simulated workers and to two real `spotreel
-worker` processes rendering the tiny model. One Kafka broker is killed, then one Cassandra node (node 1 of
-each: the first bootstrap server and the first contact point), then a broker and a Cassandra node at once
-(node 2 of each), then a broker, a Cassandra node, a gateway and a scheduler in the same instant (node 3, the
-gateway the most simulated workers poll through, the scheduler owning the most partitions); no operator acts
-while they are down. After each fault `infra up` restarts exactly what was killed and the cluster heals.
+worker` processes rendering the tiny model. In one instant a Kafka broker and a Cassandra node (node 1 of
+each: the first bootstrap server and the first contact point), a gateway (the one the most simulated workers
+poll through) and a scheduler (the one owning the most partitions) are killed; no operator acts while they
+are down. Then `infra up` restarts exactly those four and the cluster heals. Each kind of node dies once:
+one kill proves that the cluster rides out the loss of that node (a Cassandra node costs over a minute to
+restart here, so each further round costs more than it proves).
 
-Checked: jobs acknowledged after each kill are dispatched while the node is down, and more jobs end; after the
-four-way kill the dead scheduler's partitions grant again, the workers the dead gateway served are leased
-again, and a real worker finishes a job leased after the kill, all before the restart. After each restart no
-partition is under-replicated, and every Cassandra node is up and NORMAL with no hint left undelivered; after
-the four-way one, HAProxy has both gateways UP, both schedulers own partitions, and every partition grants a
-lease again. Every job the API acknowledged (202) ends exactly once on the events topic (audit.py: versions
-without gap or repeat, fencing, one terminal event), the read model, read back at LOCAL_QUORUM, says it
-succeeded, and every real job's video has the frames of an undisturbed render of its request.
+Checked while they are down: a job acknowledged after the kill is dispatched, the dead scheduler's partitions
+grant again, the workers the dead gateway served are leased again, a real worker finishes a job leased after
+the kill, and more jobs end. After the restart: no partition is under-replicated, every Cassandra node is up
+and NORMAL with no hint left undelivered, HAProxy has both gateways UP, both schedulers own partitions, and
+every partition grants a lease again. Every job the API acknowledged (202) ends exactly once on the events
+topic (audit.py: versions without gap or repeat, fencing, one terminal event), the read model, read back at
+LOCAL_QUORUM, says it succeeded, and every real job's video has the frames of an undisturbed render of its
+request.
 
-Printed: seconds from each kill to the first lease of a job acknowledged after it ("dispatch again"), and for
-the four-way kill also to the first lease on the dead scheduler's partitions, to a worker the dead gateway
-served and to a real worker; and from `infra up` to healed.
+Printed: seconds from the kill to the first lease of a job acknowledged after it ("dispatch again"), to the
+first lease on the dead scheduler's partitions, to a worker the dead gateway served and to a real worker; and
+from `infra up` to healed.
 
 The figures these print: bench/README.md, "Faults"; what the test holds: tests/chaos/README.md, "The cluster
 test".
@@ -60,9 +61,8 @@ WORKERS = 3
 STEPS = 2
 STEP_S = 0.3
 RATE = 2.0  # submissions per second
-# Alone, then together (other nodes: each node is killed once).
-FAULTS = (("kafka broker", ("kafka-1",)), ("cassandra node", ("cassandra-1",)),
-          ("kafka broker and cassandra node at once", ("kafka-2", "cassandra-2")))
+# Killed with a gateway and a scheduler: the first bootstrap server and the first contact point.
+NODES_KILLED = ("kafka-1", "cassandra-1")
 # Real workers: the tiny model, small renders, a short lease (a lease parked on a dead gateway costs its TTL).
 REAL_WORKERS = 2
 REAL_IN_FLIGHT = 2  # unfinished real jobs kept ahead of them (their renders cost this box's CPU)
@@ -248,25 +248,7 @@ def test_the_cluster_survives_kill9_of_brokers_cassandra_nodes_gateways_and_sche
     done = lambda: sum(w.completed for w in workers)  # noqa: E731
     try:
         wait_until(lambda: done() >= 5, 60, "the first jobs to end on the healthy cluster")
-        for fault, killed in FAULTS:
-            component = " and ".join(killed)
-            killed_at = time.time()
-            for name in killed:
-                cluster.kill9(name)
-            grant = wait_until(lambda: next((g for g in list(grants) if g.at > killed_at
-                                             and submitter.accepted.get(g.job_id, 0) > killed_at), None),
-                               120, f"a job acknowledged after the kill -9 of {component} to be dispatched")
-            before = done()
-            wait_until(lambda: done() >= before + 5, 120, f"jobs to go on ending with {component} down")
-            down_s, ended = time.time() - killed_at, done() - before
-            t0 = time.monotonic()
-            cluster.up()
-            wait_until(lambda: healed(cluster, killed), 120, f"the cluster to heal after {component} is back",
-                       every=1.0)
-            say(f"{fault} ({component}) kill -9: dispatching again {grant.at - killed_at:.1f} s after the kill; "
-                f"{ended} jobs ended in the {down_s:.0f} s it was down; "
-                f"healed {time.monotonic() - t0:.1f} s after `infra up`")
-        # The real workers started with the test (importing torch takes a while here): rendering by now.
+        # The real workers are rendering when the servers die (importing torch takes a while here).
         wait_until(lambda: len(real.ended()) >= 1, 240, "the first real render to end",
                    on_timeout=lambda: "\n".join(w.logs() for w in real.fleet.workers))
         four_at_once(cluster, workers, grants, submitter, real, log, say)
@@ -314,8 +296,8 @@ def test_the_cluster_survives_kill9_of_brokers_cassandra_nodes_gateways_and_sche
 
 def four_at_once(cluster: PrivateStack, workers: list[SimWorker], grants: list[Grant], submitter: Submitter,
                  real: RealJobs, log: EventLog, say) -> None:
-    """kill -9 of kafka-3, cassandra-3, a gateway and a scheduler in the same instant; dispatch must come back
-    everywhere without an operator; then `infra up` restarts exactly those four and the cluster heals."""
+    """kill -9 of a broker, a Cassandra node, a gateway and a scheduler in the same instant; dispatch must come
+    back everywhere without an operator; then `infra up` restarts exactly those four and the cluster heals."""
     s = cluster.settings
     schedulers = {n: owned(cluster, n) or set() for n in ("scheduler", "scheduler-2")}
     scheduler = max(schedulers, key=lambda n: (len(schedulers[n]), n))
@@ -323,7 +305,7 @@ def four_at_once(cluster: PrivateStack, workers: list[SimWorker], grants: list[G
     polls = Counter(w.gateway for w in workers)
     gateway = "gateway" if polls["gateway"] >= polls["gateway-2"] else "gateway-2"
     its_workers = {w.id for w in workers if w.gateway == gateway}
-    victims = ["kafka-3", "cassandra-3", gateway, scheduler]
+    victims = [*NODES_KILLED, gateway, scheduler]
     assert its_partitions and its_workers, (schedulers, polls)
     done = lambda: sum(w.completed for w in workers)  # noqa: E731
     before = done()

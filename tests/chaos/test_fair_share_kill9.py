@@ -4,8 +4,9 @@ ceiling, judged on the events topic alone.
 
 One scheduler process owns the four partitions; eight simulated Kafka workers (the fair-share integration
 test's fleet, jobs of 1.4-2.6 s) run the backlog of tenant a (weight 3, at most 7 leases) and tenant b
-(weight 1, at most 3), whose jobs hash to any partition. About 15 s in, the process is killed with
-SIGKILL and a second one started on the same topics: it rebuilds the tables, the fair-share ledgers
+(weight 1, at most 3), whose jobs hash to any partition. Once the fleet has turned over twice (the
+ledgers have GPU-seconds to rebuild), the process is killed with SIGKILL and a second one started on the
+same topics: it rebuilds the tables, the fair-share ledgers
 (from `render_ms` in the table) and the worker-lease index, while the workers keep asking and completing
 the leases they held. The split is measured over the leases granted by the second process.
 """
@@ -31,7 +32,8 @@ pytestmark = [pytest.mark.chaos, pytest.mark.timeout(240)]
 PARTS = 4
 CEILING = {"a": 7, "b": 3}
 WEIGHT = {"a": 3.0, "b": 1.0}
-BEFORE_S, AFTER_S = 15.0, 30.0
+BEFORE_JOBS = 16  # jobs ended before the kill: two turnovers of the fleet's eight workers
+AFTER_S = 30.0  # the window the shares are measured over
 # Events that end a lease (a grant's epoch holds until one of these of its job).
 ENDS = (ev.JobSucceeded, ev.LeaseReleased, ev.LeaseExpired, ev.JobFailed, ev.JobCancelled, ev.JobDeadLettered)
 
@@ -76,7 +78,8 @@ def test_shares_converge_after_a_kill9_and_no_grant_passes_a_ceiling(stack, tmp_
         bus.prod.flush(30)
 
         async def during() -> None:
-            await asyncio.sleep(BEFORE_S)
+            await asyncio.to_thread(bus.wait_for, lambda: sum(isinstance(e, ev.JobSucceeded) for e in bus.events)
+                                    >= BEFORE_JOBS, 60, f"{BEFORE_JOBS} jobs to end before the kill")
             procs[0].kill9()
             procs.append(SchedulerProc(settings, tmp_path, "second"))
             await asyncio.to_thread(procs[1].wait_owning, set(range(PARTS)), 90)

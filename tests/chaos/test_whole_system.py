@@ -58,7 +58,7 @@ SHAPE = {"num_steps": 16, "resolution": "32x32", "duration": 0.5, "fps": 8}
 TTL_MS = 8000
 WORKER_ARGS = ("--lease-ttl-ms", str(TTL_MS), "--checkpoint-every", "1.0", "--grace", "15")
 # Two lanes run at once, so worker faults also land while a server is down.
-WORKER_FAULTS = ("worker_kill9", "worker_kill9", "worker_sigterm", "worker_sigterm", "worker_sigstop")
+WORKER_FAULTS = ("worker_kill9", "worker_sigterm", "worker_sigstop")
 SERVER_FAULTS = ("scheduler_kill9", "projector_kill9", "gateway_kill9", "kafka_restart", "cassandra_restart")
 # After a Cassandra restart, the gateway's reads must work again within this (the driver reconnects).
 READS_BACK_S = 30.0

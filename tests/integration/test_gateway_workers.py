@@ -1,6 +1,8 @@
 """The worker API (/internal) against the real scheduler process, Kafka and Cassandra: simulated workers
 register, long-poll a lease, heartbeat, report progress, hand back and complete; a worker whose lease was
-superseded gets 409 with the scheduler's reason. Per-test topic prefix and keyspace."""
+superseded gets 409 with the scheduler's reason. One scheduler, topic prefix and keyspace for the module (its start
+costs more than a test here): each test has a tenant, models (pools) and worker ids of its own, and a gateway
+of its own in the test process."""
 
 from __future__ import annotations
 
@@ -23,12 +25,23 @@ from tests.integration.schedkit import SchedulerProc, drop_topics, make_topics
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 
-@pytest.fixture
-def wk_settings(settings, unique, cql, tmp_path):
-    s = replace(settings, topic_prefix=f"test.{unique}", cassandra_keyspace=unique, partitions=3)
+@pytest.fixture(scope="module")
+def plane_cql(cassandra_cluster):
+    """A session on the module's own keyspace, dropped at the end."""
+    keyspace = "gw" + uuid.uuid4().hex[:12]
+    session = cassandra_cluster.connect()
+    migrate(session, keyspace, say=lambda *_: None)
+    yield session
+    session.execute(f"DROP KEYSPACE IF EXISTS {keyspace}")
+    session.shutdown()
+
+
+@pytest.fixture(scope="module")
+def wk_settings(settings, plane_cql, tmp_path_factory):
+    s = replace(settings, topic_prefix=f"test.{plane_cql.keyspace}", cassandra_keyspace=plane_cql.keyspace,
+                partitions=3)
     make_topics(s)
-    migrate(cql, unique, say=lambda *_: None)
-    proc = SchedulerProc(s, tmp_path)
+    proc = SchedulerProc(s, tmp_path_factory.mktemp("gw-workers"))
     try:
         proc.wait_owning({0, 1, 2})
         yield s
@@ -38,7 +51,9 @@ def wk_settings(settings, unique, cql, tmp_path):
 
 
 async def _client(settings, cql, cfg: GatewayConfig):
-    keys = {"tenant": create_tenant(cql, "alpha"), "worker": create_worker_key(cql, "fleet-a")}
+    # The tenant is the test's own: idempotency keys and quotas never meet another test's.
+    tenant = create_tenant(cql, f"alpha-{uuid.uuid4().hex[:10]}")
+    keys = {"tenant": tenant, "worker": create_worker_key(cql, "fleet-a")}
     with real_deps(settings, session=cql) as deps:
         client = TestClient(TestServer(create_app(settings, deps, cfg)))
         await client.start_server()
@@ -49,16 +64,18 @@ async def _client(settings, cql, cfg: GatewayConfig):
 
 
 @pytest_asyncio.fixture(loop_scope="function")
-async def gw(wk_settings, cql):
+async def gw(wk_settings, plane_cql):
     # Every answer carries its verdict, however slow the scheduler.
-    async for pair in _client(wk_settings, cql, GatewayConfig(verdict_seconds=10.0, renewal_answer_seconds=10.0)):
+    async for pair in _client(wk_settings, plane_cql, GatewayConfig(verdict_seconds=10.0,
+                                                                    renewal_answer_seconds=10.0)):
         yield pair
 
 
 @pytest_asyncio.fixture(loop_scope="function")
-async def gw_late(wk_settings, cql):
+async def gw_late(wk_settings, plane_cql):
     # A renewal is answered before its verdict can come; the verdict is watched for 10 s.
-    async for pair in _client(wk_settings, cql, GatewayConfig(verdict_seconds=10.0, renewal_answer_seconds=0.0)):
+    async for pair in _client(wk_settings, plane_cql, GatewayConfig(verdict_seconds=10.0,
+                                                                    renewal_answer_seconds=0.0)):
         yield pair
 
 
@@ -139,10 +156,11 @@ async def test_workers_lease_heartbeat_progress_release_complete_and_stale_epoch
 async def test_worker_api_validation(gw):
     client, keys = gw
     w = bearer(keys["worker"])
-    unregistered = await client.post("/internal/workers/w-a/lease", json={}, headers=w)
+    worker = f"w-new-{uuid.uuid4().hex[:8]}"  # never registered, whatever ran before on this scheduler
+    unregistered = await client.post(f"/internal/workers/{worker}/lease", json={}, headers=w)
     assert unregistered.status == 409 and (await unregistered.json())["error"]["code"] == "worker_not_registered"
-    assert (await client.post("/internal/workers/w-a/lease", json={"models": "m"}, headers=w)).status == 422
-    assert (await client.post("/internal/workers/w-a/lease", headers={})).status == 401
+    assert (await client.post(f"/internal/workers/{worker}/lease", json={"models": "m"}, headers=w)).status == 422
+    assert (await client.post(f"/internal/workers/{worker}/lease", headers={})).status == 401
     bad = await client.post(f"/internal/leases/j{'0' * 32}/heartbeat", json={"epoch": "one", "worker_id": "w"},
                             headers=w)
     assert bad.status == 422 and (await bad.json())["error"]["field"] == "epoch"

@@ -1,5 +1,5 @@
 """The worker lease plane when the control plane falls behind, CI-sized: 150 simulated workers on 12 s leases
-renewing for 35 s, through the real gateway (HTTP) or straight over Kafka (as internal pools do), against
+renewing for 25 s, through the real gateway (HTTP) or straight over Kafka (as internal pools do), against
 private real services, while the scheduler, or the gateway the HTTP workers renew through, is frozen for
 longer than a lease TTL. No machine vanishes in this run, so not a single lease may expire: overload is
 latency, never a lost lease (DESIGN invariant 8), and every accepted job completes exactly once.
@@ -17,7 +17,11 @@ from spotreel.services.simulator.run import simulate
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
 LEASE_TTL_S = 12.0
-STALL_S = 15.0  # longer than a lease TTL
+STALL_S = 14.0  # longer than a lease TTL
+# The freeze starts once the fleet holds leases and ends before the stage does, so recovery is seen too; the
+# whole test stays inside the suite's 60 s a test (tests/harness/suite_checks.py).
+STALL_AT_S, STAGE_S, STEPS = 6.0, 25.0, 8
+AT_LEAST = 60  # accepted of the 6 a second submitted over the stage
 
 
 # Every refusal the gateway documents with a Retry-After (services/gateway/README.md): 429 `rate_limited`;
@@ -47,15 +51,15 @@ def _every_job_once_and_no_lease_expired(report: dict) -> None:
 
 @pytest.mark.parametrize("transport", ["http", "kafka"])
 def test_a_frozen_scheduler_costs_no_live_worker_its_lease(stack, settings, tmp_path, transport):
-    cfg = SimConfig(transport=transport, workers=(150,), stage_s=35.0, drain_s=60.0, submit_rate=6.0, steps=10, step_s=1.0,
-                    checkpoint_cost_s=0.1, policy="fixed", fixed_interval_s=4.0, mtbf_s=0.0, cold_start_s=1.0,
-                    heartbeat_s=4.0, progress_s=2.0, lease_ttl_s=LEASE_TTL_S, lease_wait_s=5.0, stall_at_s=8.0,
-                    stall_s=STALL_S, seed=11)
+    cfg = SimConfig(transport=transport, workers=(150,), stage_s=STAGE_S, drain_s=60.0, submit_rate=6.0,
+                    steps=STEPS, step_s=1.0, checkpoint_cost_s=0.1, policy="fixed", fixed_interval_s=4.0, mtbf_s=0.0,
+                    cold_start_s=1.0, heartbeat_s=4.0, progress_s=2.0, lease_ttl_s=LEASE_TTL_S, lease_wait_s=5.0,
+                    stall_at_s=STALL_AT_S, stall_s=STALL_S, seed=11)
     lines: list[str] = []
     report = simulate(cfg, settings, tmp_path / "sim.json", partitions=3, say=lines.append)
     print("\n".join(lines))
     assert any("frozen" in line for line in lines), lines
-    _every_submission_answered(report, at_least=90)
+    _every_submission_answered(report, at_least=AT_LEAST)
     # The point of the test: the scheduler was behind by more than a TTL, and no lease expired.
     _every_job_once_and_no_lease_expired(report)
     assert report["stages"][0]["workers"] == 150
@@ -101,14 +105,14 @@ def test_a_frozen_gateway_costs_no_live_worker_its_lease(stack, settings, tmp_pa
     caught up and with its clock past their deadlines, holds the expiries until the gateway vouches again
     (GatewayPulse), and judges each renewal that waited at the time its worker sent it
     (services/scheduler/intake.py)."""
-    cfg = SimConfig(transport="http", workers=(150,), stage_s=35.0, drain_s=60.0, submit_rate=6.0, steps=10,
+    cfg = SimConfig(transport="http", workers=(150,), stage_s=STAGE_S, drain_s=60.0, submit_rate=6.0, steps=STEPS,
                     step_s=1.0, checkpoint_cost_s=0.1, policy="fixed", fixed_interval_s=4.0, mtbf_s=0.0,
                     cold_start_s=1.0, heartbeat_s=4.0, progress_s=2.0, lease_ttl_s=LEASE_TTL_S, lease_wait_s=5.0,
-                    stall_at_s=8.0, stall_s=STALL_S, stall_target="gateway", seed=12)
+                    stall_at_s=STALL_AT_S, stall_s=STALL_S, stall_target="gateway", seed=12)
     lines: list[str] = []
     report = simulate(cfg, settings, tmp_path / "sim.json", partitions=3, say=lines.append)
     print("\n".join(lines))
     assert any("gateway" in line and "frozen" in line for line in lines), lines
-    _every_submission_answered(report, at_least=90)
+    _every_submission_answered(report, at_least=AT_LEAST)
     _every_job_once_and_no_lease_expired(report)
 

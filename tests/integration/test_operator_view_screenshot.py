@@ -1,7 +1,7 @@
 """The operator view (monitoring/consoles/spotreel.html) rendered by a real browser: Debian's headless
 Chromium screenshots the page the local Prometheus serves while it scrapes a scheduler's and a worker's
 registries with data in them. The picture must be the page's size and not blank, and the same page's HTML
-must show the scraped values. No chromium or prometheus binary here fails the test (.ci/run installs both)."""
+must show the scraped values. No chromium or prometheus binary here fails the test (tools/system-packages installs both)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ WIDTH, HEIGHT = 1100, 1800
 
 def _chromium() -> str:
     path = shutil.which("chromium") or shutil.which("chromium-browser")
-    assert path, "chromium not found: apt-get install -y chromium (.ci/run does this in CI)"
+    assert path, "chromium not found: apt-get install -y chromium (make test runs tools/system-packages)"
     return path
 
 

@@ -1,5 +1,5 @@
 """The alert rules in monitoring/alerts.yml, unit-tested by the real `promtool test rules` (Debian's
-prometheus package; .ci/run installs it when promtool is missing). No promtool here fails the test."""
+prometheus package; tools/system-packages installs it when promtool is missing). No promtool here fails the test."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ MONITORING = Path(__file__).resolve().parents[2] / "monitoring"
 
 def _promtool() -> str:
     path = shutil.which("promtool")
-    assert path, "promtool not found: apt-get install -y prometheus (.ci/run does this in CI)"
+    assert path, "promtool not found: apt-get install -y prometheus (make test runs tools/system-packages)"
     return path
 
 

@@ -10,6 +10,7 @@ from spotreel.domain import events as ev
 from spotreel.services.capacity.policy import (CapacityConfig, Decision, FleetView, PoolView, decide, demand,
                                                preemption_spares)
 from spotreel.services.capacity.stats import sum_pool
+from tests.harness.hypothesis_profiles import examples
 
 pytestmark = pytest.mark.unit
 
@@ -119,7 +120,7 @@ configs = st.builds(lambda f, extra, buf, step, cold: CapacityConfig(floor=f, ce
 times = st.one_of(st.none(), st.floats(0, 200))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(views, fleets, configs, st.floats(100, 300), times, times)
 def test_decisions_stay_in_bounds(view, fleet, cfg, now, last_up, last_down):
     d = decide(view, fleet, cfg, now, last_up, last_down)
@@ -137,7 +138,7 @@ def test_decisions_stay_in_bounds(view, fleet, cfg, now, last_up, last_down):
         assert not recent or now - max(recent) >= cfg.down_cooldown_s
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(views, configs, st.floats(0, 500))
 def test_more_preemptions_never_ask_for_fewer_workers(view, cfg, more):
     from dataclasses import replace

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from spotreel.codec import HEADER_SIZE, MARKER, Codec, CodecError, SchemaLoadError, SchemaRegistry
 from spotreel.codec.registry import fingerprint_of
+from tests.harness.hypothesis_profiles import examples
 
 pytestmark = pytest.mark.unit
 
@@ -172,7 +173,7 @@ shipments = st.builds(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(shipment=shipments)
 def test_nested_dataclasses_round_trip(full_codec: Codec, shipment: Shipment) -> None:
     data = full_codec.encode_message(shipment)
@@ -392,7 +393,7 @@ def test_invalid_utf8_is_bad_body(codec: Codec) -> None:
     assert _decode_error(codec, bad).reason == "bad_body"
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(data=st.binary(max_size=64))
 def test_random_bytes_raise_only_codec_error(codec: Codec, data: bytes) -> None:
     try:
@@ -401,7 +402,7 @@ def test_random_bytes_raise_only_codec_error(codec: Codec, data: bytes) -> None:
         pass
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(body=st.binary(max_size=64), which=st.sampled_from(["spotreel.v1.Ping", "spotreel.v1.Shipment"]))
 def test_random_bodies_behind_a_valid_header_raise_only_codec_error(
     codec: Codec, registry: SchemaRegistry, body: bytes, which: str

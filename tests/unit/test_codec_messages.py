@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from spotreel.codec import NON_MESSAGE_SCHEMAS, Codec, CodecError, domain_messages
 from spotreel.codec.codec import mapping_drift
 from spotreel.codec.mapping import mapping_for
+from tests.harness.hypothesis_profiles import examples
 
 pytestmark = pytest.mark.unit
 
@@ -63,7 +64,7 @@ def test_the_domain_has_messages() -> None:
 
 @pytest.mark.parametrize("cls", MESSAGES, ids=lambda c: c.__name__)
 def test_message_round_trips(cls: type) -> None:
-    @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(message=messages_of(cls))
     def round_trip(message: Any) -> None:
         data = CODEC.encode_message(message)

@@ -18,6 +18,7 @@ from spotreel.domain.cron import (
     occurrence_id,
     validate,
 )
+from tests.harness.hypothesis_profiles import examples
 
 pytestmark = pytest.mark.unit
 
@@ -261,7 +262,7 @@ windows = dict(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(expr=expressions(), **windows)
 def test_occurrences_match_a_minute_by_minute_brute_force(expr, start, length):
     text, parts = expr
@@ -278,7 +279,7 @@ def test_occurrences_match_a_minute_by_minute_brute_force(expr, start, length):
         assert schedule.latest_at_or_before(start + length) == expected[-1]
 
 
-@settings(max_examples=1_000, deadline=None)
+@settings(max_examples=examples(1_000), deadline=None)
 @given(
     expr=st.sampled_from(
         ["* * * * *", "*/7 * * * *", "0 */3 * * *", "15 9-17 * * MON-FRI", "0 0 1,15 * *", "@hourly"]

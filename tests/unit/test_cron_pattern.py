@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spotreel.domain.cron import _LOWER_TO, _UPPER_TO, CronError, expression_pattern, validate
+from tests.harness.hypothesis_profiles import examples
 
 PATTERN = re.compile(expression_pattern())
 # from_regex over a 25 KB pattern: hypothesis warns that the strategy's repr is large.
@@ -41,7 +42,7 @@ FIELD = st.one_of(
 SEP = st.sampled_from([" ", "  ", "\t", "\u2003", "\x1c"])
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(fields=st.lists(FIELD, min_size=4, max_size=6), sep=SEP,
        macro=st.sampled_from([None, "@daily", "@DAILY", "@wee\u212aly", "@weekly ", " @hourly", "@dayly", "@"]))
 def test_the_pattern_and_the_parser_agree(fields, sep, macro):

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spotreel.domain.cron import CronError, CronSchedule, MissedPolicy, local_instant, validate_zone
+from tests.harness.hypothesis_profiles import examples
 
 pytestmark = pytest.mark.unit
 
@@ -121,7 +122,7 @@ TRANSITIONS = st.sampled_from([ms(2026, 3, 8, 6), ms(2026, 11, 1, 5), ms(2026, 3
                                ms(2026, 4, 4, 2), ms(2026, 9, 6, 3)])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(tz=st.sampled_from(ZONES), expr=st.sampled_from(EXPRS),
        start=st.one_of(STARTS, TRANSITIONS.flatmap(lambda t: st.integers(t - 30 * HOUR, t + 6 * HOUR))))
 def test_occurrences_strictly_increase_and_never_repeat_a_local_time(tz, expr, start):
@@ -138,7 +139,7 @@ def test_occurrences_strictly_increase_and_never_repeat_a_local_time(tz, expr, s
         assert schedule.next_after(r - 1) == r
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(tz=st.sampled_from(ZONES), minute=st.integers(0, 59), hour=st.integers(0, 23),
        around=TRANSITIONS.map(lambda t: t - 36 * HOUR))
 def test_a_daily_time_is_the_instant_of_that_wall_clock_time_on_each_day(tz, minute, hour, around):

@@ -19,6 +19,7 @@ from spotreel.domain.dag import (
     resolve,
     validate,
 )
+from tests.harness.hypothesis_profiles import examples
 
 pytestmark = pytest.mark.unit
 
@@ -162,7 +163,7 @@ def reachable(nodes):
     return closure
 
 
-@settings(max_examples=1_000, deadline=None)
+@settings(max_examples=examples(1_000), deadline=None)
 @given(nodes=graphs)
 def test_cycle_found_iff_one_exists_and_is_real(nodes):
     has_cycle = any(v in reach for v, reach in reachable(nodes).items())
@@ -186,7 +187,7 @@ def test_cycle_found_iff_one_exists_and_is_real(nodes):
             assert position[p] < position[x.node_id]
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(nodes=graphs, data=st.data())
 def test_resolve_never_runs_a_node_before_its_parents_finish(nodes, data):
     try:

@@ -14,6 +14,7 @@ from spotreel.adapters.partitioning import partition_for
 from spotreel.dispatch.asking import CROWD_ASKS, Asking
 from spotreel.dispatch.order import PoolQueues, WorkView
 from spotreel.services.gateway.worker_api.idlepolls import IdlePolls
+from tests.harness.hypothesis_profiles import examples
 
 M = ("m",)
 N = 6
@@ -94,7 +95,7 @@ def test_a_request_never_answered_stops_counting_after_stale_s() -> None:
     assert a.pick("w1", M, v, 30.0) == 1
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 19), st.dictionaries(st.integers(0, N - 1), st.integers(0, 4)),
                           st.booleans()), max_size=60))
 def test_requests_out_never_exceed_the_queue_but_for_presence_and_scouts(ops) -> None:
@@ -236,7 +237,7 @@ def test_a_crowd_worker_never_asks_past_its_own_count_or_a_refusal() -> None:
     assert a.pick("w", M, view({2: 1}, {2: 5}, idle=1), 1.3) == 2
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.integers(1, 50), st.integers(1, 5000), st.floats(0.5, 4.0), st.integers(0, 2**32 - 1))
 def test_a_crowd_workers_chance_is_its_share_capped_at_one(left, idle, crowd_asks, seed) -> None:
     a = Asking(N, crowd_asks=crowd_asks, rng=random.Random(seed))

@@ -13,6 +13,7 @@ from spotreel.domain.aging import AgingPolicy, effective_priority, is_overdue
 from spotreel.domain.dispatch import DispatchConfig, DispatchIndex, QueuedJob, choose
 from spotreel.domain.fairness import TenantAccount, TenantPolicy, TenantUsage, share
 from spotreel.domain.pools import WorkerOffer
+from tests.harness.hypothesis_profiles import examples
 
 pytestmark = pytest.mark.unit
 
@@ -75,7 +76,7 @@ configs = st.builds(
     model_affinity=st.booleans(),
 )
 scenario = dict(jobs=queues, worker=workers, usage=usages, pols=policies, now=st.integers(0, 30), config=configs)
-MANY = settings(max_examples=1_000, deadline=None)
+MANY = settings(max_examples=examples(1_000), deadline=None)
 
 
 def serves(worker: WorkerOffer, job: QueuedJob) -> bool:
@@ -165,7 +166,7 @@ ops = st.lists(
 )
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(ops=ops, worker=workers, usage=usages, pols=policies, now=st.integers(0, 30), config=configs)
 def test_index_matches_a_full_scan_after_any_updates(ops, worker, usage, pols, now, config):
     index, live = DispatchIndex(), {}
@@ -184,7 +185,7 @@ def test_index_matches_a_full_scan_after_any_updates(ops, worker, usage, pols, n
     assert index.choose(worker, usage, pols, now, config) == expected
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(jobs=queues, pols=policies, config=configs, requests=st.integers(1, 30))
 def test_a_burst_of_requests_never_pushes_a_tenant_past_its_quota(jobs, pols, config, requests):
     # Many idle workers ask at the same instant; each answer is charged before the next question, as the

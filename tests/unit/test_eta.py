@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spotreel.domain.eta import Eta, estimate, fair_jobs_ahead, percentile
+from tests.harness.hypothesis_profiles import examples
 
 pytestmark = pytest.mark.unit
 
@@ -80,7 +81,7 @@ args = dict(
 )
 
 
-@settings(max_examples=1_000, deadline=None)
+@settings(max_examples=examples(1_000), deadline=None)
 @given(**args)
 def test_wait_is_monotone_in_queue_position(ahead, workers, gen, idle, cold):
     idle = min(idle, workers)
@@ -92,7 +93,7 @@ def test_wait_is_monotone_in_queue_position(ahead, workers, gen, idle, cold):
         assert 0 <= here.wait_ms <= behind.wait_ms
 
 
-@settings(max_examples=1_000, deadline=None)
+@settings(max_examples=examples(1_000), deadline=None)
 @given(**args)
 def test_wait_is_non_increasing_in_worker_count(ahead, workers, gen, idle, cold):
     idle = min(idle, workers)
@@ -102,7 +103,7 @@ def test_wait_is_non_increasing_in_worker_count(ahead, workers, gen, idle, cold)
         assert more.wait_ms <= fewer.wait_ms
 
 
-@settings(max_examples=1_000, deadline=None)
+@settings(max_examples=examples(1_000), deadline=None)
 @given(own=st.integers(0, 1_000), weight=st.sampled_from([0.5, 1.0, 3.0]),
        others=st.lists(st.tuples(st.integers(0, 1_000), st.sampled_from([0.5, 1.0, 3.0])), max_size=6))
 def test_fair_jobs_ahead_bounded_by_fifo_and_monotone(own, weight, others):
@@ -127,7 +128,7 @@ def test_an_idle_worker_with_another_model_loaded_starts_after_the_switch():
         estimate(0, 2, 60_000, idle_workers=1, cold_idle_workers=2)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(ahead=st.integers(0, 200), workers=st.integers(1, 50), gen=st.integers(0, 600_000), idle=st.integers(0, 50),
        cold=st.integers(0, 50), switch=st.integers(0, 600_000))
 def test_switch_cost_keeps_the_estimate_monotone(ahead, workers, gen, idle, cold, switch):

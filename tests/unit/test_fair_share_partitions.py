@@ -37,6 +37,7 @@ from spotreel.services.scheduler.partition import PartitionState
 from spotreel.services.scheduler.poolstats import pool_stats, share_if_room
 from spotreel.settings import Settings
 from tests.unit.jobkit import T0, submit
+from tests.harness.hypothesis_profiles import examples
 
 pytestmark = pytest.mark.unit
 
@@ -45,7 +46,7 @@ amounts = st.lists(st.tuples(st.floats(0, 1e4), st.integers(0, 10 * HOUR)), max_
 
 
 @given(amounts, st.sampled_from([None, 60_000, HOUR]), st.randoms())
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 def test_credit_does_not_depend_on_the_order_amounts_arrive_in(items, half_life, rnd):
     shuffled = list(items)
     rnd.shuffle(shuffled)
@@ -62,7 +63,7 @@ def test_credit_does_not_depend_on_the_order_amounts_arrive_in(items, half_life,
 
 
 @given(amounts, st.sampled_from([None, 60_000, HOUR]))
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 def test_decay_never_grows_an_amount(items, half_life):
     for amount, at in items:
         assert 0 <= decayed(amount, at, at + 1000, half_life) <= amount
@@ -74,7 +75,7 @@ reports = st.lists(st.builds(ev.TenantUsageReport, tenant=st.just("t"), partitio
 
 
 @given(reports, st.randoms())
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 def test_combined_usage_is_a_sum_in_any_order(rs, rnd):
     shuffled = list(rs)
     rnd.shuffle(shuffled)

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spotreel.domain.quotas import Admission, RateLimit, TokenBucket, admit, has_in_flight_room, refill, refund
+from tests.harness.hypothesis_profiles import examples
 
 pytestmark = pytest.mark.unit
 
@@ -55,7 +56,7 @@ def test_rate_limit_validation_and_per_second():
 requests = st.lists(st.tuples(st.integers(0, 3_000), st.integers(1, 3)), max_size=40)
 
 
-@settings(max_examples=1_000, deadline=None)
+@settings(max_examples=examples(1_000), deadline=None)
 @given(burst=st.integers(3, 6), period=st.integers(1, 500), gaps=requests)
 def test_bucket_never_admits_more_than_burst_plus_refill(burst, period, gaps):
     limit = RateLimit(burst, period)
@@ -71,7 +72,7 @@ def test_bucket_never_admits_more_than_burst_plus_refill(burst, period, gaps):
         assert spent <= burst + now // period
 
 
-@settings(max_examples=1_000, deadline=None)
+@settings(max_examples=examples(1_000), deadline=None)
 @given(burst=st.integers(1, 6), period=st.integers(1, 500), gaps=requests, cost=st.integers(1, 6))
 def test_retry_after_is_exact(burst, period, gaps, cost):
     limit = RateLimit(burst, period)
@@ -89,7 +90,7 @@ def test_retry_after_is_exact(burst, period, gaps, cost):
     assert not admit(result.bucket, limit, now + wait - 1, cost).admitted
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(burst=st.integers(1, 20), per=st.integers(1, 5_000), tokens=st.integers(0, 20), stamp=st.integers(0, 10**6),
        later=st.integers(0, 10**5))
 def test_a_refund_undoes_an_admission_made_at_the_same_moment(burst, per, tokens, stamp, later):

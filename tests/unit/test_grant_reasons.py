@@ -16,6 +16,7 @@ from spotreel.domain.pools import WorkerOffer
 from spotreel.services.scheduler.handler import why_fields
 from spotreel.services.scheduler.replay import grant_why
 from tests.unit.jobkit import Driver
+from tests.harness.hypothesis_profiles import examples
 
 pytestmark = pytest.mark.unit
 
@@ -67,7 +68,7 @@ policy_sets = st.fixed_dictionaries({t: st.builds(TenantPolicy, st.floats(0.5, 4
                                      for t in ("t1", "t2", "t3")})
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(queued, usages, policy_sets)
 def test_the_recorded_reasons_agree_with_the_rule_that_chose(jobs, usage, policies) -> None:
     """Without warm models, the chosen job is overdue, or its tenant's share is the smallest among the tenants

@@ -1,6 +1,6 @@
 """`infra up --replicas`: the plan (counts, ports kept across restarts), the processes it expands to, and the
 HAProxy configuration in front of several gateways, checked by the real `haproxy -c` (Debian's haproxy
-package; .ci/run installs it when it is missing)."""
+package; tools/system-packages installs it when it is missing)."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def test_one_gateway_needs_no_load_balancer(settings):
 
 
 def test_haproxy_accepts_the_configuration(settings, tmp_path):
-    assert shutil.which("haproxy") or haproxy_binary(), "apt-get install -y haproxy (.ci/run does this in CI)"
+    assert shutil.which("haproxy") or haproxy_binary(), "apt-get install -y haproxy (make test runs tools/system-packages)"
     lb = HAProxy(settings, [("gateway", 23711), ("gateway-2", 23713)])
     lb.prepare(print)
     text = lb.config_file.read_text()

@@ -16,6 +16,7 @@ from spotreel.domain.evolve import fold
 from spotreel.domain.state import Status
 from spotreel.domain.timers import TimerKind, timers_for
 from tests.unit.jobkit import T0, TTL, Driver, kinds, leased_job, rejection, submit
+from tests.harness.hypothesis_profiles import examples
 
 pytestmark = pytest.mark.unit
 
@@ -253,7 +254,7 @@ def _fire_due(d: Driver, now: int) -> None:
             assert d.s.attempts_used == before + 1
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(timeout=st.integers(limits.MIN_TIMEOUT_MS, 300_000), steps=st.integers(0, 20),
        floor=st.integers(limits.MIN_STUCK_MS, 60_000), ops=_ops)
 def test_time_limits_hold_whatever_happens(timeout: int, steps: int, floor: int, ops: list) -> None:

@@ -28,6 +28,7 @@ from spotreel.domain.leases import UNCLAIMED
 from spotreel.domain.evolve import evolve, fold
 from spotreel.domain.state import JobState, Status
 from tests.unit.jobkit import POOL, T0, submit
+from tests.harness.hypothesis_profiles import examples
 
 pytestmark = pytest.mark.unit
 
@@ -282,7 +283,7 @@ class JobMachine(RuleBasedStateMachine):
 
 
 JobMachine.TestCase.settings = settings(
-    max_examples=1000,
+    max_examples=examples(1000),
     stateful_step_count=20,
     database=None,
     deadline=None,
@@ -344,7 +345,7 @@ def random_history(seed: int, length: int) -> tuple[list[Any], JobState | None]:
     return events, state
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(1000), deadline=None)
 @given(seed=st.integers(0, 2**32), length=st.integers(0, 60), cut=st.floats(0.0, 1.0))
 def test_fold_of_a_split_history_is_the_fold_of_the_whole(seed: int, length: int, cut: float) -> None:
     events, state = random_history(seed, length)
@@ -376,7 +377,7 @@ def _blank(cls: type, version: int, n: int) -> Any:
     return cls(**values)
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(1000), deadline=None)
 @given(st.lists(st.sampled_from(ev.JOB_EVENTS), max_size=12), st.integers(0, 97))
 def test_evolve_never_raises_on_events_out_of_place(kinds: list[type], n: int) -> None:
     """Replay must not fail, even for an order decide would never produce."""

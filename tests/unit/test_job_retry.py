@@ -10,6 +10,7 @@ from spotreel.domain import retry
 from spotreel.domain.events import AttemptFailed, JobScheduled
 from spotreel.domain.state import Status
 from tests.unit.jobkit import Driver, kinds, leased_job, rejection
+from tests.harness.hypothesis_profiles import examples
 
 pytestmark = pytest.mark.unit
 
@@ -118,7 +119,7 @@ def test_a_failed_job_can_be_requeued_too() -> None:
     assert d.s.status == Status.QUEUED
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=examples(1000), deadline=None)
 @given(
     job=st.text(min_size=1, max_size=12),
     failures=st.integers(min_value=1, max_value=80),

@@ -16,6 +16,7 @@ from spotreel.domain.decide import decide
 from spotreel.domain.evolve import fold
 from spotreel.domain.spec import SPEC_FIELDS, RenderSpec
 from spotreel.domain.schedules import ScheduleState, decide_schedule, evolve_schedule, fold_schedule, submit_for
+from tests.harness.hypothesis_profiles import examples
 
 pytestmark = pytest.mark.unit
 
@@ -190,7 +191,7 @@ def test_schedule_replay_rebuilds_the_state_and_ignores_rejections() -> None:
 
 
 # croniter makes each example slow; 300 examples cover three policies times many gap patterns.
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     policy=st.sampled_from(["skip", "run_once", "run_all"]),
     gaps=st.lists(st.integers(0, 5 * HOUR), min_size=1, max_size=6),

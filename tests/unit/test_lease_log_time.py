@@ -18,6 +18,7 @@ from spotreel.domain.state import Status
 from spotreel.domain.timers import Timer, TimerKind
 from spotreel.services.scheduler.partition import PartitionState
 from tests.unit.jobkit import T0, TTL, kinds, leased_job
+from tests.harness.hypothesis_profiles import examples
 
 pytestmark = pytest.mark.unit
 
@@ -45,7 +46,7 @@ def _apply(state, command, now_ms, appended_ms):
     return state, out
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(gaps=st.lists(st.integers(min_value=1, max_value=TTL - 1), min_size=1, max_size=12),
        backlog=st.integers(min_value=0, max_value=10 * TTL))
 def test_renewals_sent_in_time_keep_the_lease_however_late_they_are_read(gaps: list[int], backlog: int) -> None:
@@ -67,7 +68,7 @@ def test_renewals_sent_in_time_keep_the_lease_however_late_they_are_read(gaps: l
     assert state.status in Status.HOLDING_LEASE
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(silence=st.integers(min_value=TTL, max_value=5 * TTL), backlog=st.integers(min_value=0, max_value=5 * TTL))
 def test_a_silent_holder_loses_its_lease_one_ttl_after_its_last_command(silence: int, backlog: int) -> None:
     d = leased_job()

@@ -27,7 +27,7 @@ GRAFANA_VARS = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "1h",
 
 def _promtool() -> str:
     path = shutil.which("promtool")
-    assert path, "promtool not found: apt-get install -y prometheus (.ci/run does this in CI)"
+    assert path, "promtool not found: apt-get install -y prometheus (make test runs tools/system-packages)"
     return path
 
 

@@ -12,6 +12,7 @@ from spotreel.domain.preemption import (MINUTE_MS, Budget, Demand, Running, elig
                                         unserved)
 from spotreel.domain.state import Status
 from tests.unit.jobkit import leased_job, rejection, kinds
+from tests.harness.hypothesis_profiles import examples
 
 pytestmark = pytest.mark.unit
 
@@ -116,7 +117,7 @@ budgets = st.builds(Budget, per_minute=st.integers(0, 5), min_run_ms=st.integers
 recents = st.lists(st.integers(NOW - 2 * MINUTE_MS, NOW), max_size=8)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(demands, leases, recents, budgets)
 def test_plan_never_exceeds_the_budget_nor_picks_a_young_equal_or_higher_tier_or_repeated_job(
         demand, running, recent, budget) -> None:
@@ -134,7 +135,7 @@ def test_plan_never_exceeds_the_budget_nor_picks_a_young_equal_or_higher_tier_or
         assert p.epoch == r.epoch and eligible(r, p.for_priority, NOW, budget)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(demands, leases, budgets)
 def test_plan_asks_for_a_lease_whenever_an_unserved_job_outranks_an_eligible_one(demand, running, budget) -> None:
     got = plan(demand, running, [], NOW, budget)
@@ -178,7 +179,7 @@ fair_leases = st.lists(st.builds(Running, job_id=st.text("abcdef", min_size=1, m
 share_maps = st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), st.floats(0, 1000), max_size=4)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(share_maps, share_maps, fair_leases, st.integers(0, 3), recents, budgets, st.integers(0, 4))
 def test_plan_fair_stays_in_budget_and_only_takes_from_a_tenant_far_above_the_waiting_one(
         waiting, held, running, free, recent, budget, ratio) -> None:

@@ -18,8 +18,9 @@ from spotreel.services.projector import rows as pr
 from tests.unit.jobkit import Driver
 from tests.unit.projection_histories import histories
 from tests.unit.projection_model import Tables
+from tests.harness.hypothesis_profiles import examples
 
-FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def _env(event: Any) -> pr.Envelope:

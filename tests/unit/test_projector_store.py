@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from spotreel.services.projector import rows as pr
 from spotreel.services.projector.store import PACK_BYTES, PACK_PARTITIONS, PendingWrites, Store, row_bytes
+from tests.harness.hypothesis_profiles import examples
 
 
 class _Future:
@@ -54,7 +55,7 @@ _op = st.builds(
     st.integers(0, 30), st.integers(0, 400), st.sampled_from([0, 10, 300, 2000, 5000]), st.integers(1, 9))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(_op, max_size=300))
 def test_every_row_goes_once_in_requests_cassandra_takes_without_a_warning(ops):
     session = _Session()

@@ -12,6 +12,7 @@ from spotreel.domain.dispatch import DispatchConfig, QueuedJob, choose
 from spotreel.domain.fairness import TenantPolicy, TenantUsage
 from spotreel.domain.pools import WorkerOffer
 from spotreel.domain.queue_order import QueueGroup, dispatch_order, jobs_ahead
+from tests.harness.hypothesis_profiles import examples
 
 pytestmark = pytest.mark.unit
 
@@ -69,7 +70,7 @@ def test_a_tenant_at_its_ceiling_waits_for_its_leases():
     assert jobs_ahead(1, "b", 0, groups_of(jobs, usage, policies), COST) == 0
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(jobs_st, usage_st, policy_st, st.integers(0, 30))
 def test_the_first_in_order_is_what_dispatch_picks(jobs, usage, policies, now):
     config = DispatchConfig()  # the scheduler's: overdue after 30 min, no graded aging
@@ -80,7 +81,7 @@ def test_the_first_in_order_is_what_dispatch_picks(jobs, usage, policies, now):
         assert order[0].job_id == picked
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(jobs_st, usage_st, st.fixed_dictionaries({t: st.sampled_from([1.0, 2.0, 3.0]) for t in TENANTS}))
 def test_a_higher_tier_is_never_behind_a_lower_one(jobs, usage, weights):
     policies = {t: TenantPolicy(w) for t, w in weights.items()}
@@ -88,7 +89,7 @@ def test_a_higher_tier_is_never_behind_a_lower_one(jobs, usage, weights):
     assert tiers == sorted(tiers, reverse=True)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(jobs_st, usage_st, policy_st)
 def test_counts_never_place_a_job_earlier_than_dispatch_does(jobs, usage, policies):
     order = dispatch_order(jobs, usage, policies, 0, NO_OVERDUE)

@@ -16,6 +16,7 @@ from spotreel.domain.evolve import fold
 from spotreel.domain.renewals import (absorbed, after_answer, after_handover, flushed, moves, with_pending,
                                       with_renewal)
 from tests.unit.jobkit import T0, TTL, Driver, rejection
+from tests.harness.hypothesis_profiles import examples
 
 
 def _leased(confirm: bool = True) -> Driver:
@@ -139,7 +140,7 @@ def _shape(events) -> list[tuple]:
             for e in events]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(_command, min_size=1, max_size=40), st.sampled_from([0, 15_000, 30_000]))
 def test_absorbing_renewals_decides_exactly_what_persisting_them_decides(script, every_ms) -> None:
     d = _leased()

@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from spotreel.worker.checkpoints import (MAGIC, Checkpoint, CheckpointCorrupt, checksum_of, decode, encode)
+from tests.harness.hypothesis_profiles import examples
 
 pytestmark = pytest.mark.unit
 
@@ -53,7 +54,7 @@ def test_a_truncated_blob_is_corrupt(ckpt: Checkpoint, data) -> None:
         decode(blob[:cut])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(checkpoints(), st.data())
 def test_any_flipped_byte_is_corrupt(ckpt: Checkpoint, data) -> None:
     blob = bytearray(encode(ckpt))
