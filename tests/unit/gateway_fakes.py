@@ -90,6 +90,20 @@ class FakeReads:
         if self.claims.get(claim.job_id, None) == claim:
             del self.claims[claim.job_id]
 
+    async def list_jobs_from(self, tenant, after, ascending, limit):
+        mine = sorted((j for j in self.jobs.values() if j.tenant_id == tenant and j.status != "accepted"),
+                      key=lambda j: (-(j.created_at_ms or 0), j.job_id))
+        if ascending:
+            mine.reverse()
+        if after is not None:
+            ids = [j.job_id for j in mine]
+            mine = mine[ids.index(after[1]) + 1:] if after[1] in ids else []
+        return [JobListItem(j.job_id, j.status, j.priority, j.prompt, j.created_at_ms, j.updated_at_ms, j.version)
+                for j in mine[:limit]]
+
+    async def mark_deleted(self, job_id, at_ms):
+        self.jobs[job_id] = replace(self.jobs[job_id], deleted_at_ms=at_ms)
+
     async def write_placeholder(self, claim):
         self.jobs.setdefault(claim.job_id, job_view(claim.job_id, claim.tenant_id, "accepted", version=0))
 

@@ -86,9 +86,9 @@ async def accept(gw: Gateway, tenant: Tenant, key: str, body: dict[str, Any], *,
     mine = Claim(job_id=submit.job_id, tenant_id=tenant.tenant_id, idempotency_key=key,
                  request_hash=submit.request_hash, accepted_at_ms=now, model=submit.spec.model, pool=pool,
                  priority=submit.priority, prompt=submit.spec.prompt,
-                 params={k: body[k] for k in ("duration", "resolution", "fps", "num_steps", "gpu_type",
-                                               "callback_url", "guidance_scale", "negative_prompt", "sampler")
-                         if k in body})
+                 params={**{k: body[k] for k in ("duration", "resolution", "fps", "num_steps", "gpu_type",
+                                                  "callback_url", "guidance_scale", "negative_prompt", "sampler")
+                            if k in body}, "seed": submit.spec.seed})
 
     # New work is admitted first and then claimed; the claim tells a replay (the key held already) from new
     # work without a read before it. A replay is never refused: a refusal looks the key up, and a replay
