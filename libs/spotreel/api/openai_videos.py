@@ -69,12 +69,24 @@ def model_fps(cfg: GatewayConfig, entry: ModelEntry | None) -> int:
     return entry.fps if entry is not None and entry.fps else cfg.default_fps
 
 
+def _default_size(cfg: GatewayConfig, entry: ModelEntry | None) -> str:
+    """The model's first listed size; for a model with a size rule the gateway's default resolution where
+    the rule allows it, else the largest square it allows."""
+    if entry is None:
+        return cfg.default_resolution
+    if entry.sizes:
+        return entry.sizes[0]
+    if entry.size_allowed(cfg.default_resolution):
+        return cfg.default_resolution
+    side = entry.side_max - entry.side_max % entry.side_multiple
+    return f"{side}x{side}"
+
+
 def seconds_and_size(cfg: GatewayConfig, entry: ModelEntry | None, seconds: Any,
                      size: Any) -> tuple[float, str, int]:
     """(duration in seconds, resolution, fps) of a request's `seconds` and `size` for the model. A value of the
     wrong form is 400; one the model cannot render (its frames at its fps, its sizes) is a ModelRefusal (422),
-    naming what it takes. Left out: the gateway's default duration, and the model's first listed size (else the
-    gateway's default resolution)."""
+    naming what it takes. Left out: the gateway's default duration and `_default_size`."""
     fps = model_fps(cfg, entry)
     if seconds is None:
         duration = cfg.default_duration_s
@@ -85,7 +97,7 @@ def seconds_and_size(cfg: GatewayConfig, entry: ModelEntry | None, seconds: Any,
                               f"{seconds!r}", "seconds")
         duration = float(text)
     if size is None:
-        resolution = entry.sizes[0] if entry is not None and entry.sizes else cfg.default_resolution
+        resolution = _default_size(cfg, entry)
     elif not isinstance(size, str) or not _SIZE.fullmatch(size):
         raise bad_request(f"size must be WIDTHxHEIGHT (e.g. \"832x480\"); got {size!r}", "size")
     else:
@@ -96,7 +108,7 @@ def seconds_and_size(cfg: GatewayConfig, entry: ModelEntry | None, seconds: Any,
                                              f"{resolution!r}")
         frames = round(duration * fps)
         if not entry.frames_min <= frames <= entry.frames_max:
-            raise ModelRefusal("duration", f"model {entry.name} renders {entry.frame_rule()} frames at {fps} fps: "
+            raise ModelRefusal("duration", f"model {entry.name} renders frame counts {entry.frame_rule()} at {fps} fps, so "
                                            f"seconds from {entry.frames_min / fps:g} to {entry.frames_max / fps:g}; "
                                            f"got {duration:g} ({frames} frames)")
     return duration, resolution, fps
