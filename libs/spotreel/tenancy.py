@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import secrets
+from datetime import datetime, timedelta, timezone
 import time
 
 from spotreel.domain import plans
@@ -55,13 +56,24 @@ def create_worker_key(session, name: str) -> str:
     return key
 
 
-def create_webhook_secret(session, name: str, rotate: bool = False) -> str | None:
+# How long a rotated secret's predecessor still signs (beside the new one), so receivers can move over.
+ROTATION_WINDOW_S = 24 * 3600
+
+
+def create_webhook_secret(session, name: str, rotate: bool = False,
+                          keep_previous_s: int = ROTATION_WINDOW_S) -> str | None:
     """The tenant's webhook signing secret, made now and returned once; None when it already has one
-    (unless `rotate`). Stored as is: signing needs the secret itself, not a hash of it."""
+    (unless `rotate`). Stored as is: signing needs the secret itself, not a hash of it. A rotation keeps the
+    secret it replaces signing too for `keep_previous_s` (0: not at all), each webhook then carrying both
+    signatures, so a receiver that still holds the old one keeps verifying until it has the new one."""
     secret = new_secret()
     if rotate:
-        row = session.execute("UPDATE tenants SET webhook_secret = %s WHERE tenant_id = %s IF EXISTS",
-                              (secret, name)).one()
+        old = session.execute("SELECT webhook_secret FROM tenants WHERE tenant_id = %s", (name,)).one()
+        previous = old.webhook_secret if old is not None and keep_previous_s > 0 else None
+        until = datetime.now(timezone.utc) + timedelta(seconds=keep_previous_s) if previous else None
+        row = session.execute("UPDATE tenants SET webhook_secret = %s, webhook_secret_previous = %s, "
+                              "webhook_secret_previous_until = %s WHERE tenant_id = %s IF EXISTS",
+                              (secret, previous, until, name)).one()
     else:
         row = session.execute("UPDATE tenants SET webhook_secret = %s WHERE tenant_id = %s IF webhook_secret = null",
                               (secret, name)).one()

@@ -132,6 +132,10 @@ class CassandraReads:
         except RequestValidationException as exc:
             raise StoreUnavailable(f"webhook_subscriptions.events is missing (migration 0008): {exc}") from exc
 
+    async def write_webhook_style(self, job_id: str, style: str) -> None:
+        await _execute(self.session, "UPDATE webhook_subscriptions SET payload_style = %s WHERE job_id = %s",
+                       (style, job_id))
+
     async def webhook_state(self, job_id: str) -> JobWebhookState | None:
         def read() -> JobWebhookState | None:
             # Prepared on first use: a keyspace from before migration 0007 still serves every other route.

@@ -55,6 +55,7 @@ class FakeReads:
     unfinished: int = 0
     webhooks: dict[str, Any] = field(default_factory=dict)
     webhook_filters: dict[str, list[str]] = field(default_factory=dict)
+    webhook_styles: dict[str, str] = field(default_factory=dict)
     schedules: dict[str, ScheduleView] = field(default_factory=dict)
 
     async def get_job(self, job_id):
@@ -109,6 +110,9 @@ class FakeReads:
 
     async def write_webhook_events(self, job_id, events):
         self.webhook_filters[job_id] = list(events)
+
+    async def write_webhook_style(self, job_id, style):
+        self.webhook_styles[job_id] = style
 
     async def webhook_state(self, job_id):
         return self.webhooks.get(job_id)

@@ -37,6 +37,8 @@ from spotreel.services.gateway.public.submit import accept
 from spotreel.services.gateway.public.views import TERMINAL
 
 PREFIX = "/openai/v1"
+# The payload of webhooks of videos made here (services/webhooks/payload.py `openai_style`).
+OPENAI_STYLE = "openai"
 # How long the SDK's poll helper waits between retrieves (it reads this header).
 POLL_AFTER_MS = 1000
 VARIANTS = {"video": None, "thumbnail": "image/png", "spritesheet": "image/png"}
@@ -90,7 +92,7 @@ async def _fields(request: web.Request) -> dict[str, Any]:
 async def _submit(request: web.Request, body: dict[str, Any], key: str, fresh: bool) -> web.Response:
     gw = gateway(request)
     normalized = normalize(body, gw.cfg, allow_private_callbacks=bool(gw.settings.webhook_allow_private))
-    answer = await accept(gw, request[TENANT], key, normalized, fresh_key=fresh)
+    answer = await accept(gw, request[TENANT], key, normalized, fresh_key=fresh, webhook_style=OPENAI_STYLE)
     found = await find(gw.deps, request[TENANT].tenant_id, answer["job_id"])
     headers = {"Location": f"{PREFIX}/videos/{answer['job_id']}", "Idempotency-Key": key}
     return web.json_response(video_json(found, request[TENANT]), headers=headers)
