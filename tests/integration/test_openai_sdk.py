@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import struct
 import subprocess
@@ -18,6 +19,7 @@ import openai
 import pytest
 from cassandra.cluster import Cluster
 
+from spotreel.platform.seed import local_registry_text
 from spotreel.tenancy import create_tenant
 from spotreel.video import decode_frames
 from tests.integration.schedkit import ROOT
@@ -26,7 +28,8 @@ from tests.integration.workerkit import WorkerProc, start_plane
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240),
               pytest.mark.filterwarnings("ignore:The Sora API:DeprecationWarning")]
 
-# 0.5 s at the registry's 8 fps: 4 frames of 32x32, 2 steps.
+README = ROOT / "README.md"
+# 0.5 s at the gateway's default 8 fps (the local registry names none): 4 frames of 32x32, 2 steps.
 TINY = {"model": "tiny-t2v", "seconds": "0.5", "size": "32x32"}
 FAST = {"num_steps": 2}
 
@@ -34,14 +37,8 @@ FAST = {"num_steps": 2}
 @pytest.fixture(scope="module")
 def plane(settings, stack, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("openai-plane")
-    from tests.integration.workerkit import tiny_model
-
-    registry = tmp / "models.toml"
-    registry.write_text(
-        "[models.tiny-t2v]\n"
-        f'directory = "{tiny_model(settings)}"\n'
-        'family = "unet3d"\ndtype = "float32"\nsizes = { multiple = 8, min = 16, max = 64 }\n'
-        'frames = { min = 1, max = 16 }\nsteps = { min = 1, max = 8 }\nsampler = "ddim"\npool = "any"\nfps = 8\n')
+    registry = tmp / "models.toml"  # the local stack's registry, as README's lines meet it
+    registry.write_text(local_registry_text(tmp))
     yield from start_plane(settings, stack, tmp, gateway_env={"SPOTREEL_MODEL_REGISTRY": str(registry)})
 
 
@@ -130,11 +127,11 @@ def test_each_refusal_is_the_sdks_exception_class(client, running):
         client.videos.create(prompt="p", model="tiny-t2v", seconds="soon")
     assert bad.value.param == "seconds" and bad.value.type == "invalid_request_error"
     with pytest.raises(openai.UnprocessableEntityError) as big:
-        client.videos.create(prompt="p", model="tiny-t2v", size="128x128")
-    assert big.value.param == "size" and "multiple of 8 from 16 to 64" in big.value.message
+        client.videos.create(prompt="p", model="tiny-t2v", size="520x520")
+    assert big.value.param == "size" and "multiple of 8 from 16 to 512" in big.value.message
     with pytest.raises(openai.UnprocessableEntityError) as long:
-        client.videos.create(prompt="p", model="tiny-t2v", seconds="4", size="32x32")
-    assert long.value.param == "seconds" and "seconds from 0.125 to 2" in long.value.message
+        client.videos.create(prompt="p", model="tiny-t2v", seconds="20", size="32x32")
+    assert long.value.param == "seconds" and "seconds from 0.125 to 16" in long.value.message
     key = {"Idempotency-Key": f"sdk-{uuid.uuid4().hex}"}
     first = client.videos.create(prompt="p", **TINY, extra_body={**FAST, "delay_seconds": 3600}, extra_headers=key)
     again = client.videos.create(prompt="p", **TINY, extra_body={**FAST, "delay_seconds": 3600}, extra_headers=key)
@@ -149,3 +146,14 @@ def test_each_refusal_is_the_sdks_exception_class(client, running):
     with openai.OpenAI(base_url=running.gateway_url + "/openai/v1", api_key="sr_wrong", max_retries=0) as stranger:
         with pytest.raises(openai.AuthenticationError):
             stranger.videos.list()
+
+
+def test_readmes_three_lines(running, api_key, tmp_path):
+    """README's "Using it from the openai SDK" block, run as written but for the gateway's address and key."""
+    block = re.search(r"## Using it from the openai SDK\n.*?```python\n(.*?)```", README.read_text(), re.S)[1]
+    assert len(block.strip().splitlines()) == 3
+    code = block.replace("http://127.0.0.1:18700", running.gateway_url).replace("sr_dev_local_key_not_secret",
+                                                                                 api_key)
+    subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c", code], cwd=tmp_path, check=True,
+                   timeout=150)
+    assert decode_frames((tmp_path / "fox.mp4").read_bytes()).shape == (8, 64, 64, 3)
