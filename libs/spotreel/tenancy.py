@@ -132,3 +132,43 @@ def publish_settings(settings, record: TenantSettings, timeout: float = 10.0) ->
     if not got or got[0] is not None:
         raise RuntimeError(f"kafka did not take the settings of tenant {record.tenant}: "
                            f"{got[0] if got else 'no answer within %.0f s' % timeout}")
+
+
+def list_tenants(session) -> list[dict]:
+    """Every tenant's row as stored (the columns `spotreel tenant list` prints), by name; no secret."""
+    rows = session.execute("SELECT tenant_id, plan, weight, max_in_flight, rate_per_minute, max_priority, disabled, "
+                           "webhook_secret, created_at FROM tenants")
+    return sorted(({"tenant": r.tenant_id, "plan": r.plan or plans.CUSTOM.name, "weight": r.weight,
+                    "max_in_flight": r.max_in_flight, "rate_per_minute": r.rate_per_minute,
+                    "max_priority": r.max_priority, "disabled": bool(r.disabled),
+                    "webhook_secret": r.webhook_secret is not None,
+                    "created_at": r.created_at.isoformat() if r.created_at else None} for r in rows),
+                  key=lambda t: t["tenant"])
+
+
+def disable_tenant(session, name: str, disabled: bool = True) -> None:
+    """Refuse (or, with disabled=False, accept again) every request of the tenant's keys: 403 tenant_disabled
+    once the gateway's key cache lets go (SPOTREEL_GATEWAY_AUTH_CACHE_SECONDS)."""
+    row = session.execute("UPDATE tenants SET disabled = %s WHERE tenant_id = %s IF EXISTS", (disabled, name)).one()
+    if row is None or not row[0]:
+        raise ValueError(f"no tenant named {name!r}")
+
+
+def list_worker_keys(session) -> list[dict]:
+    """Every worker key: name, the key's first characters, when made and revoked (never the key)."""
+    rows = session.execute("SELECT key_hash, key_prefix, kind, name, created_at, revoked_at FROM api_keys")
+    return sorted(({"name": r.name, "prefix": r.key_prefix,
+                    "created_at": r.created_at.isoformat() if r.created_at else None,
+                    "revoked_at": r.revoked_at.isoformat() if r.revoked_at else None}
+                   for r in rows if r.kind == "worker"), key=lambda k: (k["name"] or "", k["created_at"] or ""))
+
+
+def revoke_worker_key(session, name: str, prefix: str | None = None) -> int:
+    """Revoke the live worker keys named `name` (only the one starting with `prefix`, if given); the count
+    revoked. A revoked key stops working once the gateway's key cache lets go."""
+    rows = [r for r in session.execute("SELECT key_hash, key_prefix, kind, name, revoked_at FROM api_keys")
+            if r.kind == "worker" and r.name == name and r.revoked_at is None
+            and (prefix is None or (r.key_prefix or "").startswith(prefix) or prefix.startswith(r.key_prefix or "\0"))]
+    for r in rows:
+        session.execute("UPDATE api_keys SET revoked_at = toTimestamp(now()) WHERE key_hash = %s", (r.key_hash,))
+    return len(rows)
