@@ -14,13 +14,16 @@ MODEL of a worker's `--pool MODEL@GPU`):
     sampler = "unipc"                                 # default sampler (the family's exact-resume ones)
     guidance_scale = 5.0                              # default guidance of a job that names none
     pool = "a100"                                     # the GPU type its workers run on
+    fps = 16                                          # frames per second its videos play at (optional)
 
 The gateway checks a submission against its model's entry (`problem`: the field and the allowed values,
 answered 422), a job's `sampler` included (one of its family's, SAMPLERS); `spotreel model list` prints the
 file; a worker started with `--model NAME` loads the entry's directory, and renders a job that names no
 sampler or guidance with the entry's. The frame count of a job is round(duration × fps), as the worker
 computes it; the gateway takes a duration from frames_min / fps to frames_max / fps and, where that count is
-off the entry's grid (4n+1), moves the job's duration to the nearest count on it (`frames_for`). Pure
+off the entry's grid (4n+1), moves the job's duration to the nearest count on it (`frames_for`). `fps`, where
+given, is the rate the OpenAI-compatible surface renders the model's `seconds` at (the native API takes the
+job's own `fps`); without it that surface uses the gateway's default fps. Pure
 functions and a loader; nothing here talks to a service.
 
 The local stack's registry (`platform.seed.local_registry_text`): `spotreel infra up` writes it to `$SPOTREEL_HOME/models.toml`
@@ -73,6 +76,8 @@ class ModelEntry:
     side_multiple: int = 0
     side_min: int = 0
     side_max: int = 0
+    # The frame rate the model's videos are meant to play at; 0: not stated (the gateway's default applies).
+    fps: int = 0
 
     def size_allowed(self, resolution: str) -> bool:
         if not self.side_multiple:
@@ -119,7 +124,7 @@ class ModelEntry:
                 "sizes": list(self.sizes) if not self.side_multiple else self.size_rule(),
                 "frames": self.frame_rule(), "steps": [self.steps_min, self.steps_max],
                 "sampler": self.sampler, "samplers": list(self.samplers()), "guidance_scale": self.guidance_scale,
-                "pool": self.pool}
+                "pool": self.pool, "fps": self.fps or None}
 
 
 @dataclass(frozen=True)
@@ -176,7 +181,7 @@ def _entry(name: str, spec: Any) -> ModelEntry:
     if not isinstance(spec, dict):
         raise fail("must be a table")
     unknown = set(spec) - {"directory", "family", "dtype", "sizes", "frames", "steps", "sampler",
-                           "guidance_scale", "pool"}
+                           "guidance_scale", "pool", "fps"}
     if unknown:
         raise fail(f"unknown keys {sorted(unknown)}")
     family = spec.get("family")
@@ -220,8 +225,11 @@ def _entry(name: str, spec: Any) -> ModelEntry:
     pool = spec.get("pool", "any")
     if not isinstance(pool, str) or not _NAME.fullmatch(pool):
         raise fail("pool must be a GPU type name")
+    fps = spec.get("fps", 0)
+    if "fps" in spec and (isinstance(fps, bool) or not isinstance(fps, int) or not 1 <= fps <= 240):
+        raise fail("fps must be an integer from 1 to 240")
     return ModelEntry(name, directory, family, dtype, tuple(sizes), f_min, f_max, f_step, s_min, s_max, sampler,
-                      float(guidance), pool, *rule)
+                      float(guidance), pool, *rule, fps=fps)
 
 
 # -- finding the file ---------------------------------------------------------------------------------

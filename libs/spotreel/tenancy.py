@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import secrets
+from datetime import datetime, timedelta, timezone
 import time
 
 from spotreel.domain import plans
@@ -55,13 +56,24 @@ def create_worker_key(session, name: str) -> str:
     return key
 
 
-def create_webhook_secret(session, name: str, rotate: bool = False) -> str | None:
+# How long a rotated secret's predecessor still signs (beside the new one), so receivers can move over.
+ROTATION_WINDOW_S = 24 * 3600
+
+
+def create_webhook_secret(session, name: str, rotate: bool = False,
+                          keep_previous_s: int = ROTATION_WINDOW_S) -> str | None:
     """The tenant's webhook signing secret, made now and returned once; None when it already has one
-    (unless `rotate`). Stored as is: signing needs the secret itself, not a hash of it."""
+    (unless `rotate`). Stored as is: signing needs the secret itself, not a hash of it. A rotation keeps the
+    secret it replaces signing too for `keep_previous_s` (0: not at all), each webhook then carrying both
+    signatures, so a receiver that still holds the old one keeps verifying until it has the new one."""
     secret = new_secret()
     if rotate:
-        row = session.execute("UPDATE tenants SET webhook_secret = %s WHERE tenant_id = %s IF EXISTS",
-                              (secret, name)).one()
+        old = session.execute("SELECT webhook_secret FROM tenants WHERE tenant_id = %s", (name,)).one()
+        previous = old.webhook_secret if old is not None and keep_previous_s > 0 else None
+        until = datetime.now(timezone.utc) + timedelta(seconds=keep_previous_s) if previous else None
+        row = session.execute("UPDATE tenants SET webhook_secret = %s, webhook_secret_previous = %s, "
+                              "webhook_secret_previous_until = %s WHERE tenant_id = %s IF EXISTS",
+                              (secret, previous, until, name)).one()
     else:
         row = session.execute("UPDATE tenants SET webhook_secret = %s WHERE tenant_id = %s IF webhook_secret = null",
                               (secret, name)).one()
@@ -120,3 +132,43 @@ def publish_settings(settings, record: TenantSettings, timeout: float = 10.0) ->
     if not got or got[0] is not None:
         raise RuntimeError(f"kafka did not take the settings of tenant {record.tenant}: "
                            f"{got[0] if got else 'no answer within %.0f s' % timeout}")
+
+
+def list_tenants(session) -> list[dict]:
+    """Every tenant's row as stored (the columns `spotreel tenant list` prints), by name; no secret."""
+    rows = session.execute("SELECT tenant_id, plan, weight, max_in_flight, rate_per_minute, max_priority, disabled, "
+                           "webhook_secret, created_at FROM tenants")
+    return sorted(({"tenant": r.tenant_id, "plan": r.plan or plans.CUSTOM.name, "weight": r.weight,
+                    "max_in_flight": r.max_in_flight, "rate_per_minute": r.rate_per_minute,
+                    "max_priority": r.max_priority, "disabled": bool(r.disabled),
+                    "webhook_secret": r.webhook_secret is not None,
+                    "created_at": r.created_at.isoformat() if r.created_at else None} for r in rows),
+                  key=lambda t: t["tenant"])
+
+
+def disable_tenant(session, name: str, disabled: bool = True) -> None:
+    """Refuse (or, with disabled=False, accept again) every request of the tenant's keys: 403 tenant_disabled
+    once the gateway's key cache lets go (SPOTREEL_GATEWAY_AUTH_CACHE_SECONDS)."""
+    row = session.execute("UPDATE tenants SET disabled = %s WHERE tenant_id = %s IF EXISTS", (disabled, name)).one()
+    if row is None or not row[0]:
+        raise ValueError(f"no tenant named {name!r}")
+
+
+def list_worker_keys(session) -> list[dict]:
+    """Every worker key: name, the key's first characters, when made and revoked (never the key)."""
+    rows = session.execute("SELECT key_hash, key_prefix, kind, name, created_at, revoked_at FROM api_keys")
+    return sorted(({"name": r.name, "prefix": r.key_prefix,
+                    "created_at": r.created_at.isoformat() if r.created_at else None,
+                    "revoked_at": r.revoked_at.isoformat() if r.revoked_at else None}
+                   for r in rows if r.kind == "worker"), key=lambda k: (k["name"] or "", k["created_at"] or ""))
+
+
+def revoke_worker_key(session, name: str, prefix: str | None = None) -> int:
+    """Revoke the live worker keys named `name` (only the one starting with `prefix`, if given); the count
+    revoked. A revoked key stops working once the gateway's key cache lets go."""
+    rows = [r for r in session.execute("SELECT key_hash, key_prefix, kind, name, revoked_at FROM api_keys")
+            if r.kind == "worker" and r.name == name and r.revoked_at is None
+            and (prefix is None or (r.key_prefix or "").startswith(prefix) or prefix.startswith(r.key_prefix or "\0"))]
+    for r in rows:
+        session.execute("UPDATE api_keys SET revoked_at = toTimestamp(now()) WHERE key_hash = %s", (r.key_hash,))
+    return len(rows)

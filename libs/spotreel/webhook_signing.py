@@ -1,27 +1,43 @@
-"""Webhook signatures: HMAC-SHA256 over "<timestamp>.<body>" with the tenant's secret.
+"""Webhook signatures, two schemes on every delivery, both HMAC-SHA256 with the tenant's secret:
+
+- spotreel's own (`Spotreel-Timestamp`, `Spotreel-Signature: v1=<hex>` over "<timestamp>.<body>", the secret's
+  text as the key), for the receivers written against it;
+- Standard Webhooks (`webhook-id`, `webhook-timestamp`, `webhook-signature: v1,<base64>` over
+  "<id>.<timestamp>.<body>", the key the base64 after `whsec_`), which the `standardwebhooks` library and the
+  `openai` SDK's `webhooks.verify_signature` check. Secrets are `whsec_` and base64 of 24 random bytes; a
+  secret made before they were (`whsec_` and URL-safe text) is not base64, so its Standard Webhooks signature
+  is keyed by its text and those libraries cannot check it: rotating it makes one they can.
 
 The timestamp is inside the signed text so a captured request cannot be replayed later with a fresh
 timestamp; receivers refuse timestamps outside a tolerance window (`verify`). The event id travels in its
-own header so receivers can drop a re-delivery they already handled.
+own header so receivers can drop a re-delivery they already handled. While a rotated secret's predecessor
+is still valid (tenancy.create_webhook_secret), each header lists one signature per secret, newest first.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 TIMESTAMP_HEADER = "Spotreel-Timestamp"
 SIGNATURE_HEADER = "Spotreel-Signature"
 EVENT_ID_HEADER = "Spotreel-Event-Id"
 EVENT_TYPE_HEADER = "Spotreel-Event-Type"
+# Standard Webhooks (standardwebhooks.com).
+STANDARD_ID_HEADER = "webhook-id"
+STANDARD_TIMESTAMP_HEADER = "webhook-timestamp"
+STANDARD_SIGNATURE_HEADER = "webhook-signature"
 SCHEME = "v1"
 DEFAULT_TOLERANCE_S = 300
+SECRET_PREFIX = "whsec_"
 
 
 def new_secret() -> str:
-    return "whsec_" + secrets.token_urlsafe(32)
+    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(24)).decode()
 
 
 def signature(secret: str, timestamp: int, body: bytes) -> str:
@@ -29,13 +45,35 @@ def signature(secret: str, timestamp: int, body: bytes) -> str:
     return f"{SCHEME}={mac.hexdigest()}"
 
 
-def headers(secret: str, timestamp: int, body: bytes, event_id: str, event_type: str) -> dict[str, str]:
+def standard_key(secret: str) -> bytes:
+    """The Standard Webhooks key of a secret: the bytes of its base64 after `whsec_`; the text itself for a
+    secret that is not base64 (one made before secrets were)."""
+    if secret.startswith(SECRET_PREFIX):
+        try:
+            return base64.b64decode(secret[len(SECRET_PREFIX):], validate=True)
+        except (binascii.Error, ValueError):
+            pass
+    return secret.encode()
+
+
+def standard_signature(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
+    mac = hmac.new(standard_key(secret), f"{msg_id}.{timestamp}.".encode() + body, hashlib.sha256)
+    return f"{SCHEME},{base64.b64encode(mac.digest()).decode()}"
+
+
+def headers(secret: str | Sequence[str], timestamp: int, body: bytes, event_id: str,
+            event_type: str) -> dict[str, str]:
+    """Both schemes' headers; `secret` one secret, or several (newest first) while a rotation's window lasts."""
+    keys = [secret] if isinstance(secret, str) else list(secret)
     return {
         "Content-Type": "application/json",
         TIMESTAMP_HEADER: str(timestamp),
-        SIGNATURE_HEADER: signature(secret, timestamp, body),
+        SIGNATURE_HEADER: ",".join(signature(k, timestamp, body) for k in keys),
         EVENT_ID_HEADER: event_id,
         EVENT_TYPE_HEADER: event_type,
+        STANDARD_ID_HEADER: event_id,
+        STANDARD_TIMESTAMP_HEADER: str(timestamp),
+        STANDARD_SIGNATURE_HEADER: " ".join(standard_signature(k, event_id, timestamp, body) for k in keys),
     }
 
 

@@ -17,13 +17,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from spotreel import tracing
 from spotreel.services.gateway import openapi
-from spotreel.services.gateway.public import guards, schedules, usage, videos
+from spotreel.services.gateway.public import guards, openai_routes, schedules, usage, videos
 from spotreel.services.gateway.worker_api import routes as worker_api
 from spotreel.services.gateway.public.admission import Admission
 from spotreel.services.gateway.auth import KeyCache, make_middleware
 from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.context import GATEWAY, Gateway
 from spotreel.services.gateway.deps import Deps, SinkUnavailable, StoreUnavailable
+from spotreel.api import openai_videos
 from spotreel.api.errors import ApiError
 from spotreel.services.gateway.loopwatch import LoopWatch
 from spotreel.services.gateway.metrics import Metrics
@@ -47,6 +48,16 @@ def _not_allowed(request: web.Request, exc: web.HTTPMethodNotAllowed) -> ApiErro
                     headers={"Allow": ", ".join(allowed)}, allowed=allowed)
 
 
+def _answer(request: web.Request, exc: ApiError) -> web.Response:
+    """The error in the shape of the surface asked: OpenAI's under /openai/, spotreel's everywhere else."""
+    if not request.path.startswith("/openai/"):
+        return exc.response()
+    status, body = openai_videos.openai_error(exc)
+    response = exc.response()  # for its headers (Retry-After, Allow)
+    return web.json_response(body, status=status, headers={k: v for k, v in response.headers.items()
+                                                            if k in ("Retry-After", "Allow")})
+
+
 def _error_middleware(metrics: Metrics):
     @web.middleware
     async def errors(request: web.Request, handler):
@@ -57,38 +68,39 @@ def _error_middleware(metrics: Metrics):
             status = response.status
             return response
         except ApiError as exc:
-            status = exc.status
-            return exc.response()
+            answer = _answer(request, exc)
+            status = answer.status
+            return answer
         except SinkUnavailable as exc:
             metrics.rejections.labels("kafka_unavailable").inc()
             status = 503
-            return ApiError(503, "kafka_unavailable", f"the command log did not acknowledge the write: {exc}",
-                            retry_after=5).response()
+            return _answer(request, ApiError(503, "kafka_unavailable", f"the command log did not acknowledge the write: {exc}",
+                            retry_after=5))
         except StoreUnavailable as exc:
             status = 503
-            return ApiError(503, "store_unavailable", f"the read model did not answer: {exc}",
-                            retry_after=5).response()
+            return _answer(request, ApiError(503, "store_unavailable", f"the read model did not answer: {exc}",
+                            retry_after=5))
         except web.HTTPRequestEntityTooLarge as exc:
             status = 413
-            return ApiError(413, "body_too_large", exc.text or "request body too large").response()
+            return _answer(request, ApiError(413, "body_too_large", exc.text or "request body too large"))
         except web.HTTPMethodNotAllowed as exc:
             status = 405
-            return _not_allowed(request, exc).response()
+            return _answer(request, _not_allowed(request, exc))
         except web.HTTPException as exc:
             status = exc.status
             if exc.status < 400:
                 raise
             code = {404: "not_found"}.get(exc.status, "http_error")
-            return ApiError(exc.status, code, exc.reason).response()
+            return _answer(request, ApiError(exc.status, code, exc.reason))
         except ConnectionError:
             # The client went away mid-request (it gave up on a gateway far behind, whose loop reached the
             # request after the client's timeout): nobody to answer, and no traceback to format for each of
             # thousands of them when the gateway can least afford it. 499: nginx's "client closed request".
             status = 499
-            return ApiError(499, "client_closed_request", "the client closed the connection").response()
+            return _answer(request, ApiError(499, "client_closed_request", "the client closed the connection"))
         except Exception:
             log.exception("unhandled error on %s %s", request.method, request.path)
-            return ApiError(500, "internal_error", "unexpected error; it has been logged").response()
+            return _answer(request, ApiError(500, "internal_error", "unexpected error; it has been logged"))
         finally:
             route = request.match_info.route.resource
             name = route.canonical if route is not None else "unmatched"
@@ -205,5 +217,6 @@ def create_app(settings: Settings, deps: Deps, cfg: GatewayConfig | None = None)
     videos.add_routes(app.router)
     schedules.add_routes(app.router)
     usage.add_routes(app.router)
+    openai_routes.add_routes(app.router)
     worker_api.mount(app, settings, deps, cfg, metrics)
     return app

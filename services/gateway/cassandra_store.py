@@ -16,7 +16,7 @@ from cassandra.protocol import ProtocolException
 
 from spotreel.services.gateway.deps import Claim, PoolLoad, StoreUnavailable, Tenant
 from spotreel.services.gateway.public.views import ACCEPTED, TERMINAL
-from spotreel.readmodel.jobs import AttemptView, HistoryEntry, JobPage, JobView, ReadModels
+from spotreel.readmodel.jobs import AttemptView, HistoryEntry, JobListItem, JobPage, JobView, ReadModels
 from spotreel.readmodel.schedules import OccurrencePage, SchedulePage, ScheduleReads, ScheduleView
 from spotreel.readmodel.webhooks import JOB_STATE_CQL, JobWebhookState, job_state_from_row
 
@@ -106,6 +106,13 @@ class CassandraReads:
             # Only a stale page token (tokens are authenticated, pagetokens.py) makes this query invalid.
             raise ValueError(str(exc)) from exc
 
+    async def list_jobs_from(self, tenant: str, after: tuple[int, str] | None, ascending: bool,
+                             limit: int) -> list[JobListItem]:
+        return await _call(self.models.list_jobs_from, tenant, after, ascending, limit)
+
+    async def mark_deleted(self, job_id: str, at_ms: int) -> None:
+        await _call(self.models.mark_deleted, job_id, at_ms)
+
     async def job_events(self, job_id: str) -> list[HistoryEntry]:
         return await _call(self.models.job_events, job_id)
 
@@ -124,6 +131,10 @@ class CassandraReads:
             await _call(write)
         except RequestValidationException as exc:
             raise StoreUnavailable(f"webhook_subscriptions.events is missing (migration 0008): {exc}") from exc
+
+    async def write_webhook_style(self, job_id: str, style: str) -> None:
+        await _execute(self.session, "UPDATE webhook_subscriptions SET payload_style = %s WHERE job_id = %s",
+                       (style, job_id))
 
     async def webhook_state(self, job_id: str) -> JobWebhookState | None:
         def read() -> JobWebhookState | None:

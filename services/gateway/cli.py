@@ -1,5 +1,5 @@
-"""`spotreel gateway` (serve the public API on 127.0.0.1), `spotreel tenant create|set|webhook-secret`,
-`spotreel usage` and `spotreel worker-key create`."""
+"""`spotreel gateway` (serve the public API on 127.0.0.1), `spotreel tenant create|set|list|disable|enable|
+webhook-secret`, `spotreel usage` and `spotreel worker-key create|list|revoke`."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from spotreel.settings import Settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("gateway", help="serve the public HTTP API on settings.host:settings.gateway_port")
+    p = sub.add_parser("gateway", help="serve the public HTTP API on 127.0.0.1 (SPOTREEL_HOST) at SPOTREEL_GATEWAY_PORT (18700)")
     p.add_argument("--port", type=int, default=None, help="override SPOTREEL_GATEWAY_PORT")
     p.add_argument("--metrics-port", type=int, default=0,
-                   help="serve Prometheus metrics on settings.host:PORT, apart from the public API (0: off)")
+                   help="serve Prometheus metrics on this port of the same host, apart from the public API (0: off)")
     # --port is Settings' SPOTREEL_GATEWAY_PORT; the policy knobs are GatewayConfig's SPOTREEL_GATEWAY_<NAME>.
     knobs.from_environment(p, "SPOTREEL_GATEWAY_", skip=("port",))
     p.set_defaults(func=_serve)
@@ -32,8 +32,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     st.set_defaults(func=_set_tenant)
     ws = tsub.add_parser("webhook-secret", help="make (or --rotate) the tenant's webhook signing secret; shown once")
     ws.add_argument("name")
-    ws.add_argument("--rotate", action="store_true", help="replace an existing secret")
+    ws.add_argument("--rotate", action="store_true",
+                    help="replace an existing secret; the old one still signs beside it for --keep-previous seconds")
+    ws.add_argument("--keep-previous", type=int, default=None, metavar="SECONDS",
+                    help="with --rotate: how long the replaced secret keeps signing too (default 86400, one day; "
+                         "0: it stops at once)")
     ws.set_defaults(func=_webhook_secret)
+    tl = tsub.add_parser("list", help="every tenant: plan, weight, in-flight ceiling, rate, highest priority, "
+                                      "disabled, whether it has a webhook secret, created")
+    tl.add_argument("--json", action="store_true", help="one JSON object per tenant and line")
+    tl.set_defaults(func=_list_tenants)
+    for verb, said in (("disable", "refuse every request of the tenant's API keys (403 tenant_disabled) within "
+                                   "the gateway's key cache time, 30 s by default; its videos keep running"),
+                       ("enable", "accept a disabled tenant's API keys again")):
+        td = tsub.add_parser(verb, help=said)
+        td.add_argument("name")
+        td.set_defaults(func=_disable_tenant, disabled=verb == "disable")
     u = sub.add_parser("usage", help="GPU-seconds per tenant (operators): the scheduler's tenant-usage reports; "
                                      "--mine: your own tenant's, from GET /v1/usage")
     u.add_argument("--tenant", default=None, help="only this tenant")
@@ -50,6 +64,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     wc = wsub.add_parser("create", help="create a worker key and print it once (only its SHA-256 is stored)")
     wc.add_argument("name")
     wc.set_defaults(func=_create_worker_key)
+    wl = wsub.add_parser("list", help="every worker key: name, first characters, created, revoked (never the key)")
+    wl.add_argument("--json", action="store_true", help="one JSON object per key and line")
+    wl.set_defaults(func=_list_worker_keys)
+    wr = wsub.add_parser("revoke", help="revoke the live worker keys of this name: the worker API refuses them "
+                                        "(401) within the gateway's key cache time, 30 s by default")
+    wr.add_argument("name")
+    wr.add_argument("--prefix", help="only the key starting with these characters (as `worker-key list` shows)")
+    wr.set_defaults(func=_revoke_worker_key)
 
 
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
@@ -68,8 +90,8 @@ def _plan_arguments(p: argparse.ArgumentParser) -> None:
     from spotreel.domain.plans import PLANS
 
     p.add_argument("--plan", choices=sorted(PLANS), default=None,
-                   help="set weight, in-flight ceiling, rate and highest priority from this plan "
-                        "(domain/plans.py); the options below override single values")
+                   help="set weight, in-flight ceiling, rate and highest priority from this plan; the options "
+                        "below override single values")
     p.add_argument("--weight", type=float, default=None, help="fair-share weight (> 0)")
     p.add_argument("--max-in-flight", type=int, default=None,
                    help="ceiling on the tenant's concurrent leases (GPUs) across the pool")
@@ -151,7 +173,10 @@ def _webhook_secret(args: argparse.Namespace, settings: Settings) -> int:
 
     try:
         with cql_session(settings, keyspace=settings.cassandra_keyspace) as session:
-            secret = create_webhook_secret(session, args.name, rotate=args.rotate)
+            if args.keep_previous is not None and (not args.rotate or args.keep_previous < 0):
+                raise ValueError("--keep-previous takes --rotate and a number of seconds >= 0")
+            keep = {} if args.keep_previous is None else {"keep_previous_s": args.keep_previous}
+            secret = create_webhook_secret(session, args.name, rotate=args.rotate, **keep)
     except ValueError as exc:
         print(f"spotreel tenant webhook-secret: {exc}", file=sys.stderr)
         return 2
@@ -210,4 +235,70 @@ def _create_worker_key(args: argparse.Namespace, settings: Settings) -> int:
         print(f"spotreel worker-key create: {exc}", file=sys.stderr)
         return 2
     print(f"worker key {args.name} (shown once, store it now):\n{key}")
+    return 0
+
+
+def _rows(rows: list[dict], as_json: bool, columns: tuple[str, ...], empty: str) -> int:
+    import json
+
+    if as_json:
+        for row in rows:
+            print(json.dumps(row, sort_keys=True))
+        return 0
+    if not rows:
+        print(empty)
+        return 0
+    shown = [[("-" if row[c] is None else str(row[c])) for c in columns] for row in rows]
+    widths = [max(len(c), *(len(r[i]) for r in shown)) for i, c in enumerate(columns)]
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)).rstrip())
+    for r in shown:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    return 0
+
+
+def _list_tenants(args: argparse.Namespace, settings: Settings) -> int:
+    from spotreel.platform.cql import cql_session
+    from spotreel.tenancy import list_tenants
+
+    with cql_session(settings, keyspace=settings.cassandra_keyspace) as session:
+        rows = list_tenants(session)
+    return _rows(rows, args.json, ("tenant", "plan", "weight", "max_in_flight", "rate_per_minute", "max_priority",
+                                   "disabled", "webhook_secret", "created_at"), "(no tenants)")
+
+
+def _disable_tenant(args: argparse.Namespace, settings: Settings) -> int:
+    from spotreel.platform.cql import cql_session
+    from spotreel.tenancy import disable_tenant
+
+    verb = "disable" if args.disabled else "enable"
+    try:
+        with cql_session(settings, keyspace=settings.cassandra_keyspace) as session:
+            disable_tenant(session, args.name, args.disabled)
+    except ValueError as exc:
+        print(f"spotreel tenant {verb}: {exc}", file=sys.stderr)
+        return 2
+    print(f"tenant {args.name}: {verb}d")
+    return 0
+
+
+def _list_worker_keys(args: argparse.Namespace, settings: Settings) -> int:
+    from spotreel.platform.cql import cql_session
+    from spotreel.tenancy import list_worker_keys
+
+    with cql_session(settings, keyspace=settings.cassandra_keyspace) as session:
+        rows = list_worker_keys(session)
+    return _rows(rows, args.json, ("name", "prefix", "created_at", "revoked_at"), "(no worker keys)")
+
+
+def _revoke_worker_key(args: argparse.Namespace, settings: Settings) -> int:
+    from spotreel.platform.cql import cql_session
+    from spotreel.tenancy import revoke_worker_key
+
+    with cql_session(settings, keyspace=settings.cassandra_keyspace) as session:
+        n = revoke_worker_key(session, args.name, args.prefix)
+    if n == 0:
+        print(f"spotreel worker-key revoke: no live worker key named {args.name!r}"
+              + (f" starting with {args.prefix!r}" if args.prefix else ""), file=sys.stderr)
+        return 1
+    print(f"worker key {args.name}: {n} revoked")
     return 0

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Protocol
 
 from spotreel.dispatch.listener import DispatchUnavailable
-from spotreel.readmodel.jobs import AttemptView, HistoryEntry, JobPage, JobView
+from spotreel.readmodel.jobs import AttemptView, HistoryEntry, JobListItem, JobPage, JobView
 from spotreel.readmodel.schedules import OccurrencePage, SchedulePage, ScheduleView
 from spotreel.readmodel.webhooks import JobWebhookState
 
@@ -76,6 +76,11 @@ class CommandSink(Protocol):
 class ReadStore(Protocol):
     async def get_job(self, job_id: str) -> JobView | None: ...
     async def list_jobs(self, tenant: str, status: str | None, limit: int, page_state: bytes | None) -> JobPage: ...
+    async def list_jobs_from(self, tenant: str, after: tuple[int, str] | None, ascending: bool,
+                             limit: int) -> list[JobListItem]:
+        """Up to `limit` jobs after the one at `after` (created_at ms, job id): newest first, or oldest first."""
+    async def mark_deleted(self, job_id: str, at_ms: int) -> None:
+        """Record the video deleted (jobs_by_id.deleted_at, migration 0011)."""
     async def job_events(self, job_id: str) -> list[HistoryEntry]: ...
     async def job_attempts(self, job_id: str) -> list[AttemptView]: ...
     async def pool_load(self, pool: str) -> PoolLoad | None: ...
@@ -89,6 +94,8 @@ class ReadStore(Protocol):
         """An "accepted" jobs_by_id row that every projector write outranks."""
     async def write_webhook_events(self, job_id: str, events: list[str]) -> None:
         """The job's webhook event filter, where the notifier reads it (webhook_subscriptions.events)."""
+    async def write_webhook_style(self, job_id: str, style: str) -> None:
+        """The payload style of the job's webhooks (webhook_subscriptions.payload_style, migration 0011)."""
     async def webhook_state(self, job_id: str) -> JobWebhookState | None:
         """The webhook notifier's outcome for the job (services/webhooks/store.py); None: no row yet."""
     async def get_schedule(self, schedule_id: str) -> ScheduleView | None: ...

@@ -27,7 +27,7 @@ from spotreel.domain import events as ev
 from spotreel.services.webhooks.backoff import RetryPolicy
 from spotreel.services.webhooks.metrics import WebhookMetrics
 from spotreel.services.webhooks.offsets import OffsetTracker
-from spotreel.services.webhooks.payload import Notification, notification_for
+from spotreel.services.webhooks.payload import OPENAI_STYLE, Notification, notification_for, openai_style
 from spotreel.webhook_filters import DEFAULT_FILTER
 from spotreel.services.webhooks.sender import Attempt, Sender, Stopping
 from spotreel.services.webhooks.store import FINAL, DeliveryResult, Subscription, WebhookStore
@@ -82,7 +82,7 @@ class Notifier:
         # The highest progress milestone sent (or skipped by the filter) per job, so a milestone is handled
         # once per job and not on every later progress report; the deliveries table dedupes after a restart.
         self._milestones: OrderedDict[str, int] = OrderedDict()
-        self._secrets: dict[str, tuple[float, str | None]] = {}
+        self._secrets: dict[str, tuple[float, tuple[str, ...] | None]] = {}
         self._tasks: set[asyncio.Task] = set()
         self._assigned: set[tuple[str, int]] = set()
         self.consumer = Consumer({
@@ -181,6 +181,9 @@ class Notifier:
                     self._bounded(self._milestones, note.job_id, note.milestone)
                 if sub is not None and note.kind not in (sub.events or DEFAULT_FILTER):
                     sub = None  # the job did not ask for this kind
+                if sub is not None and sub.style == OPENAI_STYLE:
+                    note = openai_style(note)
+                    sub = sub if note is not None else None  # that API has no event for this kind
                 if sub is not None:
                     self.offsets.begin(tp, offset)
                     task = asyncio.create_task(self._deliver(note, sub, tp, offset, sender, stop))
@@ -209,7 +212,7 @@ class Notifier:
                 self._remember(sub)
         return sub
 
-    async def _secret(self, tenant: str, stop: asyncio.Event) -> str | None:
+    async def _secret(self, tenant: str, stop: asyncio.Event) -> tuple[str, ...] | None:
         now = time.monotonic()
         hit = self._secrets.get(tenant)
         if hit is None or now - hit[0] > self.config.secret_cache_s:

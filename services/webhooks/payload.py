@@ -10,6 +10,10 @@ A job chooses what it hears with `webhook_events` (POST /v1/videos): `started` (
 worker, `video.started`), `progress` (25/50/75 % milestones, `video.progress`), `completed`
 (`video.succeeded`) and `failed` (every other end: `video.failed`, `video.cancelled`,
 `video.dead_lettered`). Without it: completed and failed, the terminal states only.
+
+A job created through the OpenAI-compatible surface (its subscription's style `openai`) gets OpenAI's
+payload instead (`openai_style`): `{"id", "object": "event", "created_at", "type": "video.completed" |
+"video.failed", "data": {"id"}}`, for its ends only (that API has no started or progress events).
 """
 
 from __future__ import annotations
@@ -70,6 +74,21 @@ def _data(event: Any, status: str, gateway_url: str) -> dict[str, Any]:
 
 def _encode(doc: dict[str, Any]) -> bytes:
     return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+
+
+OPENAI_STYLE = "openai"
+
+
+def openai_style(note: Notification) -> Notification | None:
+    """The same notification in the OpenAI Videos API's event shape (same id, so a re-delivery is still the
+    same event); None for a kind that API has no event for."""
+    if note.kind not in ("completed", "failed") or note.milestone is not None:
+        return None
+    doc = json.loads(note.body)
+    kind = "video.completed" if note.event_type == "video.succeeded" else "video.failed"
+    body = {"id": note.event_id, "object": "event", "created_at": doc["occurred_at_ms"] // 1000, "type": kind,
+            "data": {"id": note.job_id}}
+    return Notification(note.event_id, kind, note.job_id, _encode(body), note.version, note.kind)
 
 
 def notification_for(event: Any, gateway_url: str) -> Notification | None:

@@ -54,7 +54,7 @@ class Sender:
         if self._session is not None:
             await self._session.close()
 
-    async def attempt(self, url: str, secret: str, note: Notification) -> Attempt:
+    async def attempt(self, url: str, secret: str | tuple[str, ...], note: Notification) -> Attempt:
         assert self._session is not None, "use Sender as an async context manager"
         try:
             await check_url(url, self.allow_private)
@@ -70,7 +70,7 @@ class Sender:
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
             return Attempt(False, True, error=f"{type(exc).__name__}: {exc}"[:500])
 
-    async def deliver(self, url: str, secret: str, note: Notification,
+    async def deliver(self, url: str, secret: str | tuple[str, ...], note: Notification,
                       on_failure: Callable[[Attempt, int], Awaitable[None]] | None = None,
                       stop: asyncio.Event | None = None) -> DeliveryResult:
         """Attempts until one succeeds, one fails for good, or `policy.max_attempts` are used."""

@@ -31,6 +31,8 @@ class Subscription:
     callback_url: str
     # The job's webhook_events (payload.FILTERS), written by the gateway; None: payload.DEFAULT_FILTER.
     events: frozenset[str] | None = None
+    # The payload's shape: None, spotreel's; "openai" for a job created through the OpenAI-compatible surface.
+    style: str | None = None
 
 
 @dataclass(frozen=True)
@@ -46,8 +48,10 @@ class WebhookStore:
         self.session = session
         p = session.prepare
         self._subscribe = p("INSERT INTO webhook_subscriptions (job_id, tenant_id, callback_url) VALUES (?, ?, ?)")
-        self._subscription = p("SELECT tenant_id, callback_url, events FROM webhook_subscriptions WHERE job_id = ?")
-        self._secret = p("SELECT webhook_secret FROM tenants WHERE tenant_id = ?")
+        self._subscription = p("SELECT tenant_id, callback_url, events, payload_style FROM webhook_subscriptions "
+                               "WHERE job_id = ?")
+        self._secret = p("SELECT webhook_secret, webhook_secret_previous, webhook_secret_previous_until FROM tenants "
+                         "WHERE tenant_id = ?")
         self._outcome = p("SELECT status, attempts, last_status, last_error FROM webhook_deliveries "
                           "WHERE event_id = ?")
         self._record = p("INSERT INTO webhook_deliveries (event_id, job_id, tenant_id, url, event_type, status, "
@@ -67,11 +71,19 @@ class WebhookStore:
         if row is None or row.callback_url is None:
             return None  # none, or only the gateway's filter and the JobSubmitted not read yet
         return Subscription(job_id, row.tenant_id, row.callback_url,
-                            frozenset(row.events) if row.events is not None else None)
+                            frozenset(row.events) if row.events is not None else None, row.payload_style)
 
-    def secret(self, tenant_id: str) -> str | None:
+    def secret(self, tenant_id: str) -> tuple[str, ...] | None:
+        """The secrets that sign the tenant's webhooks now, newest first: the current one, and a rotated one's
+        predecessor until its window ends; None without a secret."""
         row = self.session.execute(self._secret, (tenant_id,)).one()
-        return None if row is None else row.webhook_secret
+        if row is None or not row.webhook_secret:
+            return None
+        until = row.webhook_secret_previous_until
+        if row.webhook_secret_previous and until is not None \
+                and until.replace(tzinfo=until.tzinfo or timezone.utc) > datetime.now(timezone.utc):
+            return row.webhook_secret, row.webhook_secret_previous
+        return (row.webhook_secret,)
 
     def outcome(self, event_id: str) -> DeliveryResult | None:
         row = self.session.execute(self._outcome, (event_id,)).one()

@@ -102,3 +102,30 @@ def test_the_in_flight_ceiling_holds_across_partitions_and_a_change_applies_with
     finally:
         bus.close()
         proc.stop()
+
+
+async def test_tenant_list_disable_and_worker_key_list_revoke(plan_settings, cql):
+    """The operator commands over the stored columns, as the gateway's own auth store then reads them."""
+    from spotreel.platform.seed import api_key_hash
+    from spotreel.services.gateway.cassandra_store import CassandraAuth
+
+    key = cli(plan_settings, "create", "acme", "--plan", "pro").splitlines()[1]
+    [row] = [json.loads(line) for line in cli(plan_settings, "list", "--json").splitlines()]
+    assert (row["tenant"], row["plan"], row["disabled"], row["webhook_secret"]) == ("acme", "pro", False, True)
+    assert "acme" in cli(plan_settings, "list") and "max_in_flight" in cli(plan_settings, "list")
+    auth = CassandraAuth(cql)
+    assert not (await auth.tenant_for_key_hash(api_key_hash(key))).disabled
+    cli(plan_settings, "disable", "acme")
+    assert (await auth.tenant_for_key_hash(api_key_hash(key))).disabled
+    assert json.loads(cli(plan_settings, "list", "--json"))["disabled"] is True
+    cli(plan_settings, "enable", "acme")
+    assert not (await auth.tenant_for_key_hash(api_key_hash(key))).disabled
+
+    worker = cli(plan_settings, "create", "fleet-a", command="worker-key").splitlines()[1]
+    [listed] = [json.loads(line) for line in cli(plan_settings, "list", "--json", command="worker-key").splitlines()]
+    assert (listed["name"], listed["prefix"], listed["revoked_at"]) == ("fleet-a", worker[:8], None)
+    assert await auth.worker_key_name(api_key_hash(worker)) == "fleet-a"
+    assert cli(plan_settings, "revoke", "fleet-a", command="worker-key").strip() == "worker key fleet-a: 1 revoked"
+    assert await auth.worker_key_name(api_key_hash(worker)) is None
+    [listed] = [json.loads(line) for line in cli(plan_settings, "list", "--json", command="worker-key").splitlines()]
+    assert listed["revoked_at"] is not None

@@ -182,8 +182,9 @@ def tiny_model(settings: Settings) -> Path:
     return target
 
 
-def start_plane(base: Settings, stack, tmp: Path):
-    """Generator for a module fixture: yields a Plane, tears everything down afterwards."""
+def start_plane(base: Settings, stack, tmp: Path, gateway_env: dict[str, str] | None = None):
+    """Generator for a module fixture: yields a Plane, tears everything down afterwards. `gateway_env`: more
+    environment for the gateway (a model registry, say)."""
     import boto3
     from botocore.config import Config
     from cassandra.cluster import Cluster
@@ -203,7 +204,7 @@ def start_plane(base: Settings, stack, tmp: Path):
         s3.create_bucket(Bucket=b)
     sched = SchedulerProc(s, tmp)
     probe = Plane(s, key, "", model_dir, tmp, None, s3)  # type: ignore[arg-type]
-    gw = GatewayProc(probe.env(), free_port(), tmp)
+    gw = GatewayProc({**probe.env(), **(gateway_env or {})}, free_port(), tmp)
     bus = Bus(s)
     try:
         sched.wait_owning({0, 1, 2}, timeout=120)

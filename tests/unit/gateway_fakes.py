@@ -55,6 +55,7 @@ class FakeReads:
     unfinished: int = 0
     webhooks: dict[str, Any] = field(default_factory=dict)
     webhook_filters: dict[str, list[str]] = field(default_factory=dict)
+    webhook_styles: dict[str, str] = field(default_factory=dict)
     schedules: dict[str, ScheduleView] = field(default_factory=dict)
 
     async def get_job(self, job_id):
@@ -90,11 +91,28 @@ class FakeReads:
         if self.claims.get(claim.job_id, None) == claim:
             del self.claims[claim.job_id]
 
+    async def list_jobs_from(self, tenant, after, ascending, limit):
+        mine = sorted((j for j in self.jobs.values() if j.tenant_id == tenant and j.status != "accepted"),
+                      key=lambda j: (-(j.created_at_ms or 0), j.job_id))
+        if ascending:
+            mine.reverse()
+        if after is not None:
+            ids = [j.job_id for j in mine]
+            mine = mine[ids.index(after[1]) + 1:] if after[1] in ids else []
+        return [JobListItem(j.job_id, j.status, j.priority, j.prompt, j.created_at_ms, j.updated_at_ms, j.version)
+                for j in mine[:limit]]
+
+    async def mark_deleted(self, job_id, at_ms):
+        self.jobs[job_id] = replace(self.jobs[job_id], deleted_at_ms=at_ms)
+
     async def write_placeholder(self, claim):
         self.jobs.setdefault(claim.job_id, job_view(claim.job_id, claim.tenant_id, "accepted", version=0))
 
     async def write_webhook_events(self, job_id, events):
         self.webhook_filters[job_id] = list(events)
+
+    async def write_webhook_style(self, job_id, style):
+        self.webhook_styles[job_id] = style
 
     async def webhook_state(self, job_id):
         return self.webhooks.get(job_id)

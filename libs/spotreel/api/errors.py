@@ -31,6 +31,15 @@ class ApiError(Exception):
         return web.json_response({"error": body}, status=self.status, headers=headers, dumps=json.dumps)
 
 
+class ModelRefusal(ApiError):
+    """A well-formed value the named model cannot render (its registry entry's sizes, frames, steps or
+    samplers). Natively the same 422 `invalid_field` as any bad field; the OpenAI-compatible surface tells it
+    apart (422 there, where a malformed field is 400)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(422, "invalid_field", message, field=field)
+
+
 def invalid(field: str, message: str) -> ApiError:
     return ApiError(422, "invalid_field", message, field=field)
 

@@ -17,7 +17,7 @@ from spotreel.domain.decide import submission_problem
 from spotreel.domain.spec import RenderSpec
 from spotreel.model_registry import SAMPLERS
 from spotreel.api.config import GatewayConfig
-from spotreel.api.errors import ApiError, invalid
+from spotreel.api.errors import ApiError, ModelRefusal, invalid
 from spotreel.webhook_filters import DEFAULT_FILTER as DEFAULT_WEBHOOK_FILTER
 from spotreel.webhook_filters import FILTERS as WEBHOOK_FILTERS
 from spotreel.webhook_targets import url_refusal
@@ -250,7 +250,7 @@ def normalize(body: Any, cfg: GatewayConfig, *, allow_private_callbacks: bool = 
                                      duration_s=normalized["duration"], fps=normalized["fps"],
                                      num_steps=normalized["num_steps"], sampler=normalized.get("sampler"))
         if problem is not None:
-            raise invalid(*problem)
+            raise ModelRefusal(*problem)
         # A duration between two frame counts the model takes renders the nearest (5 s at 16 fps on a 4n+1
         # grid: 81 frames), and the job carries that duration, so the worker renders exactly that count.
         entry = cfg.models.models[normalized["model"]]

@@ -16,8 +16,11 @@ import json
 import sys
 from typing import Callable
 
+from spotreel.api.config import GatewayConfig
 from spotreel.client import commands as cmds
 from spotreel.client import schedules as client_schedules
+from spotreel.client.flags import (JOB_STATUSES, PRIORITY_HELP, add_limit_flag, add_video_flags,
+                                   add_webhook_events_flag)
 from spotreel.client.http import Client, ClientError
 from spotreel.client.output import TERMINAL, progress_line
 from spotreel.settings import Settings
@@ -56,8 +59,9 @@ def _runner(name: str, fn: Command):
 
 
 def _common(p: argparse.ArgumentParser, name: str, fn: Command) -> argparse.ArgumentParser:
-    p.add_argument("--url", help="gateway URL (default: the local stack's, Settings.gateway_url)")
-    p.add_argument("--key", help="API key (default: the local stack's development key)")
+    p.add_argument("--url", help="gateway URL (default: the local stack's, http://127.0.0.1:18700, or "
+                                 "SPOTREEL_GATEWAY_PORT's)")
+    p.add_argument("--key", help="API key (default: the local stack's development key, SPOTREEL_DEV_API_KEY)")
     p.add_argument("--json", action="store_true", help="print one JSON document (the API's answer) on stdout")
     p.set_defaults(func=_runner(name, fn))
     return p
@@ -70,17 +74,19 @@ def _with_id(sub: argparse._SubParsersAction, name: str, help_: str, fn: Command
 
 
 def _submit_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("prompt")
+    p.add_argument("prompt", help=f"what the video shows (up to {GatewayConfig().max_prompt_chars} characters)")
     p.add_argument("--wait", action="store_true", help="follow its progress until it ends (exit 0: succeeded)")
-    p.add_argument("--idempotency-key", help="resubmitting with the same key returns the same job")
-    for name, kind in (("model", str), ("gpu-type", str), ("duration", float), ("resolution", str), ("fps", int),
-                       ("seed", int), ("priority", int), ("num-steps", int), ("callback-url", str)):
-        p.add_argument(f"--{name}", type=kind, default=None)
+    p.add_argument("--idempotency-key", help="1-200 printable ASCII characters; resubmitting with the same key and "
+                                             "flags returns the same job (default: a fresh key, printed)")
+    add_video_flags(p)
+    add_webhook_events_flag(p)
     when = p.add_mutually_exclusive_group()
-    when.add_argument("--run-at", type=cmds.run_at_ms, help="start no earlier than this: epoch ms or ISO 8601 "
+    when.add_argument("--run-at", type=cmds.run_at_ms, metavar="TIME", help="start no earlier than this: epoch ms or ISO 8601 "
                                                             "(no offset: UTC)")
-    when.add_argument("--delay", type=int, metavar="SECONDS", help="start no earlier than this many seconds from now")
-    p.add_argument("--parent", action="append", metavar="ID", help="wait for this video first (repeatable)")
+    when.add_argument("--delay", type=int, metavar="SECONDS", help="start no earlier than this many seconds from now "
+                                                                   f"(0 to {GatewayConfig().max_delay_s})")
+    p.add_argument("--parent", action="append", metavar="ID", help="wait for this video (j + 32 hex digits) to "
+                                                                   f"succeed first (repeatable, up to {GatewayConfig().max_parents})")
     p.add_argument("--dag-policy", choices=("fail_fast", "continue"),
                    help="with --parent: cancel on a parent's failure (fail_fast) or run once all ended")
 
@@ -100,11 +106,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     _with_id(sub, "resume", "resume a paused video", cmds.lifecycle("resume"))
     _with_id(sub, "retry", "requeue a failed or dead-lettered video with a fresh attempt budget",
              cmds.lifecycle("retry"))
-    p = _with_id(sub, "priority", "change a video's priority among your videos (higher goes first; 0-9)", cmds.priority)
-    p.add_argument("priority", type=int)
+    p = _with_id(sub, "priority", "change a video's priority (its dispatch tier, 0-9)", cmds.priority)
+    p.add_argument("priority", type=int, metavar="0-9", help=PRIORITY_HELP)
     p = _common(sub.add_parser("jobs", help="your videos, newest first"), "jobs", cmds.jobs)
-    p.add_argument("--status", help="only videos in this status")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--status", choices=JOB_STATUSES, help="only videos in this status")
+    add_limit_flag(p, "videos")
     p.add_argument("--page-token", help="the next page: the token the previous page printed")
     _with_id(sub, "events", "a video's history: every event, and the commands that were refused", cmds.events)
     _with_id(sub, "attempts", "a video's attempts, one per lease: worker, steps, how it ended", cmds.attempts)

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from spotreel.client import output as show
+from spotreel.api.submission import ALL_SAMPLERS
+from spotreel.domain import limits
 from spotreel.client.http import Client, ClientError
 from spotreel.client.watch import Watch, follow, watch_json
 
@@ -32,16 +34,22 @@ SUBMIT_FIELDS = {"model": "model", "gpu_type": "gpu_type", "duration": "duration
                  "fps": "fps", "seed": "seed", "priority": "priority", "num_steps": "num_steps",
                  "callback_url": "callback_url", "run_at": "run_at", "delay": "delay_seconds",
                  "parent": "parents", "dag_policy": "dag_policy", "guidance_scale": "guidance_scale",
-                 "negative_prompt": "negative_prompt", "sampler": "sampler"}
+                 "negative_prompt": "negative_prompt", "sampler": "sampler", "timeout": "timeout_seconds",
+                 "max_attempts": "max_attempts", "backoff_base": "backoff_base_seconds",
+                 "backoff_max": "backoff_max_seconds", "webhook_events": "webhook_events"}
 RENDER_FIELDS = {"guidance_scale": "guidance_scale", "negative_prompt": "negative_prompt", "sampler": "sampler"}
 
 
 def add_render_flags(p: argparse.ArgumentParser) -> None:
     """A job's render options (default: the model's, from the registry; `spotreel model list` shows them), the
     same flags for `submit` and `schedule create`."""
-    p.add_argument("--guidance-scale", type=float, help="classifier-free guidance (1 = off)")
+    p.add_argument("--guidance-scale", type=float, metavar="SCALE",
+                   help=f"classifier-free guidance, {limits.MIN_GUIDANCE_SCALE:g} (off) to "
+                        f"{limits.MAX_GUIDANCE_SCALE:g} (default: the model's)")
     p.add_argument("--negative-prompt", help="what the video should not show (takes effect with guidance > 1)")
-    p.add_argument("--sampler", help="denoising sampler, one of the model family's (e.g. ddim, dpmpp, unipc)")
+    p.add_argument("--sampler", help=f"denoising sampler, one of the model family's ({', '.join(ALL_SAMPLERS)} "
+                                     "across families; `spotreel model list` shows each model's; default: the "
+                                     "model's)")
 
 
 def run_at_ms(value: str) -> int:

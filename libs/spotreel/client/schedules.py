@@ -8,11 +8,10 @@ from typing import Any
 
 from spotreel.client.http import Client
 from spotreel.client.commands import RENDER_FIELDS, CommandResult, add_render_flags, run_at_ms
+from spotreel.client.flags import VIDEO_FIELDS, add_limit_flag, add_video_flags
 
 # Flags of `schedule create` → fields of the schedule's job template (argparse dest → API name).
-JOB_FIELDS = {"model": "model", "gpu_type": "gpu_type", "duration": "duration", "resolution": "resolution",
-              "fps": "fps", "seed": "seed", "priority": "priority", "num_steps": "num_steps",
-              "callback_url": "callback_url", **RENDER_FIELDS}
+JOB_FIELDS = {**VIDEO_FIELDS, **RENDER_FIELDS}
 SCHEDULE_FIELDS = {"timezone": "timezone", "catch_up": "catch_up", "catch_up_grace": "catch_up_grace_seconds",
                    "catch_up_max_runs": "catch_up_max_runs", "overlap": "overlap", "start_at": "start_at"}
 
@@ -92,23 +91,23 @@ def register(sub: argparse._SubParsersAction, common) -> None:
     p = common(ssub.add_parser("create", help="create a schedule: CRON (5 fields or @daily…) read in --timezone, "
                                               "one video of PROMPT per occurrence"), "schedule create", create)
     p.add_argument("cron", help='e.g. "30 2 * * *" or @hourly (quote it)')
-    p.add_argument("prompt")
+    p.add_argument("prompt", help="what each occurrence's video shows")
     p.add_argument("--idempotency-key", help="creating again with the same key and flags returns the same schedule")
     p.add_argument("--timezone", help="IANA zone, e.g. Europe/Paris (default UTC). A time in a DST gap runs at the "
                                       "first instant after it; one in an overlap once, at its first occurrence")
     p.add_argument("--catch-up", choices=("skip", "run_once", "run_all"),
                    help="missed occurrences: skip (default), run_once (the latest), run_all (each, up to the max)")
-    p.add_argument("--catch-up-grace", type=int, metavar="SECONDS", help="skip: an occurrence this late still runs")
-    p.add_argument("--catch-up-max-runs", type=int, metavar="N", help="run_all: at most N (the latest)")
+    p.add_argument("--catch-up-grace", type=int, metavar="SECONDS",
+                   help="skip: an occurrence at most this late still runs, 0 to 86400 (default 60)")
+    p.add_argument("--catch-up-max-runs", type=int, metavar="N",
+                   help="run_all: at most N of the latest missed occurrences, 1 to 1000 (default 100)")
     p.add_argument("--overlap", choices=("allow", "skip", "cancel_previous"),
                    help="while an earlier occurrence's video has not ended: allow (default), skip, cancel_previous")
     p.add_argument("--start-at", type=run_at_ms, help="occurrences from this time on: epoch ms or ISO 8601")
-    for name, kind in (("model", str), ("gpu-type", str), ("duration", float), ("resolution", str), ("fps", int),
-                       ("seed", int), ("priority", int), ("num-steps", int), ("callback-url", str)):
-        p.add_argument(f"--{name}", type=kind, default=None)
+    add_video_flags(p)
     add_render_flags(p)
     p = common(ssub.add_parser("list", help="your schedules, newest first"), "schedule list", list_)
-    p.add_argument("--limit", type=int, default=50)
+    add_limit_flag(p, "schedules")
     p.add_argument("--page-token", help="the next page: the token the previous page printed")
 
     def with_id(name: str, help_: str, fn) -> argparse.ArgumentParser:
@@ -122,5 +121,5 @@ def register(sub: argparse._SubParsersAction, common) -> None:
     with_id("delete", "delete a schedule (videos already submitted keep running)", lifecycle("delete"))
     p = with_id("occurrences", "past occurrences, newest first: video ids and outcomes, skipped ones and why",
                 occurrences)
-    p.add_argument("--limit", type=int, default=50)
+    add_limit_flag(p, "occurrences")
     p.add_argument("--page-token", help="the next page: the token the previous page printed")

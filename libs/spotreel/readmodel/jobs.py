@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from cassandra.cluster import Session
+from cassandra.query import SimpleStatement
 
 
 def _ms(value: datetime | None) -> int | None:
@@ -54,6 +55,8 @@ class JobView:
     error: str | None
     terminal_reason: str | None
     version: int
+    # When the video was deleted through the OpenAI-compatible surface (migration 0011); None: not deleted.
+    deleted_at_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,7 @@ class ReadModels:
             cancel_requested=bool(r.cancel_requested), pause_requested=bool(r.pause_requested),
             result_key=r.result_key, result_sha256=r.result_sha256, result_size_bytes=r.result_size_bytes,
             error=r.error, terminal_reason=r.terminal_reason, version=r.version or 0,
+            deleted_at_ms=_ms(getattr(r, "deleted_at", None)),
         )
 
     def list_jobs(self, tenant: str, status: str | None = None, limit: int = 50,
@@ -144,6 +148,34 @@ class ReadModels:
         items = [JobListItem(r.job_id, r.status, r.priority or 0, r.prompt, _ms(r.created_at), _ms(r.updated_at),
                              r.version or 0) for r in rows]
         return JobPage(items, result.paging_state)
+
+    def list_jobs_from(self, tenant: str, after: tuple[int, str] | None, ascending: bool,
+                       limit: int) -> list[JobListItem]:
+        """Up to `limit` of a tenant's jobs after the job `after` (its created_at ms and id) in the order asked:
+        newest first (the table's order: created_at descending, then job_id ascending) or its exact reverse.
+        The cursor of the OpenAI-compatible list, whose `after` is a video id."""
+        order = " ORDER BY created_at ASC, job_id DESC" if ascending else ""
+        where = "" if after is None else (" AND created_at >= %s" if ascending else " AND created_at <= %s")
+        cql = ("SELECT job_id, status, priority, prompt, created_at, updated_at, version FROM jobs_by_tenant "
+               f"WHERE tenant_id = %s{where}{order}")
+        stmt = SimpleStatement(cql, fetch_size=limit + 2)
+        args: tuple[Any, ...] = (tenant,) if after is None else (tenant, datetime.fromtimestamp(after[0] / 1000,
+                                                                                                  tz=timezone.utc))
+        out: list[JobListItem] = []
+        for r in self.session.execute(stmt, args):
+            created = _ms(r.created_at)
+            if after is not None and created == after[0] and (
+                    r.job_id >= after[1] if ascending else r.job_id <= after[1]):
+                continue  # the cursor's own row, and those before it at the same millisecond
+            out.append(JobListItem(r.job_id, r.status, r.priority or 0, r.prompt, created, _ms(r.updated_at),
+                                   r.version or 0))
+            if len(out) >= limit:
+                break
+        return out
+
+    def mark_deleted(self, job_id: str, at_ms: int) -> None:
+        self.session.execute("UPDATE jobs_by_id SET deleted_at = %s WHERE job_id = %s",
+                             (datetime.fromtimestamp(at_ms / 1000, tz=timezone.utc), job_id))
 
     def job_events(self, job_id: str) -> list[HistoryEntry]:
         entries = [HistoryEntry(r.version, r.event_type, _ms(r.occurred_at), r.summary or "", False, r.payload or b"")

@@ -21,6 +21,7 @@ MAX_TARGET_BYTES = 8190
 PARSER_CAP_BYTES = 32 * 1024
 HANDLER_ARGS = {"max_field_size": PARSER_CAP_BYTES, "max_line_size": PARSER_CAP_BYTES}
 
+OWN_PARSING = ("/internal/", "/openai/")
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _JSON_TYPE = re.compile(r"application/(?:json|[!#$&^_.+\w-]+\+json)")
 
@@ -48,8 +49,9 @@ def is_json(request: web.Request) -> bool:
 
 @web.middleware
 async def json_bodies(request: web.Request, handler):
-    # The worker API (/internal/) keeps its own parsing; an unknown route or method answers 404/405 first.
-    if request.method in BODY_METHODS and request.body_exists and not request.path.startswith("/internal/") \
+    # The worker API (/internal/) keeps its own parsing, and so does the OpenAI-compatible surface (/openai/:
+    # JSON or the forms its SDK sends); an unknown route or method answers 404/405 first.
+    if request.method in BODY_METHODS and request.body_exists and not request.path.startswith(OWN_PARSING) \
             and request.match_info.http_exception is None and not is_json(request):
         given = request.headers.get("Content-Type")
         raise ApiError(415, "unsupported_media_type",

@@ -74,11 +74,13 @@ NO_SECRET_WARNING = {
 
 
 async def accept(gw: Gateway, tenant: Tenant, key: str, body: dict[str, Any], *, admitted: bool = False,
-                 known_parents: frozenset[str] = frozenset(), fresh_key: bool = False) -> dict[str, Any]:
+                 known_parents: frozenset[str] = frozenset(), fresh_key: bool = False,
+                 webhook_style: str | None = None) -> dict[str, Any]:
     """Claim, admit, write the placeholder and produce the SubmitJob; the 202 body. `admitted`: the caller
     already ran the rate and in-flight checks for this request (a DAG is admitted as a whole). `fresh_key`:
     the key was made for this request just now, so nothing can hold it yet: a refusal is not looked up as a
-    possible replay (the claim itself still runs)."""
+    possible replay (the claim itself still runs). `webhook_style`: the payload its webhooks carry (None:
+    spotreel's; "openai": the OpenAI-compatible surface's, services/webhooks/payload.py)."""
     deps = gw.deps
     now = deps.clock_ms()
     submit = build_submit(tenant.tenant_id, key, body, now, gw.new_id())
@@ -86,9 +88,9 @@ async def accept(gw: Gateway, tenant: Tenant, key: str, body: dict[str, Any], *,
     mine = Claim(job_id=submit.job_id, tenant_id=tenant.tenant_id, idempotency_key=key,
                  request_hash=submit.request_hash, accepted_at_ms=now, model=submit.spec.model, pool=pool,
                  priority=submit.priority, prompt=submit.spec.prompt,
-                 params={k: body[k] for k in ("duration", "resolution", "fps", "num_steps", "gpu_type",
-                                               "callback_url", "guidance_scale", "negative_prompt", "sampler")
-                         if k in body})
+                 params={**{k: body[k] for k in ("duration", "resolution", "fps", "num_steps", "gpu_type",
+                                                  "callback_url", "guidance_scale", "negative_prompt", "sampler")
+                            if k in body}, "seed": submit.spec.seed})
 
     # New work is admitted first and then claimed; the claim tells a replay (the key held already) from new
     # work without a read before it. A replay is never refused: a refusal looks the key up, and a replay
@@ -136,6 +138,8 @@ async def accept(gw: Gateway, tenant: Tenant, key: str, body: dict[str, Any], *,
             # Before the SubmitJob: the notifier reads the filter when it reads the JobSubmitted. A replay
             # writes it again (same value: it is part of the request hash); a failed write frees the key.
             await deps.reads.write_webhook_events(submit.job_id, body["webhook_events"])
+        if webhook_style is not None and body["callback_url"]:
+            await deps.reads.write_webhook_style(submit.job_id, webhook_style)
         await deps.commands.send(submit)
     except Exception:
         if placeholder is not None:
