@@ -146,14 +146,11 @@ def after_error(previous: Backoff | None, code: str, now_s: float, base_s: float
     return Backoff(failures, now_s + backoff_s(failures, base_s, cap_s, jitter), code)
 
 
-def on_demand_allowance(shortfall: int, fleet_after_spot: int, on_demand_running: int, share: float,
+def on_demand_allowance(shortfall: int, fleet_wanted: int, on_demand_running: int, share: float,
                         max_count: int) -> int:
     """On-demand instances that may fill `shortfall`: at most `max_count` on-demand in all, and at most
-    `share` of the fleet (the fleet counted with the new on-demand ones). 0 when either cap is 0."""
+    `share` of the fleet being asked for (what runs plus this request). 0 when either cap is 0."""
     if shortfall <= 0 or share <= 0 or max_count <= 0:
         return 0
-    by_count = max_count - on_demand_running
-    # largest k with on_demand_running + k <= share * (fleet_after_spot + k)
-    by_share = shortfall if share >= 1 else math.floor((share * fleet_after_spot - on_demand_running) / (1 - share)
-                                                       + 1e-9)
-    return max(0, min(shortfall, by_count, by_share))
+    by_share = math.floor(share * fleet_wanted + 1e-9) - on_demand_running
+    return max(0, min(shortfall, max_count - on_demand_running, by_share))

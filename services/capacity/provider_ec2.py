@@ -118,7 +118,9 @@ class Ec2Provider:
     metrics: Any = None  # CapacityMetrics, for launch errors and cost per video
     # What the provider has learnt; none of it is needed to adopt a fleet (that is in the tags).
     seen: dict[str, choice.Seen] = field(default_factory=dict)
-    backoffs: dict[choice.Placement, choice.Backoff] = field(default_factory=dict)
+    # per lifecycle (spot, on-demand): spot capacity gone from a placement says nothing of on-demand there
+    backoffs: dict[str, dict[choice.Placement, choice.Backoff]] = field(
+        default_factory=lambda: {"spot": {}, "on-demand": {}})
     call_backoff: choice.Backoff | None = None
     errors: Counter = field(default_factory=Counter)
     last_error: dict | None = None
@@ -217,20 +219,21 @@ class Ec2Provider:
             self._refresh_prices(now)
             quotes = self.quotes(now)
         except Exception as exc:  # noqa: BLE001 - a failed price read must not stop the fleet: backoff, retry
-            self._failed(None, _error_code(exc), str(exc), now)
+            self._failed(None, "spot", _error_code(exc), str(exc), now)
             return []
         self._publish(quotes)
         started = self._fleet(n, "spot", now)
         shortfall = n - len(started)
         on_demand = sum(1 for i in self._live.values() if i.get("InstanceLifecycle") != "spot")
-        allowed = choice.on_demand_allowance(shortfall, len(self._live) + len(started), on_demand,
+        allowed = choice.on_demand_allowance(shortfall, len(self._live) + n, on_demand,
                                              self.cfg.on_demand_share, self.cfg.on_demand_max)
         if allowed:
             started += self._fleet(allowed, "on-demand", now)
         return started
 
     def _fleet(self, n: int, lifecycle: str, now: float) -> list[str]:
-        offered = choice.within(choice.rank(self.quotes(now), self.backoffs, now), self.cfg.price_tolerance)
+        offered = choice.within(choice.rank(self.quotes(now), self.backoffs[lifecycle], now),
+                                self.cfg.price_tolerance)
         if not offered or (self.call_backoff is not None and self.call_backoff.until_s > now):
             return []
         launch_id = uuid.uuid4().hex[:12]
@@ -254,11 +257,8 @@ class Ec2Provider:
             answer = self.ec2.create_fleet(**request)
         except Exception as exc:  # noqa: BLE001 - any refusal of the call is a backoff, never a crash
             code = _error_code(exc)
-            if code in choice.CALL_WIDE_ERRORS:
-                self._failed(None, code, str(exc), now)
-            else:
-                for q in offered:
-                    self._failed(q.placement, code, str(exc), now)
+            wide = code in choice.CALL_WIDE_ERRORS
+            self._failed(None if wide else [q.placement for q in offered], lifecycle, code, str(exc), now)
             return []
         self.launches.append(launch_id)
         by_override = {(q.placement.instance_type, q.placement.subnet_id): q.placement for q in offered}
@@ -266,37 +266,37 @@ class Ec2Provider:
             o = err.get("LaunchTemplateAndOverrides", {}).get("Overrides", {})
             placement = by_override.get((o.get("InstanceType"), o.get("SubnetId")))
             code = err.get("ErrorCode", "Unknown")
-            if code in choice.CALL_WIDE_ERRORS or placement is None:
-                self._failed(None, code, err.get("ErrorMessage", ""), now)
-            else:
-                self._failed(placement, code, err.get("ErrorMessage", ""), now)
+            wide = code in choice.CALL_WIDE_ERRORS or placement is None
+            self._failed(None if wide else [placement], lifecycle, code, err.get("ErrorMessage", ""), now)
         started = [iid for group in answer.get("Instances", []) for iid in group.get("InstanceIds", [])]
         for group in answer.get("Instances", []):
             o = group.get("LaunchTemplateAndOverrides", {}).get("Overrides", {})
             placement = by_override.get((o.get("InstanceType"), o.get("SubnetId")))
             if placement is not None:
-                self.backoffs.pop(placement, None)  # it launched: its error streak is over
+                self.backoffs[lifecycle].pop(placement, None)  # it launched: its error streak is over
         if started:
             self.call_backoff = None
         self.launched[lifecycle] += len(started)
         return started
 
-    def _failed(self, placement: choice.Placement | None, code: str, message: str, now: float) -> None:
-        """Back off the placement (None: every placement, the whole call) and count the error."""
-        if placement is None:
+    def _failed(self, placements: list[choice.Placement] | None, lifecycle: str, code: str, message: str,
+                now: float) -> None:
+        """Back off these placements (None: the whole call, every placement) and count the error once."""
+        if placements is None:
             self.call_backoff = choice.after_error(self.call_backoff, code, now, self.cfg.backoff_base_s,
                                                    self.cfg.backoff_cap_s, self.jitter())
-            until = self.call_backoff.until_s
+            until, where = self.call_backoff.until_s, "all"
         else:
-            self.backoffs[placement] = choice.after_error(self.backoffs.get(placement), code, now,
-                                                          self.cfg.backoff_base_s, self.cfg.backoff_cap_s,
-                                                          self.jitter())
-            until = self.backoffs[placement].until_s
+            mine = self.backoffs[lifecycle]
+            for placement in placements:
+                mine[placement] = choice.after_error(mine.get(placement), code, now, self.cfg.backoff_base_s,
+                                                     self.cfg.backoff_cap_s, self.jitter())
+            until = max(mine[pl].until_s for pl in placements)
+            where = ",".join(f"{pl.instance_type}/{pl.subnet_id}" for pl in placements)
         self.errors[code] += 1
-        where = "all" if placement is None else f"{placement.instance_type}/{placement.subnet_id}"
-        self.last_error = {"code": code, "where": where, "at": now, "retry_in_s": round(until - now, 1),
-                           "message": message[:200]}
-        log.warning("ec2 launch error %s on %s: retrying in %.0f s", code, where, until - now)
+        self.last_error = {"code": code, "lifecycle": lifecycle, "where": where, "at": now,
+                           "retry_in_s": round(until - now, 1), "message": message[:200]}
+        log.warning("ec2 %s launch error %s on %s: retrying in %.0f s", lifecycle, code, where, until - now)
         if self.metrics is not None:
             self.metrics.launch_errors.labels(self.cfg.pool, code).inc()
 
@@ -392,7 +392,8 @@ class Ec2Provider:
             "terminated": self.terminated, "launches": len(self.launches),
             "interrupted": sum(s.interrupted for s in self.seen.values()),
             "errors": dict(self.errors), "last_error": self.last_error,
-            "backing_off": sorted(f"{p.instance_type}/{p.subnet_id}" for p, b in self.backoffs.items() if b.until_s > now)
+            "backing_off": sorted(f"{kind}:{p.instance_type}/{p.subnet_id}" for kind, offs in self.backoffs.items()
+                                  for p, b in offs.items() if b.until_s > now)
             + (["all"] if self.call_backoff is not None and self.call_backoff.until_s > now else []),
             "placements": [{"instance_type": q.placement.instance_type, "subnet": q.placement.subnet_id,
                             "zone": q.placement.zone, "spot_price": q.spot_price,
