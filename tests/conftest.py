@@ -5,6 +5,7 @@ A test that needs a server and cannot get one FAILS; nothing here ever skips.
 
 from __future__ import annotations
 
+import os
 import uuid
 from pathlib import Path
 from typing import Iterator
@@ -13,6 +14,10 @@ import pytest
 
 from spotreel.settings import Settings
 from tests.harness.stack import Endpoints, StackUnavailable, container_stack, docker_reachable, local_stack
+
+# Every worker a test starts reads no cloud's notices unless the test points it at a metadata server of its
+# own on 127.0.0.1: on a cloud CI runner `auto` would find the real cloud and talk to its link-local address.
+os.environ["SPOTREEL_CLOUD_NOTICES"] = "off"
 
 _MARK_BY_DIR = {"unit": "unit", "integration": "integration", "e2e": "e2e", "chaos": "chaos"}
 
@@ -60,3 +65,21 @@ def tiny_model_dir(settings: Settings) -> Path:
     from spotreel.worker.model_tiny import ensure_tiny_model
 
     return ensure_tiny_model(settings.cache_dir)
+
+
+@pytest.fixture
+def imds_mock(settings: Settings, tmp_path: Path):
+    """A factory of AWS EC2 metadata mocks on 127.0.0.1 (tests/harness/imds_mock.py, start_imds_mock's
+    keyword arguments: spot_after_s, rebalance_after_s, action, action_time, port), all stopped at the end."""
+    from tests.harness.imds_mock import start_imds_mock
+
+    started = []
+
+    def start(**plan):
+        mock = start_imds_mock(settings, tmp_path / f"imds-{len(started)}", **plan)
+        started.append(mock)
+        return mock
+
+    yield start
+    for mock in started:
+        mock.stop()

@@ -79,7 +79,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="serve Prometheus metrics on 127.0.0.1:PORT (0: off); a local `spotreel infra monitoring` "
                         "Prometheus is told by a file in its targets directory, removed at exit")
     p.add_argument("--grace", type=float, default=20.0,
-                   help="seconds between SIGTERM and exit: emergency checkpoint + release must fit")
+                   help="seconds between SIGTERM and exit: emergency checkpoint + release must fit; a cloud's "
+                        "notice gives the lesser of this and its deadline less --notice-margin")
+    p.add_argument("--notice-poll", type=float, default=2.0,
+                   help="seconds between two reads of the cloud's preemption notice (SPOTREEL_CLOUD_NOTICES; GCP "
+                        "hangs on the value instead; default %(default)s)")
+    p.add_argument("--notice-margin", type=float, default=5.0,
+                   help="seconds a cloud's notice leaves before its deadline for the process to end "
+                        "(default %(default)s)")
     # --transport, --gateway-url, --worker-key and --model-dir are Settings (SPOTREEL_WORKER_TRANSPORT, ...).
     knobs.from_environment(p, "SPOTREEL_WORKER_", skip=("transport", "gateway_url", "worker_key", "model_dir"))
     p.set_defaults(func=_run)
@@ -111,7 +118,9 @@ def _check(args: argparse.Namespace) -> str | None:
         value = getattr(args, name)
         if value is not None and value < 1:
             return f"--{name.replace('_', '-')} must be >= 1"
-    for name in ("lease_wait", "grace", "mtbf", "mtbf_prior_losses", "checkpoint_min", "checkpoint_max", "checkpoint_every",
+    if args.notice_margin < 0:
+        return "--notice-margin must be >= 0"
+    for name in ("lease_wait", "grace", "notice_poll", "mtbf", "mtbf_prior_losses", "checkpoint_min", "checkpoint_max", "checkpoint_every",
                  "heartbeat_seconds", "progress_seconds"):
         value = getattr(args, name)
         if value is not None and not value > 0:
@@ -189,6 +198,18 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     # Installed before the slow imports and the model load: a SIGTERM then still ends the worker cleanly.
     notice = PreemptionNotice(args.grace)
     notice.install()
+    from spotreel.worker.cloud_notices.detect import choose
+
+    try:
+        cloud = choose(settings.cloud_notices)
+    except ValueError as exc:
+        return _fail(str(exc))
+    watcher = None
+    if cloud is not None:
+        from spotreel.worker.cloud_notices.watcher import open_watcher
+        from spotreel.worker.report import say
+
+        watcher = open_watcher(cloud, settings.metadata_endpoint, notice, args.notice_poll, args.notice_margin, say)
     # `kill -USR1 <pid>` prints every thread's stack to stderr: what a stuck worker is waiting for.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
 
@@ -207,6 +228,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     try:
         return _serve(args, settings, notice, worker_id, gpu_type, models, transport_kind, metrics)
     finally:
+        if watcher is not None:
+            watcher.finish()  # after the release: Azure may now go ahead with the eviction
         withdraw(announced)
 
 

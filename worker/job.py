@@ -90,6 +90,7 @@ class JobRun:
         self.watch: StepWatch | None = None
         self.on_wedged = on_wedged if on_wedged is not None else _exit_wedged
         self._finished = threading.Event()
+        self._advice_checkpointed = False
 
     # -- entry -------------------------------------------------------------------------------------------
 
@@ -175,6 +176,12 @@ class JobRun:
                 return RunResult("cancelled", steps_run=self.steps_run)
             if pulse.drain.is_set():
                 return self._hand_back(state, "paused", "drained")
+            if self.notice.advised and not self._advice_checkpointed:
+                # An early warning (rebalance): what is rendered so far is made durable now, in case the
+                # interruption follows with less time than a checkpoint takes; the render goes on.
+                self._advice_checkpointed = True
+                if state.step > self.durable_step:
+                    self._checkpoint(state)
             if state.done:
                 self.metrics.phase.labels(pool, "denoise").observe(time.monotonic() - denoising)
                 return self._finish(state)

@@ -9,7 +9,6 @@ many leases, whatever their outcome.
 from __future__ import annotations
 
 import gc
-import json
 import logging
 import os
 import sys
@@ -24,6 +23,7 @@ from spotreel.worker.checkpoints import CheckpointStore
 from spotreel.checkpoint_interval import IntervalPolicy
 from spotreel.worker.job import JobRun, RunResult
 from spotreel.worker.metrics import WorkerMetrics
+from spotreel.worker.report import say
 from spotreel.worker.signals import PreemptionNotice
 from spotreel.worker.stuck import DEFAULT_MIN_S, DEFAULT_STEPS, STUCK_EXIT
 from spotreel.worker.transport import LeaseLost, Transport, TransportError
@@ -101,11 +101,6 @@ class _Renewing:
         self._thread.join(5)
 
 
-def say(kind: str, **fields: Any) -> None:
-    """One JSON line per thing that happened, on stdout: for operators, the demo and the tests."""
-    print(json.dumps({"at": round(time.time(), 3), "event": kind, **fields}, default=str), flush=True)
-
-
 class WorkerRuntime:
     def __init__(self, transport: Transport, renderer: Any, s3: Any, checkpoints: CheckpointStore,
                  artifacts: ArtifactStore, notice: PreemptionNotice, options: RuntimeOptions,
@@ -137,7 +132,7 @@ class WorkerRuntime:
             return 0
         profile = self.transport.profile
         self.report("registered", worker_id=profile.worker_id, models=list(profile.models), gpu_type=profile.gpu_type)
-        while not self.notice.requested:
+        while not self.notice.requested and not self.notice.advised:
             try:
                 lease = self._with_retry(lambda: self.transport.lease(self._wait_slice(),
                                                                       lease_ttl_ms=self.options.lease_ttl_ms), "lease")
@@ -168,7 +163,10 @@ class WorkerRuntime:
                         seconds=round(time.monotonic() - started, 3))
             if self.options.max_jobs is not None and len(self.outcomes) >= self.options.max_jobs:
                 break
-        self.report("exit", jobs=len(self.outcomes), preempted=self.notice.requested)
+            if self.notice.advised:
+                break
+        self.report("exit", jobs=len(self.outcomes), preempted=self.notice.requested,
+                    **({"advised": self.notice.advice} if self.notice.advised else {}))
         return 0
 
     def _observe_pool(self, lease) -> float | None:

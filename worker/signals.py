@@ -3,6 +3,9 @@
 The run polls `notice.requested` between denoising steps, writes an emergency checkpoint, releases its
 lease and exits. A watchdog ends the process when the grace period is over whatever the run is doing: a
 spot instance vanishes at its deadline anyway, and the lease timeout covers a worker that never released.
+
+An advisory (AWS's rebalance recommendation: the machine is at raised risk, with no deadline) is weaker: the
+run checkpoints at once and goes on, and the worker takes no new lease after it (runtime.py).
 """
 
 from __future__ import annotations
@@ -29,10 +32,22 @@ class PreemptionNotice:
         self._event = threading.Event()
         self.reason = ""
         self.deadline: float | None = None  # time.monotonic() by which the process must be gone
+        self._advised = threading.Event()
+        self.advice = ""
 
     @property
     def requested(self) -> bool:
         return self._event.is_set()
+
+    @property
+    def advised(self) -> bool:
+        """An early warning came: checkpoint now, finish the job, take no new one."""
+        return self._advised.is_set()
+
+    def advise(self, reason: str) -> None:
+        if not self._advised.is_set():
+            self.advice = reason
+            self._advised.set()
 
     def wait(self, timeout: float) -> bool:
         return self._event.wait(timeout)

@@ -113,6 +113,13 @@ class Settings:
     # `spotreel worker`: how it reaches the control plane ("http" through the gateway, or "kafka" directly
     # for internal pools).
     worker_transport: str = "http"
+    # `spotreel worker`: whose preemption notices it reads from the instance metadata service: aws, gcp,
+    # azure, off, or auto: the cloud the machine's DMI files (/sys/class/dmi/id) name, off on none. Never
+    # found by a network probe (worker/README.md, "Cloud preemption notices").
+    cloud_notices: str = "auto"
+    # `spotreel worker`: base URL of the instance metadata service the notices are read from (empty: the
+    # cloud's own, http://169.254.169.254 for AWS and Azure, http://metadata.google.internal for GCP).
+    metadata_endpoint: str = ""
     # The operator's model registry (TOML, spotreel/model_registry.py): the gateway validates submissions
     # against it, `spotreel model list` prints it, `spotreel worker --model NAME` loads from it. Empty: none.
     model_registry: str = ""

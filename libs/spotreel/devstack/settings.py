@@ -24,6 +24,9 @@ class DevstackSettings(Settings):
     maven_bin: str = "mvn"
     # Empty: Maven's own configuration decides (Central, or the user's mirror in ~/.m2/settings.xml).
     maven_repo_url: str = ""
+    # The Go toolchain (1.23+) that builds AWS's EC2 metadata mock for the tests (`go install`, once per
+    # version, into the cache dir): a name on PATH or an absolute path; /usr/local/go/bin/go when not on PATH.
+    go_bin: str = "go"
     # Seconds `up` waits for a server to answer; Cassandra's cold start on 2 cores is the long pole.
     start_timeout: int = 240
     # Seconds `down` waits after SIGTERM before SIGKILL.

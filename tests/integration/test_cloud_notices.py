@@ -1,0 +1,213 @@
+"""The worker's cloud notice readers against metadata servers on 127.0.0.1.
+
+AWS: AWS's own metadata mock (amazon-ec2-metadata-mock v1.13.0, built from source by devstack/imds_mock.py),
+IMDSv2 only: the token flow (renewed before expiry, renewed after a 401), the spot interruption notice with
+its deadline, the rebalance recommendation, no notice → nothing, and the watcher surviving a metadata
+service that is not there yet. GCP and Azure publish no emulator of their metadata services: their readers
+run against tests/integration/metadata_servers.py, small servers written here from each documented protocol
+(GCP's wait_for_change with ETags; Azure's Scheduled Events and their StartRequests approval).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.error
+import urllib.request
+from datetime import datetime, timedelta, timezone
+from email.utils import format_datetime
+
+import pytest
+
+from spotreel.devstack.ports import free_port
+from spotreel.worker.cloud_notices import gcp
+from spotreel.worker.cloud_notices.aws import ACTION_PATH, AwsReader
+from spotreel.worker.cloud_notices.azure import AzureReader
+from spotreel.worker.cloud_notices.base import INTERRUPTION, REBALANCE
+from spotreel.worker.cloud_notices.gcp import GcpReader
+from spotreel.worker.cloud_notices.watcher import NoticeWatcher
+from spotreel.worker.signals import PreemptionNotice
+from tests.integration.metadata_servers import AzureMetadata, GcpMetadata
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+
+
+def rfc3339(seconds_from_now: float) -> tuple[str, float]:
+    at = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=seconds_from_now)
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ"), at.timestamp()
+
+
+def token_requests(mock) -> int:
+    return mock.log.read_text().count("GenerateToken Received request")
+
+
+def test_the_mock_is_imdsv2_only_and_the_reader_uses_a_session_token(imds_mock):
+    mock = imds_mock(spot_after_s=0)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        opener.open(mock.url + ACTION_PATH, timeout=2)
+    assert refused.value.code == 401
+    warning = AwsReader(mock.url).poll()
+    assert warning is not None and warning.kind == INTERRUPTION
+    assert token_requests(mock) >= 2  # the health check's and the reader's
+
+
+def test_a_spot_interruption_gives_its_action_and_deadline(imds_mock):
+    stamp, deadline = rfc3339(100)
+    mock = imds_mock(spot_after_s=2, action="stop", action_time=stamp)
+    reader = AwsReader(mock.url)
+    assert reader.poll() is None  # before the mock's delay: 404
+    time.sleep(max(0.0, mock.started_at + 2.5 - time.time()))
+    warning = reader.poll()
+    assert warning is not None and warning.kind == INTERRUPTION and warning.deadline == deadline
+    assert warning.detail == f"spot stop at {stamp}"
+
+
+def test_the_default_notice_time_is_two_minutes_ahead(imds_mock):
+    warning = AwsReader(imds_mock(spot_after_s=0).url).poll()
+    assert warning is not None and warning.deadline is not None
+    assert 115 <= warning.deadline - time.time() <= 121
+
+
+def test_a_rebalance_recommendation_is_told_once_and_is_not_an_interruption(imds_mock):
+    reader = AwsReader(imds_mock(rebalance_after_s=0).url)
+    first = reader.poll()
+    assert first is not None and first.kind == REBALANCE and first.deadline is None
+    assert [reader.poll() for _ in range(3)] == [None, None, None]
+
+
+def test_no_notice_means_no_warning(imds_mock):
+    reader = AwsReader(imds_mock().url)
+    assert [reader.poll() for _ in range(5)] == [None] * 5
+
+
+def test_the_token_is_renewed_before_it_expires(imds_mock):
+    mock = imds_mock()
+    reader = AwsReader(mock.url, token_ttl_s=2)
+    assert reader.poll() is None
+    before = token_requests(mock)
+    time.sleep(2.2)  # the first token has expired at the mock
+    assert reader.poll() is None
+    assert token_requests(mock) == before + 1
+
+
+def test_a_restarted_metadata_service_answers_401_and_the_reader_takes_a_new_token(imds_mock):
+    first = imds_mock()
+    reader = AwsReader(first.url)
+    assert reader.poll() is None
+    port = first.port
+    first.stop()
+    second = imds_mock(spot_after_s=0, port=port)  # knows none of the first one's tokens
+    warning = reader.poll()
+    assert warning is not None and warning.kind == INTERRUPTION
+    assert "401" not in warning.detail and token_requests(second) >= 2
+
+
+def test_the_watcher_waits_out_an_absent_service_then_triggers_with_the_deadline_grace(imds_mock, settings):
+    port = free_port(settings.host)
+    exits: list[int] = []
+    notice = PreemptionNotice(20.0, exit_fn=exits.append)
+    lines: list[tuple[str, dict]] = []
+    watcher = NoticeWatcher(AwsReader(f"http://127.0.0.1:{port}"), notice, poll_s=0.5, margin_s=5.0,
+                            report=lambda kind, **f: lines.append((kind, f))).start()
+    try:
+        time.sleep(1.5)
+        assert watcher.failures >= 1 and not notice.requested  # refused: logged and retried, no crash
+        stamp, deadline = rfc3339(13)
+        imds_mock(spot_after_s=0, action_time=stamp, port=port)
+        assert notice.wait(15)
+        # The notice's deadline less the margin, shorter than the configured 20 s.
+        assert notice.reason == "aws_interruption"
+        assert deadline - 5.0 - 2.0 <= time.time() + notice.seconds_left() <= deadline - 5.0 + 0.5
+        watcher.finish()  # the thread ends after an interruption, its report line written
+        kind, fields = lines[0]
+        assert kind == "cloud_notice" and fields["notice"] == INTERRUPTION and fields["grace_s"] < 13
+    finally:
+        watcher.finish()
+    assert exits == []
+
+
+# -- GCP and Azure: no official emulator exists, so these run against tests/integration/metadata_servers.py,
+# small servers that speak each documented protocol.
+
+def test_gcp_reader_hangs_on_the_value_and_returns_when_it_turns_true():
+    with GcpMetadata() as server:
+        reader = GcpReader(server.url, wait_s=30)
+        assert reader.poll() is None  # the plain read: FALSE, and its ETag
+        flipper = threading.Timer(1.0, server.set_preempted, (True,))
+        flipper.start()
+        began = time.time()
+        warning = reader.poll()  # the hanging GET
+        waited = time.time() - began
+    assert warning is not None and warning.kind == INTERRUPTION
+    assert 0.8 <= waited < 5, waited  # it waited for the change, and came back with it
+    assert warning.deadline is not None and abs(warning.deadline - (began + waited + gcp.NOTICE_S)) < 1
+    hanging = server.requests[-1]
+    assert hanging["query"]["wait_for_change"] == "true" and hanging["query"]["last_etag"]
+    assert all(r["headers"].get("Metadata-Flavor") == "Google" for r in server.requests)
+
+
+def test_gcp_reader_comes_back_empty_after_the_wait_and_at_once_on_a_stale_etag():
+    with GcpMetadata() as server:
+        reader = GcpReader(server.url, wait_s=1)
+        assert reader.poll() is None
+        began = time.time()
+        assert reader.poll() is None  # timeout_sec passed with the value unchanged
+        assert 0.8 <= time.time() - began < 4
+        # Changed between two hanging GETs: the next one answers at once, its last_etag being old.
+        reader.wait_s = 30
+        server.set_preempted(True)
+        began = time.time()
+        warning = reader.poll()
+        assert warning is not None and time.time() - began < 2
+
+
+def test_gcp_watcher_triggers_with_the_thirty_seconds_less_the_margin():
+    notice = PreemptionNotice(60.0, exit_fn=lambda code: None)
+    with GcpMetadata() as server:
+        watcher = NoticeWatcher(GcpReader(server.url, wait_s=30), notice, poll_s=0.5, margin_s=5.0).start()
+        try:
+            time.sleep(0.5)
+            server.set_preempted(True)
+            assert notice.wait(10)
+        finally:
+            watcher.finish()
+    assert notice.reason == "gcp_interruption" and 23 < notice.seconds_left() <= 25
+
+
+def azure_preempt(event_id: str, seconds_ahead: float, resources: tuple[str, ...] = ("vm-1",)) -> dict:
+    at = datetime.now(timezone.utc) + timedelta(seconds=seconds_ahead)
+    return {"EventId": event_id, "EventType": "Preempt", "ResourceType": "VirtualMachine",
+            "Resources": list(resources), "EventStatus": "Scheduled", "NotBefore": format_datetime(at, usegmt=True),
+            "Description": "", "EventSource": "Platform", "DurationInSeconds": -1}
+
+
+def test_azure_reader_sees_only_this_vms_preempt_with_its_not_before():
+    with AzureMetadata(vm_name="vm-1") as server:
+        reader = AzureReader(server.url)
+        assert reader.poll() is None
+        server.schedule(azure_preempt("for-another", 30, resources=("vm-2",)))
+        assert reader.poll() is None
+        server.schedule(azure_preempt("ours", 30))
+        warning = reader.poll()
+    assert warning is not None and warning.kind == INTERRUPTION and "ours" in warning.detail
+    assert warning.deadline is not None and 28 <= warning.deadline - time.time() <= 31
+    assert all(r["headers"].get("Metadata") == "true" for r in server.requests)
+
+
+def test_azure_watcher_triggers_then_approves_the_event_once_the_worker_is_done():
+    notice = PreemptionNotice(60.0, exit_fn=lambda code: None)
+    with AzureMetadata(vm_name="vm-1") as server:
+        watcher = NoticeWatcher(AzureReader(server.url), notice, poll_s=0.3, margin_s=5.0).start()
+        try:
+            time.sleep(0.5)
+            server.schedule(azure_preempt("evict-1", 30))
+            assert notice.wait(10)
+            # NotBefore (whole seconds) less the margin, under the configured 60 s.
+            assert notice.reason == "azure_interruption" and 22 <= notice.seconds_left() <= 25
+            assert server.approved == []  # not before the checkpoint and the release
+        finally:
+            watcher.finish()  # what the worker calls after its release
+        assert server.approved == ["evict-1"] and server.events == []
+        ack = [r for r in server.requests if r["method"] == "POST"]
+        assert len(ack) == 1 and ack[0]["query"]["api-version"] == "2020-07-01"
