@@ -386,7 +386,13 @@ class Ec2Provider:
 
     def summary(self) -> dict:
         now = self.clock()
-        quotes = self.quotes(now) if self._zones else []
+        try:
+            if self._prices_at is None:
+                self._refresh_prices(now)
+            quotes = self.quotes(now)
+        except Exception as exc:  # noqa: BLE001 - the summary is for people; EC2 unreachable is not a crash
+            log.warning("no placement figures for the summary: %s", _error_code(exc))
+            quotes = []
         return {
             "instances_live": len(self._live), "adopted": max(0, self.adopted), "launched": dict(self.launched),
             "terminated": self.terminated, "launches": len(self.launches),
