@@ -31,7 +31,7 @@ DEFAULT_METADATA = "http://169.254.169.254"
 USER_DATA_LIMIT = 16 * 1024  # EC2's limit on user data before base64
 _NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 _PARAM = re.compile(r"^[A-Za-z0-9_.\-/]+$")
-_ENV_BEGIN, _ENV_END = "cat > /etc/spotreel/worker.env <<'SPOTREEL_ENV'", "SPOTREEL_ENV"
+_ENV_BEGIN, _ENV_END = "cat > /etc/spotreel/worker.env <<'END_OF_WORKER_ENV'", "END_OF_WORKER_ENV"
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ def render(launch: WorkerLaunch) -> str:
         "}",
         *secret_lines,
         "umask 022",
-        "cat > /etc/systemd/system/spotreel-worker.service <<SPOTREEL_UNIT",
+        "cat > /etc/systemd/system/spotreel-worker.service <<END_OF_WORKER_UNIT",
         "[Unit]",
         "Description=spotreel worker",
         "After=network-online.target",
@@ -111,7 +111,7 @@ def render(launch: WorkerLaunch) -> str:
         "Restart=on-failure",
         "[Install]",
         "WantedBy=multi-user.target",
-        "SPOTREEL_UNIT",
+        "END_OF_WORKER_UNIT",
         "systemctl daemon-reload",
         "systemctl enable --now spotreel-worker.service",
         "",
