@@ -3,7 +3,10 @@
 AWS: AWS's own metadata mock (amazon-ec2-metadata-mock v1.13.0, built from source by devstack/imds_mock.py),
 IMDSv2 only: the token flow (renewed before expiry, renewed after a 401), the spot interruption notice with
 its deadline, the rebalance recommendation, no notice → nothing, and the watcher surviving a metadata
-service that is not there yet. GCP and Azure publish no emulator of their metadata services: their readers
+service that is not there yet; and real `spotreel worker` processes reading it: a spot interruption
+mid-render → emergency checkpoint and release well inside the two minutes, the job resumed by another worker
+with identical frames; a rebalance recommendation mid-render → a checkpoint at once, the job finished, no
+new lease taken. GCP and Azure publish no emulator of their metadata services: their readers
 run against tests/integration/metadata_servers.py, small servers written here from each documented protocol
 (GCP's wait_for_change with ETags; Azure's Scheduled Events and their StartRequests approval).
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 import urllib.error
 import urllib.request
 from datetime import datetime, timedelta, timezone
@@ -20,6 +24,7 @@ from email.utils import format_datetime
 import pytest
 
 from spotreel.devstack.ports import free_port
+from spotreel.domain import events as ev
 from spotreel.worker.cloud_notices import gcp
 from spotreel.worker.cloud_notices.aws import ACTION_PATH, AwsReader
 from spotreel.worker.cloud_notices.azure import AzureReader
@@ -28,8 +33,19 @@ from spotreel.worker.cloud_notices.gcp import GcpReader
 from spotreel.worker.cloud_notices.watcher import NoticeWatcher
 from spotreel.worker.signals import PreemptionNotice
 from tests.integration.metadata_servers import AzureMetadata, GcpMetadata
+from tests.integration.workerkit import (STEPS, events_of, reference_checksum, start_plane, video_frames_checksum,
+                                         wait_done)
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+# Worker A's step HANG_STEP takes HANG_S longer (the pipeline's test-only hang hook), so the notice, sent
+# once A is rendering, lands mid-render whatever this machine's speed.
+HANG_STEP, HANG_S = 8, 8
+
+
+@pytest.fixture(scope="module")
+def plane(settings, stack, tmp_path_factory):
+    yield from start_plane(settings, stack, tmp_path_factory.mktemp("cloud-notices"))
 
 
 def rfc3339(seconds_from_now: float) -> tuple[str, float]:
@@ -211,3 +227,101 @@ def test_azure_watcher_triggers_then_approves_the_event_once_the_worker_is_done(
         assert server.approved == ["evict-1"] and server.events == []
         ack = [r for r in server.requests if r["method"] == "POST"]
         assert len(ack) == 1 and ack[0]["query"]["api-version"] == "2020-07-01"
+
+
+# -- real workers --------------------------------------------------------------------------------------
+
+def worker_reading(plane, monkeypatch, mock, name: str, model: str, *extra: str):
+    from spotreel.worker.pipeline import TEST_HANG_ENV
+
+    with monkeypatch.context() as m:
+        for key, value in {**mock.worker_env(poll_s=1.0), TEST_HANG_ENV: f"{HANG_STEP}:{HANG_S}"}.items():
+            m.setenv(key, value)
+        return plane.worker(name, model, "http", *extra)
+
+
+def rendering(worker, job_id: str) -> None:
+    worker.wait_line(lambda l: l.get("event") == "step" and l.get("job_id") == job_id and l["step"] >= HANG_STEP - 2,
+                     what="rendering")
+
+
+def notice_now(imds_mock, quiet, **plan):
+    """The notice at a moment of the test's choosing: the mock's delays count from its start, so the quiet
+    one is replaced on the same port by one that sends at once (the reader takes a new token after its 401)."""
+    quiet.stop()
+    return imds_mock(port=quiet.port, **plan)
+
+
+def last_step(worker) -> int:
+    return max(l["step"] for l in worker.lines() if l.get("event") == "step")
+
+
+def test_a_spot_interruption_mid_render_checkpoints_releases_and_the_job_resumes_identical(plane, imds_mock,
+                                                                                              monkeypatch):
+    ttl_ms = 60_000  # far longer than the hand-over may take: only a release explains it
+    model = f"tiny-{uuid.uuid4().hex[:8]}"
+    common = ("--once", "--sampler", "ddim", "--checkpoint-every", "0.3", "--lease-ttl-ms", str(ttl_ms))
+    quiet = imds_mock()
+    a = worker_reading(plane, monkeypatch, quiet, "a", model, *common, "--grace", "15")
+    b = None
+    try:
+        a.wait_ready()
+        job = plane.submit(model, "ddim")
+        a.wait_line(lambda l: l.get("event") == "leased" and l["job_id"] == job.job_id, what="lease")
+        b = plane.worker("b", model, "kafka", *common)  # reads no notices (tests/conftest.py)
+        rendering(a, job.job_id)
+        sent_ms = time.time() * 1000
+        notice_now(imds_mock, quiet, spot_after_s=0)
+        told = a.wait_line(lambda l: l.get("event") == "cloud_notice", timeout=30, what="the cloud notice")
+        assert a.wait_exit(60) == 0, a.logs()
+        requeued = plane.bus.wait_event(job.job_id, ev.JobRequeued, timeout=30)
+        done = wait_done(plane.bus, job.job_id)
+        assert b.wait_exit(60) == 0, b.logs()
+    finally:
+        a.stop()
+        if b is not None:
+            b.stop()
+    # The notice's own deadline (two minutes), the grace it gave: the lesser of that less the margin and --grace.
+    assert told["cloud"] == "aws" and told["notice"] == "interruption" and 110 <= told["deadline_in_s"] <= 121
+    assert 14 <= told["grace_s"] <= 15
+    released = events_of(plane.bus, job.job_id, ev.LeaseReleased)
+    assert [(r.epoch, r.reason) for r in released] == [(1, "preempted")] and requeued.reason == "released"
+    took_ms = requeued.at_ms - sent_ms
+    print(f"notice → requeued in {took_ms / 1000:.1f} s")
+    assert took_ms < 30_000, took_ms  # well inside the two minutes, and the TTL never ran out
+    assert not events_of(plane.bus, job.job_id, ev.LeaseExpired)
+    assert [o["outcome"] for o in a.outcomes()] == ["preempted"]
+    stopped_at = last_step(a)
+    assert HANG_STEP <= stopped_at < STEPS
+    ckpts = [c for c in events_of(plane.bus, job.job_id, ev.CheckpointRecorded) if c.epoch == 1]
+    assert ckpts[-1].step == stopped_at  # the emergency checkpoint holds the step A stopped at
+    resumed = events_of(plane.bus, job.job_id, ev.JobLeased)[1]
+    assert resumed.worker_id == b.worker_id and resumed.resume_step == stopped_at
+    assert video_frames_checksum(plane, done.artifact_key) == reference_checksum(plane.model_dir, job, "ddim")
+
+
+def test_a_rebalance_recommendation_mid_render_checkpoints_finishes_the_job_and_takes_no_other(plane, imds_mock,
+                                                                                                monkeypatch):
+    model = f"tiny-{uuid.uuid4().hex[:8]}"
+    quiet = imds_mock()
+    # No --once and no periodic checkpoint in the run: the one checkpoint is the recommendation's, and the
+    # worker stops after this job only because of it.
+    a = worker_reading(plane, monkeypatch, quiet, "a", model, "--sampler", "ddim", "--checkpoint-every", "600")
+    try:
+        a.wait_ready()
+        job = plane.submit(model, "ddim")
+        rendering(a, job.job_id)
+        notice_now(imds_mock, quiet, rebalance_after_s=0)
+        told = a.wait_line(lambda l: l.get("event") == "cloud_notice", timeout=30, what="the recommendation")
+        done = wait_done(plane.bus, job.job_id)
+        assert a.wait_exit(60) == 0, a.logs()
+    finally:
+        a.stop()
+    assert told["notice"] == "rebalance"
+    assert done.epoch == 1 and [o["outcome"] for o in a.outcomes()] == ["succeeded"]
+    ckpts = events_of(plane.bus, job.job_id, ev.CheckpointRecorded)
+    assert len(ckpts) == 1 and HANG_STEP <= ckpts[0].step < STEPS
+    assert not events_of(plane.bus, job.job_id, ev.LeaseReleased)
+    exit_line = [l for l in a.lines() if l.get("event") == "exit"]
+    assert exit_line and exit_line[-1]["advised"] == "aws_rebalance" and exit_line[-1]["preempted"] is False
+    assert video_frames_checksum(plane, done.artifact_key) == reference_checksum(plane.model_dir, job, "ddim")

@@ -72,10 +72,11 @@ class NoticeWatcher:
         while not self._stop.is_set():
             try:
                 warning = self.reader.poll()
-            except (MetadataError, ValueError, KeyError, TypeError) as exc:
+            except Exception as exc:  # whatever the service or a parser did, the thread must go on reading
                 self.failures += 1
                 wait = backoff(self.failures, self.poll_s)
-                log.warning("%s metadata service: %s; retrying in %.1f s", self.reader.cloud, exc, wait)
+                detail = exc if isinstance(exc, MetadataError) else f"{type(exc).__name__}: {exc}"
+                log.warning("%s metadata service: %s; retrying in %.1f s", self.reader.cloud, detail, wait)
                 self._stop.wait(wait)
                 continue
             if self.failures:
