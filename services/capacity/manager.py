@@ -67,6 +67,9 @@ class Manager:
         live = [w.worker_id for w in workers if not w.draining]
         statuses = self.statuses(live) if live else {}
         view = self.stats.view(self.pool)
+        observe = getattr(self.provider, "observe_pool", None)
+        if callable(observe):  # a provider that prices its choices by the pool's measured run time
+            observe(view)
         # The clock is read after the fleet and the queue: an action is stamped no earlier than the state it
         # was decided on (read at the tick's start, a drain could look as if it hit a worker still busy then).
         now = self.clock()

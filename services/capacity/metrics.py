@@ -45,6 +45,14 @@ class CapacityMetrics:
             "spotreel_capacity_drain_seconds", "a drained worker: first seen draining -> gone from the provider "
             "(its emergency checkpoint and release, then its exit), to the manager's tick", ["pool"], registry=r,
             buckets=(1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600))
+        self.launch_errors = Counter(
+            "spotreel_capacity_launch_errors", "errors a cloud provider answered a launch with (EC2: "
+            "InsufficientInstanceCapacity, MaxSpotInstanceCountExceeded, RequestLimitExceeded, ...), by code; each "
+            "backs its placement off", ["pool", "code"], registry=r)
+        self.cost_per_video = Gauge(
+            "spotreel_capacity_cost_per_video_dollars", "expected cost of one video on an instance type in a zone: "
+            "spot price x (GPU time + work redone per expected interruption)", ["pool", "instance_type", "zone"],
+            registry=r)
         self._draining_since: dict[str, float] = {}
 
     def drain_started(self, worker_id: str, now: float) -> None:

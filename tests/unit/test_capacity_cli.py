@@ -63,6 +63,11 @@ def test_with_worker_metrics_each_worker_gets_a_metrics_port_of_its_own(tmp_path
     (["--provider", "simulated", "--sim-step-seconds", "0"], "--sim-step-seconds must be positive"),
     (["--provider", "simulated", "--sim-lease-wait", "90"], "--sim-lease-wait must be within (0, 60]"),
     (["--provider", "simulated", "--sim-checkpoint-policy", "often"], "--sim-checkpoint-policy"),
+    (["--provider", "ec2", "--ec2-launch-template", "lt", "--ec2-subnets", "subnet-a"], "--ec2-instance-types"),
+    (["--provider", "ec2", "--ec2-subnets", "subnet-a", "--ec2-instance-types", "g6.xlarge"], "--ec2-launch-template"),
+    (["--provider", "ec2", "--ec2-launch-template", "lt", "--ec2-subnets", "subnet-a", "--ec2-instance-types", "g6.xlarge"] + ["--ec2-on-demand-share", "2"], "--ec2-on-demand-share must be within [0, 1]"),
+    (["--provider", "ec2", "--ec2-launch-template", "lt", "--ec2-subnets", "subnet-a", "--ec2-instance-types", "g6.xlarge"] + ["--ec2-worker-env", "SPOTREEL_WORKER_KEY=sr_live"], "SPOTREEL_WORKER_KEY is a secret"),
+    (["--provider", "ec2", "--ec2-launch-template", "lt", "--ec2-subnets", "subnet-a", "--ec2-instance-types", "g6.xlarge"] + ["--ec2-secret", "SPOTREEL_WORKER_KEY"], "--ec2-secret takes NAME=VALUE"),
 ])
 def test_bad_options_are_refused_before_anything_starts(argv, says, capsys):
     assert main(["capacity", *argv]) == 2

@@ -60,6 +60,10 @@ class DevstackSettings(Settings):
     # `weed mini` always runs its admin server; pin its port so it cannot collide with anything else.
     s3_admin_port: int = 18646
 
+    # Port of the local moto server (`moto[server]`: the EC2 and SSM APIs the EC2 capacity provider's tests
+    # talk to); the tests start private ones on free ports.
+    moto_port: int = 18960
+
     # Port of the local stack's Prometheus (`spotreel infra monitoring`).
     prometheus_port: int = 9590
     # Port of the local stack's Alertmanager (`spotreel infra monitoring`).
