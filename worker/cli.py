@@ -18,6 +18,7 @@ from typing import Any
 from spotreel import knobs
 from spotreel.model_registry import DEFAULT_POOL
 from spotreel.settings import Settings
+from spotreel.worker.storage import StorageBudgets
 from spotreel.worker.stuck import DEFAULT_MIN_S, DEFAULT_STEPS
 
 
@@ -68,6 +69,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="shortest adaptive checkpoint interval in seconds (default %(default)s)")
     p.add_argument("--checkpoint-max", type=float, default=600.0,
                    help="longest adaptive checkpoint interval in seconds (default %(default)s)")
+    p.add_argument("--checkpoint-budget", type=float, default=StorageBudgets.checkpoint_s, metavar="S",
+                   help="seconds within which S3 may still be tried for a checkpoint (retries with backoff and "
+                        "jitter); one not written by then is skipped, counted and logged, and the render goes on "
+                        "(default %(default)s)")
+    p.add_argument("--storage-budget", type=float, default=StorageBudgets.storage_s, metavar="S",
+                   help="the same for what a job cannot do without, the resume checkpoint's read and the video's "
+                        "upload: past it the attempt fails as storage_unavailable, which the domain does not count "
+                        "toward poison (default %(default)s)")
     p.add_argument("--heartbeat-seconds", type=float, help="default: the control plane's, at most TTL/3")
     p.add_argument("--progress-seconds", type=float, help="default: the control plane's, at most TTL/3")
     p.add_argument("--stuck-steps", type=int, default=DEFAULT_STEPS,
@@ -120,6 +129,9 @@ def _check(args: argparse.Namespace) -> str | None:
             return f"--{name.replace('_', '-')} must be >= 1"
     if args.notice_margin < 0:
         return "--notice-margin must be >= 0"
+    for name in ("checkpoint_budget", "storage_budget"):
+        if not getattr(args, name) >= 0:
+            return f"--{name.replace('_', '-')} must be >= 0"
     for name in ("lease_wait", "grace", "notice_poll", "mtbf", "mtbf_prior_losses", "checkpoint_min", "checkpoint_max", "checkpoint_every",
                  "heartbeat_seconds", "progress_seconds"):
         value = getattr(args, name)
@@ -277,7 +289,7 @@ def _serve(args: argparse.Namespace, settings: Settings, notice: Any, worker_id:
 
         transport = HttpTransport(args.gateway_url or settings.worker_gateway_url or settings.gateway_url,
                                   args.worker_key or settings.worker_key or DEV_WORKER_KEY, profile)
-    s3 = s3_client(settings, timeout=30.0)
+    s3 = s3_client(settings)
     options = RuntimeOptions(
         sampler=served[first.name].sampler if first else args.sampler, model=first.name if first else None,
         guidance_scale=served[first.name].guidance_scale if first else (args.guidance_scale or 1.0),
@@ -286,7 +298,8 @@ def _serve(args: argparse.Namespace, settings: Settings, notice: Any, worker_id:
         mtbf_prior_losses=args.mtbf_prior_losses,
         checkpoint_min_s=args.checkpoint_min, checkpoint_max_s=args.checkpoint_max,
         heartbeat_s=args.heartbeat_seconds, progress_s=args.progress_seconds, stuck_steps=args.stuck_steps,
-        stuck_min_s=args.stuck_min_seconds)
+        stuck_min_s=args.stuck_min_seconds,
+        budgets=StorageBudgets(checkpoint_s=args.checkpoint_budget, storage_s=args.storage_budget))
     runtime = WorkerRuntime(transport, renderer, s3, CheckpointStore(s3, settings.s3_bucket_checkpoints),
                             ArtifactStore(s3, settings.s3_bucket_artifacts), notice, options, metrics=metrics,
                             models=served)

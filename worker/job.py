@@ -12,7 +12,12 @@ Every way out is explicit and leaves the job's history telling what happened:
   from step 0 when there is none;
 - stuck: no step advanced for too long (stuck.py); the pulse reported FailJob(stuck) and stopped renewing.
   If the step never returns, `on_wedged` is called after STUCK_GRACE_S (the runtime ends the process);
-- failed: anything else, as a FailJob with the error.
+- failed: anything else, as a FailJob with the error; `storage_unavailable` when the store did not answer
+  the resume checkpoint's read or the video's upload within the storage budget (storage.py).
+
+Storage faults are latency: every S3 call the job needs is retried within a budget (storage.py). A periodic
+checkpoint that cannot be written within the checkpoint budget is skipped (counted, logged, nothing
+recorded), so the job's durable checkpoint stays the previous one and the render goes on.
 """
 
 from __future__ import annotations
@@ -24,8 +29,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from spotreel import tracing
 from spotreel.domain.leases import UNCLAIMED
+from spotreel.domain.retry import STORAGE_UNAVAILABLE
 from spotreel.worker.artifacts import ArtifactStore
 from spotreel.worker.checkpoints import CheckpointError, CheckpointStore
 from spotreel.checkpoint_interval import IntervalPolicy
@@ -33,6 +41,7 @@ from spotreel.worker.metrics import WorkerMetrics
 from spotreel.worker.pipeline import Renderer, RenderRequest, RenderState
 from spotreel.worker.pulse import Position, Pulse
 from spotreel.worker.signals import PreemptionNotice
+from spotreel.worker.storage import Budget, StorageBudgets, StorageUnavailable, call_within
 from spotreel.worker.stuck import DEFAULT_MIN_S, DEFAULT_STEPS, STUCK_EXIT, STUCK_GRACE_S, StepWatch
 from spotreel.worker.transport import WorkerLease, LeaseLost, Transport, TransportError, Verdict
 from spotreel.video import encode_mp4, frames_checksum
@@ -43,6 +52,8 @@ log = logging.getLogger("spotreel.worker.job")
 DENOISE_SHARE = 95.0
 # Fenced commands whose answer was lost are retried this often before the worker gives up on the lease.
 COMMAND_TRIES = 5
+# An emergency checkpoint leaves this much of the preemption deadline for the release after it.
+RELEASE_RESERVE_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -64,8 +75,10 @@ class JobRun:
                  on_step: Callable[[int], None] | None = None, stuck_steps: int = DEFAULT_STEPS,
                  stuck_min_s: float = DEFAULT_MIN_S, on_wedged: Callable[[str], None] | None = None,
                  metrics: WorkerMetrics | None = None, model: str | None = None,
-                 guidance_scale: float = 1.0, negative_prompt: str = "") -> None:
+                 guidance_scale: float = 1.0, negative_prompt: str = "",
+                 budgets: StorageBudgets = StorageBudgets()) -> None:
         self.guidance_scale, self.negative_prompt = guidance_scale, negative_prompt
+        self.budgets = budgets
         self.lease = lease
         self.model = model  # the registry name of the loaded weights (None: not known, any lease is served)
         self.metrics = metrics if metrics is not None else WorkerMetrics()
@@ -204,10 +217,14 @@ class JobRun:
         if not key:
             return self.renderer.start(req)
         try:
-            ckpt = self.checkpoints.load(key, None, self.renderer.fingerprint(req))
+            fingerprint = self.renderer.fingerprint(req)
+            ckpt = self._needed(f"read of checkpoint {key}", "resume",
+                                lambda: self.checkpoints.load(key, None, fingerprint))
             if self.lease.resume_step is not None and ckpt.step != self.lease.resume_step:
                 raise CheckpointError(f"{key} holds step {ckpt.step}, the job recorded step {self.lease.resume_step}")
             state = self.renderer.resume(req, ckpt)
+        except StorageUnavailable as exc:
+            return self._unavailable(exc)
         except CheckpointError as exc:
             log.warning("job %s: resume checkpoint %s is unusable (%s); reporting it", self.lease.job_id, key, exc)
             self._command(lambda: self.transport.fail(self.lease, "invalid_checkpoint", str(exc), True, key))
@@ -221,22 +238,36 @@ class JobRun:
 
     # -- checkpoints -------------------------------------------------------------------------------------
 
-    def _checkpoint(self, state: RenderState) -> bool:
-        """Save and record a checkpoint of `state`; True once the scheduler accepted it."""
+    def _checkpoint(self, state: RenderState, budget_s: float | None = None) -> bool:
+        """Save and record a checkpoint of `state`; True once the scheduler accepted it. One the store does not
+        take within `budget_s` (default: the checkpoint budget) is skipped: False, and the render goes on."""
         if state.step <= self.durable_step:
             return True
         with tracing.child("worker checkpoint", {"spotreel.step": state.step}):
-            return self._checkpoint_now(state)
+            return self._checkpoint_now(state, self.budgets.checkpoint_s if budget_s is None else budget_s)
 
-    def _checkpoint_now(self, state: RenderState) -> bool:
+    def _checkpoint_now(self, state: RenderState, budget_s: float) -> bool:
         began = time.monotonic()
         pool = self.lease.pool
+        snapshot = self.renderer.snapshot(state)
+        pulse = self.pulse
+        emergency = self.notice.requested
         try:
-            saved = self.checkpoints.save(self.lease.job_id, self.lease.epoch, state.step,
-                                          self.renderer.snapshot(state))
-        except Exception:
+            # An emergency checkpoint runs after the notice, so only a lost lease stops it early.
+            saved = call_within(
+                Budget(max(0.0, budget_s)), f"checkpoint of step {state.step}",
+                lambda: self.checkpoints.save(self.lease.job_id, self.lease.epoch, state.step, snapshot),
+                stop=lambda: (pulse is not None and pulse.lost.is_set()) or (self.notice.requested and not emergency),
+                on_retry=lambda exc: self.metrics.storage_retries.labels(pool, "checkpoint").inc(),
+                sleep=time.sleep if emergency else self.notice.wait)
+        except (StorageUnavailable, BotoCoreError, ClientError) as exc:
+            # Skipped: nothing recorded, so the job's durable checkpoint stays the previous one. The next one
+            # is tried an interval later; the failure's time is not the checkpoint's cost (Young/Daly).
             self.metrics.checkpoint_failures.labels(pool).inc()
-            raise
+            self.last_ckpt_at = time.monotonic()
+            log.warning("job %s epoch %d: checkpoint of step %d skipped (%s); durable step stays %d",
+                        self.lease.job_id, self.lease.epoch, state.step, exc, self.durable_step)
+            return False
         written = time.monotonic() - began
         written_ms = int(written * 1000)
         self.metrics.checkpoint_seconds.labels(pool).observe(written)
@@ -263,8 +294,9 @@ class JobRun:
     def _hand_back(self, state: RenderState, reason: str, kind: str) -> RunResult:
         """Emergency checkpoint, then release, both inside the preemption deadline when there is one."""
         try:
-            if state.step > self.durable_step and self.notice.seconds_left() > 1.0:
-                self._checkpoint(state)
+            left = self.notice.seconds_left() - RELEASE_RESERVE_S if self.notice.requested else float("inf")
+            if state.step > self.durable_step and left > 0:
+                self._checkpoint(state, min(self.budgets.checkpoint_s, left))
         except LeaseLost as exc:
             return RunResult("stale", exc.reason, steps_run=self.steps_run)
         except Exception:
@@ -298,8 +330,12 @@ class JobRun:
         if pulse.lost.is_set():
             return RunResult("stale", pulse.lost_reason, steps_run=self.steps_run)
         pulse.move(state.step, DENOISE_SHARE + 4.0, "uploading")
-        with tracing.child("worker upload", {"spotreel.bytes": len(mp4)}), phase.labels(pool, "upload").time():
-            up = self.artifacts.upload(self.lease.job_id, self.lease.epoch, mp4, digest)
+        try:
+            with tracing.child("worker upload", {"spotreel.bytes": len(mp4)}), phase.labels(pool, "upload").time():
+                up = self._needed(f"upload of video {self.lease.job_id}/e{self.lease.epoch}", "upload",
+                                  lambda: self.artifacts.upload(self.lease.job_id, self.lease.epoch, mp4, digest))
+        except StorageUnavailable as exc:
+            return self._unavailable(exc)
         try:
             verdict = self._command(lambda: self.transport.complete(self.lease, up.key, up.checksum, up.size_bytes))
         except LeaseLost as exc:
@@ -331,6 +367,28 @@ class JobRun:
         one that does not within STUCK_GRACE_S leaves the process unusable (`on_wedged`)."""
         if not self._finished.wait(STUCK_GRACE_S):
             self.on_wedged(why)
+
+    def _needed(self, what: str, op: str, call: Callable[[], Any]) -> Any:
+        """A call the job cannot do without, retried within the storage budget; a notice or a lost lease stops
+        the retries (StorageUnavailable with `interrupted`)."""
+        pulse = self.pulse
+        pool = self.lease.pool
+        return call_within(Budget(self.budgets.storage_s), what, call,
+                           stop=lambda: self.notice.requested or (pulse is not None and pulse.lost.is_set()),
+                           on_retry=lambda exc: self.metrics.storage_retries.labels(pool, op).inc(),
+                           sleep=self.notice.wait)
+
+    def _unavailable(self, exc: StorageUnavailable) -> RunResult:
+        """The store did not answer in time. Interrupted by a lost lease: stale; by a notice: handed back (the
+        next worker starts from the durable checkpoint); else the attempt fails, retryable, saying why."""
+        pulse = self.pulse
+        if pulse is not None and pulse.lost.is_set():
+            return self._lost(pulse.lost_reason)
+        if exc.interrupted and self.notice.requested:
+            self._release("preempted")
+            return RunResult("preempted", f"{exc}", steps_run=self.steps_run)
+        log.warning("job %s epoch %d: %s", self.lease.job_id, self.lease.epoch, exc)
+        return self._fail(STORAGE_UNAVAILABLE, str(exc), retryable=True)
 
     def _fail(self, code: str, message: str, retryable: bool) -> RunResult:
         try:

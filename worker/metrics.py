@@ -39,8 +39,12 @@ class WorkerMetrics:
         self.checkpoint_bytes = Histogram(
             "spotreel_worker_checkpoint_bytes", "size of a written checkpoint object", ["pool"], registry=r,
             buckets=(1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10))
-        self.checkpoint_failures = Counter("spotreel_worker_checkpoint_failures",
-                                           "checkpoint writes that raised (S3 down, disk full)", ["pool"], registry=r)
+        self.checkpoint_failures = Counter(
+            "spotreel_worker_checkpoint_failures", "checkpoints the store did not take within the checkpoint "
+            "budget (or refused), each one skipped: nothing recorded, the render went on", ["pool"], registry=r)
+        self.storage_retries = Counter(
+            "spotreel_worker_storage_retries", "S3 calls of a render tried again after a transient error, beyond "
+            "botocore's own tries (op: checkpoint | resume | upload; worker/storage.py)", ["pool", "op"], registry=r)
         self.renewals = Counter(
             "spotreel_worker_lease_renewals", "renewals the pulse sent (kind: heartbeat | progress) by outcome: "
             "accepted, pending (durable, not judged in time), refused, lost (the lease is gone), unreachable",

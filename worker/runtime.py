@@ -22,6 +22,7 @@ from spotreel.worker.artifacts import ArtifactStore
 from spotreel.worker.checkpoints import CheckpointStore
 from spotreel.checkpoint_interval import IntervalPolicy
 from spotreel.worker.job import JobRun, RunResult
+from spotreel.worker.storage import StorageBudgets
 from spotreel.worker.metrics import WorkerMetrics
 from spotreel.worker.report import say
 from spotreel.worker.signals import PreemptionNotice
@@ -66,6 +67,9 @@ class RuntimeOptions:
     # The worker's own stuck rule (stuck.py); 0 steps turns it off (the scheduler's rule still applies).
     stuck_steps: int = DEFAULT_STEPS
     stuck_min_s: float = DEFAULT_MIN_S
+    # How long S3 may keep a checkpoint (skipped past it) and the resume read or video upload (the attempt
+    # fails past it) waiting: job.StorageBudgets.
+    budgets: StorageBudgets = StorageBudgets()
 
     def policy(self) -> IntervalPolicy:
         if self.checkpoint_every_s is not None:
@@ -217,7 +221,7 @@ class WorkerRuntime:
                                                        step=step),
                       stuck_steps=o.stuck_steps, stuck_min_s=o.stuck_min_s,
                       on_wedged=lambda why: self._wedged(lease, why), metrics=self.metrics, model=o.model,
-                      guidance_scale=o.guidance_scale, negative_prompt=o.negative_prompt).run()
+                      guidance_scale=o.guidance_scale, negative_prompt=o.negative_prompt, budgets=o.budgets).run()
 
     def _wedged(self, lease, why: str) -> None:
         """A step hung past the stuck report (job.py): the thread cannot be stopped and the device may be

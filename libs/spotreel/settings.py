@@ -25,6 +25,10 @@ def _default_cache() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "spotreel"
 
 
+# botocore's retry modes that back off with jitter ("legacy" does not add jitter the same way and is not offered).
+S3_RETRY_MODES = ("standard", "adaptive")
+
+
 @dataclass(frozen=True)
 class Settings:
     # Where the local stack keeps data, logs and pid files (one directory, wiped by `up --fresh`).
@@ -93,6 +97,19 @@ class Settings:
     s3_bucket_artifacts: str = "spotreel-artifacts"
     # Bucket of the workers' checkpoints.
     s3_bucket_checkpoints: str = "spotreel-checkpoints"
+    # botocore's retry mode of every S3 client: "standard" (exponential backoff with jitter on connection
+    # errors, timeouts, throttling and 5xx) or "adaptive" (the same, plus client-side rate limiting after
+    # throttling answers).
+    s3_retry_mode: str = "standard"
+    # Tries of one S3 call, the first included (botocore's total_max_attempts). The worker's checkpoints and
+    # video upload retry further within their own time budgets (`spotreel worker --checkpoint-budget`,
+    # `--storage-budget`).
+    s3_max_attempts: int = 3
+    # Milliseconds an S3 client waits for a connection.
+    s3_connect_timeout_ms: int = 2_000
+    # Milliseconds an S3 client waits for the store's next bytes: a stopped store (SIGSTOP, a hung node)
+    # accepts connections but never answers, and only this notices it (botocore's default is 60 s).
+    s3_read_timeout_ms: int = 5_000
 
     # Port of the gateway's public API (and the base of the local stack's metrics ports: + 1 to + 4).
     gateway_port: int = 18700
@@ -248,6 +265,9 @@ class Settings:
             from spotreel.eventloop import check
 
             check(str(kwargs["event_loop"]))  # refused at start, with the variable's name
+        if kwargs.get("s3_retry_mode", "standard") not in S3_RETRY_MODES:
+            raise ValueError(f"SPOTREEL_S3_RETRY_MODE must be one of {', '.join(S3_RETRY_MODES)}, "
+                             f"got {kwargs['s3_retry_mode']!r}")
         if "gc_threshold" in kwargs:
             from spotreel.gctune import parse
 

@@ -17,12 +17,9 @@ from spotreel.settings import Settings
 
 
 def presigner(settings: Settings, expires_s: int):
-    import boto3
-    from botocore.config import Config
+    from spotreel.platform.s3 import s3_client
 
-    s3 = boto3.client("s3", endpoint_url=settings.s3_endpoint, aws_access_key_id=settings.s3_access_key,
-                      aws_secret_access_key=settings.s3_secret_key, region_name=settings.s3_region,
-                      config=Config(s3={"addressing_style": "path"}, signature_version="s3v4"))
+    s3 = s3_client(settings)
 
     def presign(key: str) -> str:
         # Signing is local: no request reaches the store until the client follows the redirect.

@@ -53,6 +53,8 @@ def build(settings: Settings, session, s3=None, env: Mapping[str, str] | None = 
     from spotreel.platform.s3 import s3_client
     from spotreel.platform.topics import events_topic
 
+    # A bulk delete (1,000 keys) is answered only once every key is gone, so its answer may take longer than a
+    # worker's; the janitor holds nothing up while it waits, and retries what failed (janitor.py).
     s3 = s3 or s3_client(settings, timeout=30.0)
     facts = ReadModelFacts(session)
     config = JanitorConfig(bootstrap=settings.kafka_bootstrap, group_id=group_id(settings),

@@ -7,7 +7,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disa
 
 from spotreel.domain.events import JobLeased, LeaseExpired, LeaseReleased
 from spotreel.domain.leases import PREEMPTED_FOR
-from spotreel.domain.state import JobState
+from spotreel.domain.state import JobState, Status
 
 # Counters' and histograms' `_created` timestamps would come out as separate gauge families.
 disable_created_metrics()
@@ -15,6 +15,8 @@ disable_created_metrics()
 # Jobs preempted and not yet leased again, remembered for the recovery histogram; beyond this many (a pool
 # with no workers at all) the oldest are forgotten rather than grow memory without bound.
 MAX_AWAITING_RECOVERY = 100_000
+# A job's terminal outcomes, as the job's status names them.
+OUTCOMES = (Status.SUCCEEDED, Status.FAILED, Status.DEAD_LETTERED, Status.CANCELLED)
 
 
 class Metrics:
@@ -85,6 +87,15 @@ class Metrics:
         self.generation = Histogram(
             "spotreel_scheduler_generation_seconds", "a succeeded job's rendering time, summed over its leases",
             ["pool"], registry=r, buckets=(0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200, 3600))
+        # Counted where the terminal event is decided (pipeline._take), by the partition's owner, so once per
+        # job: a redelivered command is skipped, a rebuild or a new owner folds the events without deciding
+        # them again, and the projector, which reads every event again on a replay, counts nothing.
+        self.jobs_ended = Counter(
+            "spotreel_scheduler_jobs_ended", "jobs that reached a terminal state, by outcome (succeeded, failed, "
+            "dead_lettered, cancelled), pool and tenant; counted when the partition's owner decides it (a job an "
+            "operator requeues after it failed counts again when it ends again)", ["pool", "tenant", "outcome"],
+            registry=r)
+        self._outcome_series: set[tuple[str, str]] = set()
         self._preempted_at: dict[str, tuple[str, int]] = {}  # job id -> (pool, at_ms)
 
     def observe_pickup(self, job: JobState, leased_at_ms: int) -> None:
@@ -125,6 +136,17 @@ class Metrics:
         since = max(job.submitted_at_ms, job.run_at_ms or 0)
         self.completion.labels(job.pool, str(job.priority)).observe(max(0, at_ms - since) / 1000)
         self.generation.labels(job.pool).observe(job.render_ms / 1000)
+
+    def observe_job(self, before: JobState | None, after: JobState) -> None:
+        """One job's new state as decided. Its (pool, tenant) series of every outcome exist at 0 from the first
+        state seen, so that a first failure is an increase to rate()/increase() and not a series born at 1."""
+        key = (after.pool, after.tenant)
+        if key not in self._outcome_series and not after.evicted:
+            self._outcome_series.add(key)
+            for outcome in OUTCOMES:
+                self.jobs_ended.labels(after.pool, after.tenant, outcome)
+        if after.is_terminal and not after.evicted and (before is None or not before.is_terminal):
+            self.jobs_ended.labels(after.pool, after.tenant, after.status).inc()
 
     def forget(self, job_id: str) -> None:
         """The job ended: it will not be leased again."""

@@ -241,6 +241,7 @@ class Pipeline:
             elif isinstance(e, ev.JobSucceeded):
                 self.metrics.observe_success(out.states[e.job_id][1], e.at_ms)
         for before, after in out.states.values():
+            self.metrics.observe_job(before, after)
             if after.is_terminal:
                 self.metrics.forget(after.job_id)
             self.cache[after.job_id] = after

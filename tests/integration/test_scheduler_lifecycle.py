@@ -245,9 +245,23 @@ def test_metrics_endpoint(metrics_env):
     try:
         sub = _job(bus, priority=3)
         bus.wait_event(sub.job_id, ev.JobQueued)
-        _lease(bus, sub.job_id, "w-metrics")
+        a = _lease(bus, sub.job_id, "w-metrics")
         pool = bus.state(sub.job_id).pool
+        # Jobs by terminal outcome, pool and tenant: one success, one cancel; a late second completion of the
+        # same job (rejected) counts nothing more.
+        other = _job(bus, model=bus.state(sub.job_id).spec.model)
+        bus.wait_event(other.job_id, ev.JobQueued)
+        bus.send(c.CancelJob(bus.next_id(), other.job_id, "user"))
+        for _ in range(2):
+            bus.send(c.CompleteJob(bus.next_id(), sub.job_id, a.epoch, "w-metrics", "out.mp4", "s", 1))
+        bus.wait_event(sub.job_id, ev.JobSucceeded)
+        bus.wait_event(sub.job_id, ev.CommandRejected)
+        bus.wait_event(other.job_id, ev.JobCancelled)
     finally:
         bus.close()
     body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
     assert f'spotreel_scheduler_queue_wait_seconds_count{{pool="{pool}",tier="3"}} 1.0' in body, body[-3000:]
+    ended = {o: f'spotreel_scheduler_jobs_ended_total{{outcome="{o}",pool="{pool}",tenant="acme"}}'
+             for o in ("succeeded", "cancelled", "failed", "dead_lettered")}
+    assert [f"{ended[o]} {n}" in body for o, n in (("succeeded", 1.0), ("cancelled", 1.0), ("failed", 0.0),
+                                                    ("dead_lettered", 0.0))] == [True] * 4, body[-3000:]

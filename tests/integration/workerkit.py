@@ -16,7 +16,7 @@ import sys
 import time
 import urllib.request
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -41,13 +41,15 @@ class Plane:
     tmp: Path
     bus: Bus
     s3: Any
+    # More environment for the plane's processes (a private S3 store's endpoint, say).
+    extra_env: dict[str, str] = field(default_factory=dict)
 
     def env(self) -> dict[str, str]:
         s = self.settings
         return dict(os.environ, PYTHONUNBUFFERED="1", SPOTREEL_TOPIC_PREFIX=s.topic_prefix,
                     SPOTREEL_PARTITIONS=str(s.partitions), SPOTREEL_CASSANDRA_KEYSPACE=s.cassandra_keyspace,
                     SPOTREEL_S3_BUCKET_ARTIFACTS=s.s3_bucket_artifacts,
-                    SPOTREEL_S3_BUCKET_CHECKPOINTS=s.s3_bucket_checkpoints)
+                    SPOTREEL_S3_BUCKET_CHECKPOINTS=s.s3_bucket_checkpoints, **self.extra_env)
 
     def submit(self, model: str, sampler_tag: str = "", **overrides: Any):
         key = f"{model}-{sampler_tag}-{uuid.uuid4().hex[:6]}"
@@ -182,9 +184,11 @@ def tiny_model(settings: Settings) -> Path:
     return target
 
 
-def start_plane(base: Settings, stack, tmp: Path, gateway_env: dict[str, str] | None = None):
-    """Generator for a module fixture: yields a Plane, tears everything down afterwards. `gateway_env`: more
-    environment for the gateway (a model registry, say)."""
+def start_plane(base: Settings, stack, tmp: Path, env: dict[str, str] | None = None,
+                gateway_env: dict[str, str] | None = None):
+    """Generator for a module fixture: yields a Plane, tears everything down afterwards. `env`: more
+    environment for its scheduler, gateway and workers (with `stack.s3_endpoint` naming the same store);
+    `gateway_env`: more for the gateway alone (a model registry, say)."""
     import boto3
     from botocore.config import Config
     from cassandra.cluster import Cluster
@@ -203,7 +207,7 @@ def start_plane(base: Settings, stack, tmp: Path, gateway_env: dict[str, str] | 
     for b in (s.s3_bucket_artifacts, s.s3_bucket_checkpoints):
         s3.create_bucket(Bucket=b)
     sched = SchedulerProc(s, tmp)
-    probe = Plane(s, key, "", model_dir, tmp, None, s3)  # type: ignore[arg-type]
+    probe = Plane(s, key, "", model_dir, tmp, None, s3, dict(env or {}))  # type: ignore[arg-type]
     gw = GatewayProc({**probe.env(), **(gateway_env or {})}, free_port(), tmp)
     bus = Bus(s)
     try:

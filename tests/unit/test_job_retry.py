@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from spotreel.domain import commands as c
 from spotreel.domain import retry
 from spotreel.domain.events import AttemptFailed, JobScheduled
 from spotreel.domain.state import Status
@@ -159,3 +160,43 @@ def test_failure_decision_table() -> None:
     assert d.outcome == retry.FailureOutcome.RETRY
     d = retry.on_visible_failure(retryable=False, attempts_used=0, recent_failures_ms=(), **common)
     assert (d.outcome, d.reason) == (retry.FailureOutcome.FAILED, "non_retryable")
+
+
+def _storage_failure(d: Driver) -> tuple:
+    e, w = d.lease()
+    return d.send(c.FailJob(d.next_id("fail"), d.job_id, e, w, retry.STORAGE_UNAVAILABLE,
+                            "upload of video failed after 9 tries over 120.0 s: EndpointConnectionError", True))
+
+
+def test_store_outage_failures_are_no_evidence_of_poison() -> None:
+    """Three storage_unavailable failures inside the poison window retry (each costs an attempt), where three
+    of any other kind dead-letter the job as poison; and they leave nothing in the window for a later one."""
+    d = leased_job(max_attempts=10, poison_threshold=3, poison_window_ms=MINUTE)
+    began = d.now
+    for n in range(1, 4):
+        out = _storage_failure(d)
+        assert kinds(out) == ["AttemptFailed", "JobScheduled"], n
+        assert out[0].error_code == "storage_unavailable" and out[0].attempts_used == n
+        d.activate(advance=out[1].run_at_ms - d.now)  # straight after the backoff
+        d.grant()
+    assert d.now - began < MINUTE and d.s.recent_failures_ms == () and d.s.attempts_used == 3
+    assert kinds(d.fail()) == ["AttemptFailed", "JobScheduled"]  # one real failure in the window, not three
+
+
+def test_store_outage_failures_still_spend_attempts() -> None:
+    d = leased_job(max_attempts=2)
+    _storage_failure(d)
+    d.activate(advance=10 * MINUTE)
+    d.grant()
+    out = _storage_failure(d)
+    assert kinds(out) == ["AttemptFailed", "JobDeadLettered"] and out[1].reason == "max_attempts"
+
+
+def test_poison_evidence_off_skips_only_the_poison_rule() -> None:
+    common = dict(job_id="j", max_attempts=3, now_ms=10_000, poison_threshold=3, poison_window_ms=1_000,
+                  backoff_base_ms=100, backoff_max_ms=1_000, retryable=True, poison_evidence=False)
+    d = retry.on_visible_failure(attempts_used=1, recent_failures_ms=(9_000, 9_500), **common)
+    assert d.outcome == retry.FailureOutcome.RETRY
+    d = retry.on_visible_failure(attempts_used=2, recent_failures_ms=(9_000, 9_500), **common)
+    assert (d.outcome, d.reason) == (retry.FailureOutcome.DEAD_LETTER, "max_attempts")
+    assert not retry.counts_toward_poison("storage_unavailable") and retry.counts_toward_poison("oom")

@@ -93,7 +93,7 @@ def bad_bucket_bounds(exprs: list[tuple[str, str]]) -> dict[str, list[str]]:
 
 def test_there_is_something_to_lint() -> None:
     assert DASHBOARDS and CONSOLES
-    assert len(alert_exprs()) == 10
+    assert len(alert_exprs()) == 14
 
 
 def test_every_expression_parses(tmp_path: Path) -> None:

@@ -123,3 +123,54 @@ def test_completion_and_generation_of_a_succeeded_job() -> None:
     assert f"spotreel_scheduler_completion_seconds_sum{{{labels}}} 45.0" in text
     assert f'spotreel_scheduler_generation_seconds_sum{{pool="{job.pool}"}} {job.render_ms / 1000}' in text
     assert job.render_ms > 0
+
+
+class ObservedDriver(Driver):
+    """A Driver whose every decision is shown to the scheduler's metrics as pipeline._take shows it."""
+
+    def __init__(self, metrics: SchedulerMetrics, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.metrics = metrics
+
+    def send(self, command, *, at=None, advance=0):
+        before = self.state
+        out = super().send(command, at=at, advance=advance)
+        if out and self.state is not None:
+            self.metrics.observe_job(before, self.state)
+        return out
+
+
+def _ended(text: str, pool: str, tenant: str, outcome: str) -> float:
+    line = f'spotreel_scheduler_jobs_ended_total{{outcome="{outcome}",pool="{pool}",tenant="{tenant}"}} '
+    found = [ln for ln in text.splitlines() if ln.startswith(line)]
+    assert found, f"no {line} in\n{text}"
+    return float(found[0].rsplit(" ", 1)[1])
+
+
+def test_jobs_by_terminal_outcome_pool_and_tenant_counted_once_each() -> None:
+    m = SchedulerMetrics()
+    done = ObservedDriver(m)
+    done.send(submit("k-done"))
+    pool = done.s.pool
+    text = generate_latest(m.registry).decode()
+    for outcome in ("succeeded", "failed", "dead_lettered", "cancelled"):  # there at 0 from the first state
+        assert _ended(text, pool, "acme", outcome) == 0
+    done.grant()
+    done.complete()
+    done.complete()  # a late duplicate is rejected: no second count
+    failed = ObservedDriver(m)
+    failed.send(submit("k-failed"))
+    failed.grant()
+    failed.fail(retryable=False)
+    dead = ObservedDriver(m)
+    dead.send(submit("k-dead", tenant="zeta", max_attempts=1))
+    dead.grant()
+    dead.fail()
+    cancelled = ObservedDriver(m)
+    cancelled.send(submit("k-cancel"))
+    cancelled.cancel()
+    cancelled.cancel()
+    text = generate_latest(m.registry).decode()
+    assert [_ended(text, pool, "acme", o) for o in ("succeeded", "failed", "dead_lettered", "cancelled")] == \
+        [1, 1, 0, 1]
+    assert _ended(text, pool, "zeta", "dead_lettered") == 1 and _ended(text, pool, "zeta", "succeeded") == 0

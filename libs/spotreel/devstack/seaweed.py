@@ -109,7 +109,7 @@ class Seaweed(Server):
         if not portlib.listening(s.host, s.s3_port, timeout=min(timeout, 1.0)):
             raise ProbeFailed(f"nothing listening on {s.local_s3_endpoint}")
         try:
-            buckets = s3_client(local_store(s), timeout).list_buckets().get("Buckets", [])
+            buckets = s3_client(local_store(s), timeout, attempts=1).list_buckets().get("Buckets", [])
         except Exception as exc:  # botocore: connection, timeout or an S3 error reply
             raise ProbeFailed(f"list_buckets failed: {type(exc).__name__}: {str(exc)[:200]}") from None
         return f"{len(buckets)} buckets"

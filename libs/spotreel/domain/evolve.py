@@ -13,7 +13,7 @@ from spotreel.domain.records import replace
 
 from spotreel.domain import events as ev
 from spotreel.domain import leases, limits, progress
-from spotreel.domain.retry import failures_in_window
+from spotreel.domain.retry import counts_toward_poison, failures_in_window
 from spotreel.domain.state import Checkpoint, JobState, Lease, Status
 
 
@@ -159,7 +159,9 @@ def _apply(s: JobState, e: object) -> JobState:  # noqa: C901 - one flat dispatc
         case ev.LeaseExpired() | ev.LeaseReleased():
             return progress.on_lease_end(replace(s, lease=None, preemptions=e.preemptions))
         case ev.AttemptFailed():
-            recent = (*failures_in_window(s.recent_failures_ms, e.at_ms, s.poison_window_ms), e.at_ms)
+            recent = failures_in_window(s.recent_failures_ms, e.at_ms, s.poison_window_ms)
+            if counts_toward_poison(e.error_code):
+                recent = (*recent, e.at_ms)
             failed = replace(
                 s,
                 lease=None,

@@ -342,6 +342,7 @@ def _fail(state: JobState, c: cmd.FailJob, h: Head, now_ms: int) -> Events:
         poison_window_ms=state.poison_window_ms,
         backoff_base_ms=state.backoff_base_ms,
         backoff_max_ms=state.backoff_max_ms,
+        poison_evidence=retry.counts_toward_poison(c.error_code),
     )
     if d.outcome == retry.FailureOutcome.FAILED:
         return failed(d.attempts_used), h.event(ev.JobFailed, reason=d.reason or "non_retryable", error_code=c.error_code)

@@ -12,6 +12,15 @@ Poison: `poison_threshold` visible failures within `poison_window_ms` (the curre
 job fails fast for a reason retries will not fix (bad prompt, model that crashes on load), so it is
 dead-lettered at once instead of burning the rest of its attempts.
 
+A failure whose error code is an outage of shared infrastructure (`INFRA_ERROR_CODES`: the object store did
+not answer within the worker's storage budget) costs an attempt and backs off like any other, but is no
+evidence of poison: it neither enters the poison window nor is judged by it. An outage hits every job in
+flight at once, and a job that failed that way says nothing about its own inputs; counting it would
+dead-letter healthy jobs as poison during one store outage (three in 60 s), though the worker's budget
+(minutes) already spaces such failures of one job out. It still spends `max_attempts`, so an outage longer
+than the attempts' budgets and backoffs together dead-letters the job (`max_attempts`), which a manual
+requeue gives a fresh budget.
+
 Jitter must not come from a random generator (decide stays a function of its inputs), so it is derived
 from (job_id, attempt): replaying the history gives the same delay, and different jobs that failed
 together still spread out.
@@ -22,6 +31,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from spotreel.domain.ids import deterministic_fraction
+
+
+# FailJob error codes that blame shared infrastructure, not the job (worker/job.py's STORAGE_UNAVAILABLE).
+STORAGE_UNAVAILABLE = "storage_unavailable"
+INFRA_ERROR_CODES = frozenset({STORAGE_UNAVAILABLE})
+
+
+def counts_toward_poison(error_code: str) -> bool:
+    return error_code not in INFRA_ERROR_CODES
 
 
 class FailureOutcome:
@@ -75,12 +93,14 @@ def on_visible_failure(
     poison_window_ms: int,
     backoff_base_ms: int,
     backoff_max_ms: int,
+    poison_evidence: bool = True,
 ) -> FailureDecision:
+    """`poison_evidence`: False for a failure that blames shared infrastructure (counts_toward_poison)."""
     used = attempts_used + 1
     if not retryable:
         return FailureDecision(FailureOutcome.FAILED, used, "non_retryable")
     recent = failures_in_window(recent_failures_ms, now_ms, poison_window_ms)
-    if len(recent) + 1 >= poison_threshold:
+    if poison_evidence and len(recent) + 1 >= poison_threshold:
         return FailureDecision(FailureOutcome.DEAD_LETTER, used, DeadLetterReason.POISON)
     if used >= max_attempts:
         return FailureDecision(FailureOutcome.DEAD_LETTER, used, DeadLetterReason.MAX_ATTEMPTS)
