@@ -123,6 +123,8 @@ class GrantLease:
     why_weight: float | None = None
     why_warm: bool = False
     why_candidates: int = 0
+    # The worker's fingerprint (RequestWork.fingerprint): decide resumes from the newest checkpoint it can use.
+    worker_fingerprint: str = ""
 
 
 @dataclass(frozen=True)
@@ -400,6 +402,8 @@ class RequestWork:
     draining: bool = False
     lease_ttl_ms: int = 30000
     sent_at_ms: int = 0
+    # The worker's numerical environment (resume_match.py): which checkpoints it can resume from exactly.
+    fingerprint: str = ""
 
 
 DISPATCH_COMMANDS = (RequestWork,)
