@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from spotreel.domain import commands as c
 from spotreel.domain import ids
 from spotreel.domain import resume_match as rm
 from spotreel.domain.events import CheckpointRecorded, JobLeased
@@ -64,6 +65,26 @@ def test_a_worker_of_another_fingerprint_starts_at_step_0_without_spending_anyth
     assert d.s.attempts_used == 0
 
 
+def test_a_worker_that_states_less_is_judged_on_what_it_states() -> None:
+    env = rm.encode({"torch": "2.13.0", "diffusers": "0.39.0", "device": "cpu"})
+    assert rm.compatible(F1, env) and not rm.compatible(F2, env)
+    assert rm.differences(F2, env) == ("device",)
+    assert rm.differences(env, F1) == ("dtype", "family")  # the checkpoint says nothing of them: no match
+
+
+def test_a_checkpoint_carries_its_writers_fingerprint_when_given() -> None:
+    d = Driver()
+    d.submit()
+    env = rm.encode({"device": "cpu"})
+    _grant(d, "wa", env)
+    e, w = d.lease()
+    out = d.send(c.RecordCheckpoint("ck", d.job_id, e, w, ids.checkpoint_key(d.job_id, e, 4), 4, 20.0, "s", 1,
+                                    fingerprint=F1))
+    assert out[0].fingerprint == F1
+    d.checkpoint(6, 30.0)
+    assert [cp.fingerprint for cp in d.s.checkpoints] == [F1, env]
+
+
 def test_without_fingerprints_the_newest_is_used_as_before() -> None:
     d = Driver()
     d.submit()
@@ -111,7 +132,9 @@ def test_dispatch_holds_only_for_a_present_match_and_only_for_a_while(
     newest = Checkpoint("k", 5, 25.0, 1, "c", 1, 0, newest_fp)
     held = rm.hold_for_match(newest, worker, idle, waited, hold)
     if held:
-        assert waited < hold and not rm.compatible(newest_fp, worker) and newest_fp in idle
+        assert waited < hold and not rm.compatible(newest_fp, worker) and any(fp and rm.compatible(newest_fp, fp)
+                                                                            for fp in idle)
     else:
-        assert waited >= hold or rm.compatible(newest_fp, worker) or newest_fp not in idle or not newest_fp
+        assert waited >= hold or rm.compatible(newest_fp, worker) or not newest_fp or \
+            not any(fp and rm.compatible(newest_fp, fp) for fp in idle)
     assert not rm.hold_for_match(None, worker, idle, waited, hold)

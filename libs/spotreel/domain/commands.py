@@ -223,6 +223,8 @@ class RecordCheckpoint:
     size_bytes: int
     # How long the worker took to write it (the checkpoint cost C of Young/Daly); None when not measured.
     duration_ms: int | None = None
+    # The writer's numerical environment for this render (resume_match.py); "": the lease's, as asked with.
+    fingerprint: str = ""
 
 
 @dataclass(frozen=True)

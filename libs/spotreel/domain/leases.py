@@ -319,7 +319,7 @@ def _checkpoint(state: JobState, c: cmd.RecordCheckpoint, h: Head, now_ms: int) 
             size_bytes=c.size_bytes,
             pruned_keys=pruned,
             duration_ms=c.duration_ms,
-            fingerprint=state.lease.fingerprint,
+            fingerprint=c.fingerprint or state.lease.fingerprint,
         ),
     )
 

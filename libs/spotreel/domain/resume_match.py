@@ -4,11 +4,16 @@ A resume is exact only on the numerical environment that wrote the checkpoint: t
 weights, loop version, torch and diffusers builds, device kind (and GPU model or CPU thread count), dtype and
 VAE tiling rule (worker/pipeline.py `Renderer.environment`). A worker states that environment as its
 *fingerprint* when it asks for work (`RequestWork.fingerprint`); the lease keeps it, and every checkpoint
-recorded under the lease carries it (`CheckpointRecorded.fingerprint`).
+recorded under the lease carries its writer's (`CheckpointRecorded.fingerprint`).
 
-The format is `key=value` pairs joined by `;`, keys sorted (`encode`), so two fingerprints are compared as
-strings and a difference can be named by key (`differences`). An empty fingerprint is unknown (a checkpoint
-recorded, or a worker built, before fingerprints): it matches anything, as every resume did before.
+The format is `key=value` pairs joined by `;`, keys sorted (`encode`), so a difference can be named by key
+(`differences`). A worker can use a checkpoint when every field it states has the checkpoint's value: a
+worker serving one model states that model's family, weights and dtype with its environment; one serving
+several states its environment alone (which model a lease brings is not known when it asks), and its own
+load check (the render fingerprint in the checkpoint file) judges the rest. The writer of a checkpoint
+states everything (`RecordCheckpoint.fingerprint`; the lease's when it gives none). An empty fingerprint is
+unknown (a checkpoint recorded, or a worker built, before fingerprints): it matches anything, as every
+resume did before.
 
 - **Grant** (`choose_resume`): the lease resumes from the newest checkpoint whose fingerprint matches the
   worker's; newer ones it cannot use are skipped (and kept: a matching worker may take them later), and
@@ -60,14 +65,17 @@ def parse(fingerprint: str) -> dict[str, str]:
 
 
 def compatible(checkpoint_fp: str, worker_fp: str) -> bool:
-    """A worker of `worker_fp` can resume exactly from a checkpoint of `checkpoint_fp` (unknown: yes)."""
-    return not checkpoint_fp or not worker_fp or checkpoint_fp == worker_fp
+    """A worker of `worker_fp` can resume exactly from a checkpoint of `checkpoint_fp` (unknown: yes): every
+    field the worker states has the checkpoint's value."""
+    if not checkpoint_fp or not worker_fp or checkpoint_fp == worker_fp:
+        return True
+    return not differences(checkpoint_fp, worker_fp)
 
 
 def differences(checkpoint_fp: str, worker_fp: str) -> tuple[str, ...]:
-    """The keys whose values differ between two fingerprints (present on one side only included), sorted."""
+    """The fields the worker states whose value the checkpoint does not have (missing there included), sorted."""
     a, b = parse(checkpoint_fp), parse(worker_fp)
-    return tuple(sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k)))
+    return tuple(sorted(k for k, v in b.items() if a.get(k) != v))
 
 
 @dataclass(frozen=True)
@@ -108,4 +116,4 @@ def hold_for_match(newest: Checkpoint | None, worker_fp: str, idle_fps: Iterable
         return False
     if compatible(newest.fingerprint, worker_fp):
         return False
-    return any(fp == newest.fingerprint for fp in idle_fps)
+    return any(fp and compatible(newest.fingerprint, fp) for fp in idle_fps)
