@@ -216,8 +216,8 @@ class ParentWatched:
 class JobLeased:
     """A lease under a new fencing `epoch`. `attempt` counts leases (runs) of this job, 1-based.
 
-    The resume_* fields name the newest valid checkpoint, which the worker must load; None means start from
-    step 0."""
+    The resume_* fields name the newest valid checkpoint the worker's fingerprint can use (resume_match.py),
+    which the worker must load; None means start from step 0."""
 
     job_id: str
     version: int
