@@ -3,7 +3,7 @@ scheduler, gateway, Kafka and S3.
 
 Worker B's fingerprint differs from A's by SPOTREEL_WORKER_FINGERPRINT_OVERRIDE (device=cuda, dtype=float16):
 a simulated difference, since this machine has one kind of hardware; its render is the same CPU float32 one.
-A checkpoints a job and is preempted (SIGTERM: emergency checkpoint, release). B gets the job and starts at
+A checkpoints a job, is stopped until B is up, then preempted (SIGTERM: emergency checkpoint, release). B gets the job and starts at
 step 0 instead of loading A's checkpoints (which would have failed its load check and cost an attempt): its
 JobLeased names them as skipped, no attempt is spent, and the video equals an uninterrupted render. B is not
 held back for A (resume affinity waits only for an idle worker that matches; one that released its lease is
@@ -32,15 +32,18 @@ def plane(settings, stack, tmp_path_factory):
 
 def test_a_worker_of_another_fingerprint_starts_at_step_0_and_spends_no_attempt(plane):
     model = f"tiny-{uuid.uuid4().hex[:8]}"
-    a = plane.worker("a", model, "http", "--once", "--checkpoint-every", "0.25", "--lease-ttl-ms", "8000")
+    a = plane.worker("a", model, "http", "--once", "--checkpoint-every", "0.25", "--lease-ttl-ms", "30000")
     b = None
     try:
         a.wait_ready()
         job = plane.submit(model, num_steps=60)
         plane.bus.wait_event(job.job_id, ev.CheckpointRecorded, timeout=120, count=2)
+        # A waits, stopped (its 30 s lease outlasts it), until B is up: then B is idle when A is preempted.
+        a.signal(signal.SIGSTOP)
         b = plane.worker("b", model, "http", "--once", "--checkpoint-every", "0.25", "--lease-ttl-ms", "8000",
                          env={"SPOTREEL_WORKER_FINGERPRINT_OVERRIDE": OVERRIDE})
         b.wait_ready()
+        a.signal(signal.SIGCONT)
         a.signal(signal.SIGTERM)
         assert a.wait_exit(60) == 0, a.logs()
         plane.bus.wait_event(job.job_id, ev.JobRequeued, timeout=60)
