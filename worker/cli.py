@@ -266,7 +266,8 @@ def _serve(args: argparse.Namespace, settings: Settings, notice: Any, worker_id:
     def loader(directory: Path, entry: Any = None):
         # the registry's dtype on cuda; on a CPU the worker renders in float32
         dtype = getattr(torch, entry.dtype) if device.startswith("cuda") and entry is not None else None
-        return lambda: quietly(lambda: Renderer(directory, device=device, dtype=dtype, limits=entry, **tiling))
+        return lambda: quietly(lambda: Renderer(directory, device=device, dtype=dtype, limits=entry, **tiling,
+                                                fingerprint_override=settings.worker_fingerprint_override))
 
     served = {e.name: ServedModel(e.name, args.sampler or e.sampler,
                                   e.guidance_scale if args.guidance_scale is None else args.guidance_scale,
@@ -278,7 +279,8 @@ def _serve(args: argparse.Namespace, settings: Settings, notice: Any, worker_id:
     first = args.entries[0] if args.entries else None
     # Warm: the weights actually loaded. A registry worker loaded its first --model; a worker without the
     # registry renders every pool it names with the one directory it loaded, so all of them are warm.
-    profile = WorkerProfile(worker_id, gpu_type, models, warm_models=(first.name,) if first else models)
+    profile = WorkerProfile(worker_id, gpu_type, models, warm_models=(first.name,) if first else models,
+                            fingerprint=renderer.worker_fingerprint(single_model=len(served) <= 1))
     if transport_kind == "kafka":
         from spotreel.worker.transport_kafka import KafkaTransport
 

@@ -276,7 +276,8 @@ class JobRun:
         try:
             # Not re-sent when pending: the command is durable, and a copy could only be refused as not newer.
             verdict = self._command(lambda: self.transport.checkpoint(self.lease, saved.key, state.step, pct,
-                                                                      saved.checksum, saved.size_bytes, written_ms),
+                                                                      saved.checksum, saved.size_bytes, written_ms,
+                                                                      self.renderer.checkpoint_fingerprint()),
                                     retry_pending=False)
         except LeaseLost:
             # Written under an epoch that no longer holds the lease: nothing references it, so it goes.

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from spotreel.domain import resume_match
 from spotreel.worker import vae_memory
 from spotreel.worker.checkpoints import Checkpoint, CheckpointMismatch
 from spotreel.worker.families import family_for
@@ -131,7 +132,7 @@ class Renderer:
 
     def __init__(self, model_dir: str | Path, device: str = "cpu", dtype: torch.dtype | None = None,
                  vae_tiling: str = "auto", tile_above_voxels: int | None = None,
-                 limits: Any = None) -> None:
+                 limits: Any = None, fingerprint_override: str = "") -> None:
         """`vae_tiling`: off, on, or auto (see `tiled`); `tile_above_voxels` (width × height × frames): the
         operator's threshold for auto, None for the measured rule (DEFAULT_TILE_ABOVE_VOXELS where none is). `limits`: the model's registry entry (model_registry.ModelEntry), whose sizes, frame range
         and step range `check` holds a request to; None: only what the family itself can render."""
@@ -160,6 +161,10 @@ class Renderer:
         self.model_id = _model_identity(self.model_dir)
         self._hang = _test_hang_spec(os.environ.get(TEST_HANG_ENV))
         self.numerics = self._numerics()
+        # Fields laid over the stated environment (settings.worker_fingerprint_override): a test's way to be a
+        # worker of another device kind or dtype without one. Part of the render fingerprint too, so this
+        # worker's own checkpoints and the scheduler's view of them agree.
+        self.fingerprint_override = resume_match.parse(fingerprint_override)
 
     # -- identity ------------------------------------------------------------------------------------------
 
@@ -171,7 +176,31 @@ class Renderer:
             settings["vae"] = "tiled"  # tiles blend at their seams: other frames than one whole decode
         doc = {"loop": LOOP_VERSION, "family": self.family.name, "model": self.model_id, "dtype": str(self.dtype),
                "numerics": self.numerics, "request": settings}
+        if self.fingerprint_override:
+            doc["override"] = self.fingerprint_override
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+    def environment(self, with_model: bool = True) -> dict[str, str]:
+        """What a checkpoint of this worker needs to resume exactly (domain/resume_match.py), request aside:
+        loop version, torch and diffusers builds, device kind and GPU model (or CPU threads), the VAE tiling
+        rule, and with the model its family, weights identity and dtype."""
+        import diffusers
+
+        env = {"loop": str(LOOP_VERSION), "torch": torch.__version__, "diffusers": diffusers.__version__,
+               **{k: str(v) for k, v in self.numerics.items() if k != "torch"},
+               "vae": f"{self.vae_tiling}:{self.tile_above_voxels or ''}"}
+        if with_model:
+            env.update(family=self.family.name, weights=self.model_id[:16], dtype=str(self.dtype).removeprefix("torch."))
+        return {**env, **self.fingerprint_override}
+
+    def worker_fingerprint(self, single_model: bool = True) -> str:
+        """The fingerprint this worker states when it asks for work: with its model when it serves only that
+        one, the environment alone when it serves several (a lease may bring any of them)."""
+        return resume_match.encode(self.environment(with_model=single_model))
+
+    def checkpoint_fingerprint(self) -> str:
+        """The fingerprint of a checkpoint this renderer writes (RecordCheckpoint.fingerprint)."""
+        return resume_match.encode(self.environment())
 
     def _numerics(self) -> dict[str, Any]:
         """What besides the inputs decides the bits: on a CPU the thread count changes the order of float

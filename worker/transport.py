@@ -46,6 +46,9 @@ class WorkerProfile:
     gpu_type: str
     models: tuple[str, ...]
     warm_models: tuple[str, ...] = ()
+    # Its numerical environment (Renderer.worker_fingerprint, domain/resume_match.py): the scheduler resumes its
+    # leases from the newest checkpoint it can use exactly, and prefers it for jobs whose newest matches.
+    fingerprint: str = ""
 
 
 @dataclass(frozen=True)
@@ -125,8 +128,9 @@ class Transport(Protocol):
     def progress(self, lease: WorkerLease, step: int, progress_pct: float, phase: str) -> Verdict: ...
 
     def checkpoint(self, lease: WorkerLease, key: str, step: int, progress_pct: float, checksum: str,
-                   size_bytes: int, duration_ms: int | None = None) -> Verdict:
-        """`duration_ms`: how long writing the checkpoint took (feeds the pool's checkpoint-cost figures)."""
+                   size_bytes: int, duration_ms: int | None = None, fingerprint: str = "") -> Verdict:
+        """`duration_ms`: how long writing the checkpoint took (feeds the pool's checkpoint-cost figures);
+        `fingerprint`: the environment that wrote it (Renderer.checkpoint_fingerprint; "" the lease's)."""
 
     def complete(self, lease: WorkerLease, artifact_key: str, checksum: str, size_bytes: int) -> Verdict: ...
 

@@ -93,7 +93,7 @@ class HttpTransport:
         p = self.profile
         status, payload = self._post(f"/workers/{p.worker_id}/register",
                                      {"gpu_type": p.gpu_type, "models": list(p.models),
-                                      "warm_models": list(p.warm_models)})
+                                      "warm_models": list(p.warm_models), "fingerprint": p.fingerprint})
         if status != 200:
             self._raise(status, payload.get("error", {}), "register")
         return payload
@@ -101,7 +101,7 @@ class HttpTransport:
     def lease(self, wait_seconds: float, draining: bool = False, lease_ttl_ms: int | None = None) -> WorkerLease | None:
         p = self.profile
         body: dict[str, Any] = {"gpu_type": p.gpu_type, "models": list(p.models), "warm_models": list(p.warm_models),
-                                "wait_seconds": wait_seconds, "draining": draining}
+                                "wait_seconds": wait_seconds, "draining": draining, "fingerprint": p.fingerprint}
         if lease_ttl_ms is not None:
             body["lease_ttl_ms"] = lease_ttl_ms
         # The gateway may overrun the wait by one dispatch answer; leave room for it.
@@ -119,9 +119,11 @@ class HttpTransport:
         return self._fenced(lease, "progress", {"step": step, "progress_pct": progress_pct, "phase": phase})
 
     def checkpoint(self, lease: WorkerLease, key: str, step: int, progress_pct: float, checksum: str,
-                   size_bytes: int, duration_ms: int | None = None) -> Verdict:
+                   size_bytes: int, duration_ms: int | None = None, fingerprint: str = "") -> Verdict:
         body: dict[str, Any] = {"checkpoint_key": key, "step": step, "progress_pct": progress_pct,
                                 "checksum": checksum, "size_bytes": size_bytes}
+        if fingerprint:
+            body["fingerprint"] = fingerprint
         # The gateway refuses a write time outside 0..1 day (422); a clock jump must not cost the checkpoint.
         if duration_ms is not None and 0 <= duration_ms <= _MAX_CHECKPOINT_MS:
             body["duration_ms"] = int(duration_ms)

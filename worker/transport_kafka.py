@@ -209,7 +209,7 @@ class KafkaTransport:
             self._pending = _Asked(rid, partition, now)
         try:
             self._send(cmd.RequestWork(rid, p.worker_id, p.gpu_type, p.models, p.warm_models, draining, ttl,
-                                       int(time.time() * 1000)), partition=partition)
+                                       int(time.time() * 1000), p.fingerprint), partition=partition)
         except TransportError:
             with self._lock:
                 self._pending = None
@@ -408,10 +408,10 @@ class KafkaTransport:
                             renewal=True)
 
     def checkpoint(self, lease: WorkerLease, key: str, step: int, progress_pct: float, checksum: str,
-                   size_bytes: int, duration_ms: int | None = None) -> Verdict:
+                   size_bytes: int, duration_ms: int | None = None, fingerprint: str = "") -> Verdict:
         return self._fenced(lease, "ckpt", lambda c: cmd.RecordCheckpoint(c, *self._fence(lease), key, step,
                                                                           progress_pct, checksum, size_bytes,
-                                                                          duration_ms))
+                                                                          duration_ms, fingerprint))
 
     def complete(self, lease: WorkerLease, artifact_key: str, checksum: str, size_bytes: int) -> Verdict:
         return self._fenced(lease, "done", lambda c: cmd.CompleteJob(c, *self._fence(lease), artifact_key, checksum,

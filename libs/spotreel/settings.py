@@ -127,6 +127,10 @@ class Settings:
     # `spotreel worker`: its diffusers model directory (empty: the tiny model, built on first use under
     # home/models/tiny-t2v).
     worker_model_dir: str = ""
+    # `spotreel worker`: key=value pairs (`;` between them) laid over the numerical environment it states
+    # (domain/resume_match.py: device, dtype, torch, ...) and over its checkpoints', e.g. `device=cuda;dtype=float16`.
+    # For tests: a worker of another fingerprint without other hardware (the render itself is unchanged). Empty: none.
+    worker_fingerprint_override: str = ""
     # `spotreel worker`: how it reaches the control plane ("http" through the gateway, or "kafka" directly
     # for internal pools).
     worker_transport: str = "http"
@@ -172,6 +176,24 @@ class Settings:
     # times that of a tenant waiting in the pool (and larger) is asked back for it, within the same budget.
     # 0 (default): off.
     preempt_fair_share_ratio: int = 0
+    # Dispatch order (domain/dispatch.py, aging.py), in every scheduler partition and in the gateway's queue
+    # position. Graded aging: a queued job gains one priority tier per this many seconds waited, so an old
+    # low-priority job overtakes newer higher ones. 0 (default): off (tiers cross tenants; a credit per
+    # minute in a backlog of minutes would rank jobs by age across tenants and undo their weights).
+    dispatch_aging_step_s: int = 0
+    # The most tiers graded aging may add to a job's priority. -1: no bound.
+    dispatch_aging_max_boost: int = -1
+    # Starvation bound: a job queued this many seconds is overdue and goes before everything its worker may
+    # run except older overdue jobs, whatever its tier, share or model. 0: no bound.
+    dispatch_max_wait_s: int = 1800
+    # 1: a worker with a model loaded is offered that model's jobs first (a model switch only when none is
+    # left); 0: warmth only breaks ties between tenants of equal share.
+    dispatch_model_affinity: int = 1
+    # Resume affinity (domain/resume_match.py): a job whose newest checkpoint was made on another environment
+    # than the asking worker's is kept for an idle worker of the pool that matches it, at most this many
+    # seconds of the job's wait; after that any worker takes it (from the newest checkpoint it can use, or
+    # step 0). 0: never held.
+    dispatch_resume_hold_s: int = 10
     # Bounded state (domain/retention.py): a terminal job leaves the scheduler's table (a tombstone in its
     # compacted changelog) this many seconds after its last change. The events topic keeps the whole history
     # either way. Memory per job in the table: bench/README.md, "Scheduler: bounded state".

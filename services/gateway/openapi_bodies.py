@@ -7,7 +7,7 @@ from typing import Any
 
 from spotreel.api.config import GatewayConfig
 from spotreel.api.submission import JOB_ID as VIDEO_ID
-from spotreel.api.submission import (ALL_SAMPLERS, DAG_POLICIES, MAX_RUN_AT_MS, MAX_SEED, NAME, POLICY_DEFAULTS,
+from spotreel.api.submission import (ALL_SAMPLERS, DAG_POLICIES, MAX_RUN_AT_MS, MAX_SEED, NAME, policy_defaults,
                                      POLICY_LIMITS, PRIORITY_RANGE, resolution_rule)
 from spotreel.domain import limits
 from spotreel.domain.cron import WHITESPACE
@@ -79,7 +79,7 @@ def video_fields(cfg: GatewayConfig, private: bool) -> dict[str, Any]:
                                   "delay_seconds)"},
         "delay_seconds": {"type": "integer", "minimum": 0, "maximum": cfg.max_delay_s,
                           "description": "exclusive with run_at"},
-        **_policy_fields(),
+        **_policy_fields(cfg),
         "guidance_scale": {"type": ["number", "null"], "minimum": limits.MIN_GUIDANCE_SCALE,
                            "maximum": limits.MAX_GUIDANCE_SCALE, "default": None,
                            "description": "classifier-free guidance; 1: none. null: the model's default"},
@@ -93,8 +93,9 @@ def video_fields(cfg: GatewayConfig, private: bool) -> dict[str, Any]:
     }
 
 
-def _policy_fields() -> dict[str, Any]:
-    """The job's retry and time policy: submission.POLICY_LIMITS and POLICY_DEFAULTS (domain/limits.py)."""
+def _policy_fields(cfg: GatewayConfig) -> dict[str, Any]:
+    """The job's retry and time policy: submission.POLICY_LIMITS and the operator's defaults (domain/limits.py)."""
+    defaults = policy_defaults(cfg)
     lo, hi = POLICY_LIMITS["timeout_seconds"]
     out: dict[str, Any] = {"timeout_seconds": {
         "type": ["integer", "null"], "minimum": lo, "maximum": hi, "default": None,
@@ -111,7 +112,7 @@ def _policy_fields() -> dict[str, Any]:
                                     "whichever is larger"}
     for name, text in about.items():
         lo, hi = POLICY_LIMITS[name]
-        out[name] = {"type": "integer", "minimum": lo, "maximum": hi, "default": POLICY_DEFAULTS[name],
+        out[name] = {"type": "integer", "minimum": lo, "maximum": hi, "default": defaults[name],
                      "description": text}
     return out
 

@@ -8,6 +8,7 @@ from typing import Any
 from spotreel.api.config import GatewayConfig
 from spotreel.domain import limits
 from spotreel.services.gateway.openapi_parts import operation
+from spotreel.services.gateway.worker_api.wire import MAX_FINGERPRINT_CHARS
 
 
 WORKER_ID = {"name": "id", "in": "path", "required": True, "description": "the worker's id",
@@ -38,7 +39,10 @@ LEASE_BODIES = {
         "checksum": {"type": "string"}, "size_bytes": LONG,
         "duration_ms": {"type": ["integer", "null"], "minimum": 0, "maximum": 86_400_000,
                         "description": "optional: how long writing the checkpoint took (feeds the pool's "
-                                       "checkpoint cost, mean_checkpoint_ms)"}},
+                                       "checkpoint cost, mean_checkpoint_ms)"},
+        "fingerprint": {"type": ["string", "null"], "maxLength": MAX_FINGERPRINT_CHARS,
+                        "description": "optional: the writer's numerical environment for this render (who can "
+                                       "resume from it exactly); default: the one the lease was asked with"}},
         ("checkpoint_key", "step", "progress_pct", "checksum", "size_bytes")),
     "complete": ("complete the job with its uploaded artifact", {
         "artifact_key": {"type": "string"}, "artifact_checksum": {"type": "string"},
@@ -60,7 +64,10 @@ def worker_paths(cfg: GatewayConfig) -> dict[str, Any]:
 
     profile = {"type": "object", "required": ["gpu_type", "models"], "additionalProperties": False,
                "properties": {"gpu_type": {"type": "string"}, "models": MODELS, "warm_models": MODELS,
-                              "draining": {"type": ["boolean", "null"]}}}
+                              "draining": {"type": ["boolean", "null"]},
+                              "fingerprint": {"type": ["string", "null"], "maxLength": MAX_FINGERPRINT_CHARS,
+                                              "description": "the worker's numerical environment (key=value;..."
+                                                             "): which checkpoints it resumes exactly"}}}
     paths: dict[str, Any] = {
         "/internal/workers/{id}/register": {"post": op(
             "register a worker's profile; answers the lease and heartbeat cadence",

@@ -36,6 +36,7 @@ from spotreel.services.scheduler.metrics import Metrics
 from spotreel.services.scheduler.ordering import InOrder
 from spotreel.services.scheduler.partition import PartitionState
 from spotreel.services.scheduler.pipeline import Pipeline
+from spotreel.services.scheduler.policies import dispatch_config, resume_hold_ms
 from spotreel.services.scheduler.preempting import PoolStatsView, budget_of
 from spotreel.services.scheduler.rebuild import Rebuild
 from spotreel.services.scheduler.recoverywatch import INTERVAL_S, RecoveryWatch
@@ -87,7 +88,8 @@ class Scheduler(TableAccess, Rebuild, Pipeline, InOrder, Timers, Stats):
                                absorb_renewals=not settings.scheduler_persist_renewals,
                                progress_persist_ms=settings.scheduler_progress_persist_s * 1000,
                                worker_busy=lambda w: bool(self.worker_leases.held_by(w)),
-                               usage=self.global_usage, policies=self.fair.policies)
+                               usage=self.global_usage, policies=self.fair.policies,
+                               dispatch_config=dispatch_config(settings), resume_hold_ms=resume_hold_ms(settings))
         self.commands = commands_topic(settings)
         self.events = events_topic(settings)
         # Bounded state (domain/retention.py, eviction.py): the sweep never runs inside a batch or a rebuild.

@@ -22,12 +22,15 @@ from spotreel.domain.leases import judged_at
 from spotreel.domain.pools import WorkerOffer
 from spotreel.domain.records import replace
 from spotreel.domain.renewals import absorbed, flushed
+from spotreel.domain.resume_match import hold_for_match
+from spotreel.dispatch.asking import HELD
 from spotreel.domain.schedules import ScheduleState, decide_schedule, fold_schedule
 from spotreel.domain.state import JobState
 
 from spotreel.services.scheduler import followups
 
 from spotreel.services.scheduler.partition import PartitionState, WorkerSeen
+from spotreel.services.scheduler.preempting import FREE_WINDOW_MS
 
 
 @dataclass
@@ -54,7 +57,8 @@ class Handler:
                  progress_persist_ms: int = 0,
                  worker_busy: Callable[[str], bool] = lambda _: False,
                  usage: Callable[[PartitionState, int], Mapping[str, TenantUsage]] | None = None,
-                 policies: Callable[[], Mapping[str, TenantPolicy]] = dict) -> None:
+                 policies: Callable[[], Mapping[str, TenantPolicy]] = dict,
+                 resume_hold_ms: int = 0) -> None:
         self.codec = codec
         self.partitions = partitions
         self.get = get
@@ -69,6 +73,9 @@ class Handler:
         # for dispatch; without them, this partition's usage and equal weights.
         self.usage = usage or (lambda part, now_ms: part.usage(now_ms))
         self.policies = policies
+        # How long a job may be kept for an idle worker that can resume its newest checkpoint exactly
+        # (domain/resume_match.py); 0: never kept.
+        self.resume_hold_ms = resume_hold_ms
 
     def handle(self, part: PartitionState, topic: str, offset: int, key: bytes | None, value: bytes | None,
                now_ms: int, appended_ms: int | None = None, sent_ms: int | None = None) -> HandlerResult:
@@ -162,10 +169,25 @@ class Handler:
         return out
 
     @staticmethod
-    def _seen(part: PartitionState, offer: WorkerOffer, now_ms: int) -> None:
+    def _seen(part: PartitionState, offer: WorkerOffer, now_ms: int, fingerprint: str | None = None) -> None:
+        """`fingerprint` None (a pulse, which carries none): the one its last RequestWork told."""
+        if fingerprint is None:
+            known = part.workers.get(offer.worker_id)
+            fingerprint = known.fingerprint if known is not None else ""
         part.worker_asked(offer.worker_id, WorkerSeen(
             now_ms, offer.draining, tuple(pool_key(p.model, p.gpu_type) for p in offer.pools), True,
-            tuple(pool_key(p.model, p.gpu_type) for p in offer.pools if offer.is_warm(p))))
+            tuple(pool_key(p.model, p.gpu_type) for p in offer.pools if offer.is_warm(p)), fingerprint))
+
+    def _held_for_match(self, part: PartitionState, c: cmd.RequestWork, state: JobState, waited_ms: int,
+                        now_ms: int) -> bool:
+        """Resume affinity (domain/resume_match.py): keep the job from this worker for now, because an idle
+        worker of its pool can resume its newest checkpoint exactly and this one cannot."""
+        newest = state.resume_point
+        if self.resume_hold_ms <= 0 or newest is None or not newest.fingerprint:
+            return False
+        idle = (part.workers[w].fingerprint for w in part.workers.idle_since(state.pool, now_ms - FREE_WINDOW_MS)
+                if w != c.worker_id and w not in part.busy_workers and not self.worker_busy(w))
+        return hold_for_match(newest, c.fingerprint, idle, waited_ms, self.resume_hold_ms)
 
     def _present(self, part: PartitionState, worker_id: str, gpu_type: str, models: tuple[str, ...],
                  warm: tuple[str, ...], now_ms: int) -> None:
@@ -178,7 +200,7 @@ class Handler:
 
     def _request_work(self, part: PartitionState, c: cmd.RequestWork, now_ms: int) -> HandlerResult:
         offer = WorkerOffer(c.worker_id, c.gpu_type, frozenset(c.models), frozenset(c.warm_models), c.draining)
-        self._seen(part, offer, now_ms)
+        self._seen(part, offer, now_ms, c.fingerprint)
 
         def none(reason: str) -> HandlerResult:
             return HandlerResult(answer=ev.NoWorkAvailable(c.command_id, c.worker_id, now_ms, reason, part.partition))
@@ -192,16 +214,21 @@ class Handler:
             return none("worker_holds_lease")
         # The index is a hint; decide is the authority. A stale head is dropped and the next one tried.
         usage, policies = self.usage(part, now_ms), self.policies()
+        kept: set[str] = set()  # jobs held for a worker that can resume them exactly
         for _ in range(8):
-            job_id = part.index.choose(offer, usage, policies, now_ms, self.config)
+            job_id = part.index.choose(offer, usage, policies, now_ms, self.config, skip=kept)
             if job_id is None:
-                return none("no_queued_job")
+                return none(HELD if kept else "no_queued_job")
             state = self.get(job_id)
             queued = part.index.get(job_id)
-            why = reasons(queued, offer, part.index.heads(offer), usage, policies, now_ms, self.config) \
+            if state is not None and queued is not None and \
+                    self._held_for_match(part, c, state, now_ms - queued.enqueued_at_ms, now_ms):
+                kept.add(job_id)
+                continue
+            why = reasons(queued, offer, part.index.heads(offer, kept), usage, policies, now_ms, self.config) \
                 if queued is not None else None
             grant = cmd.GrantLease(f"rw:{c.command_id}", job_id, c.worker_id, state.pool if state else "",
-                                   c.lease_ttl_ms, **why_fields(why))
+                                   c.lease_ttl_ms, **why_fields(why), worker_fingerprint=c.fingerprint)
             out = self._apply(grant, now_ms)
             leased = next((e for e in out.events if isinstance(e, ev.JobLeased)), None)
             if leased is None:
@@ -210,7 +237,7 @@ class Handler:
             part.worker_took_lease(c.worker_id)
             out.answer = work_assigned(c.command_id, leased, out.states[job_id][1], part.partition)
             return out
-        return none("no_queued_job")
+        return none(HELD if kept else "no_queued_job")
 
     def reanswer(self, part: PartitionState, value: bytes | None, now_ms: int) -> list[Any]:
         """The answers to a redelivered RequestWork whose decision is already on the events topic (its offset

@@ -28,6 +28,7 @@ class WorkerSeen:
     pools: tuple[str, ...]  # pool keys (model@gpu) it offered to serve
     idle: bool
     warm: tuple[str, ...] = ()  # those whose model it has loaded (RequestWork.warm_models)
+    fingerprint: str = ""  # its numerical environment (RequestWork.fingerprint, domain/resume_match.py)
 
 
 class WorkerRoll(Mapping[str, WorkerSeen]):

@@ -183,7 +183,8 @@ class Bus:
             [e for e in self.job_events(job_id) if isinstance(e, cls)]), timeout, f"{cls.__name__} of {job_id}")
 
     def request_work(self, worker_id: str, *, draining: bool = False, ttl_ms: int = 30_000,
-                     timeout: float = 20.0, warm: tuple[str, ...] = (), model: str = MODEL) -> Any:
+                     timeout: float = 20.0, warm: tuple[str, ...] = (), model: str = MODEL,
+                     fingerprint: str = "") -> Any:
         """Long-poll: ask each partition in turn until one grants a lease or `timeout` passes."""
         deadline = time.monotonic() + timeout
         start = partition_for(worker_id, self.settings.partitions)
@@ -192,8 +193,8 @@ class Bus:
             rid = self.next_id(f"rw-{worker_id}")
             p = (start + i) % self.settings.partitions
             i += 1
-            self.send(c.RequestWork(rid, worker_id, GPU, (model,), warm, draining, ttl_ms, int(time.time() * 1000)),
-                      partition=p)
+            self.send(c.RequestWork(rid, worker_id, GPU, (model,), warm, draining, ttl_ms, int(time.time() * 1000),
+                                    fingerprint), partition=p)
             answer = self.wait_for(lambda: self.answers.get(rid), max(0.5, deadline - time.monotonic()),
                                    f"answer to {rid}")
             if isinstance(answer, ev.WorkAssigned) or draining or time.monotonic() > deadline:

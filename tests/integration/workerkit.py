@@ -59,15 +59,16 @@ class Plane:
         self.bus.send(command)
         return command
 
-    def worker(self, name: str, model: str, transport: str = "http", *extra: str) -> "WorkerProc":
-        return WorkerProc(self, name, model, transport, extra)
+    def worker(self, name: str, model: str, transport: str = "http", *extra: str,
+               env: dict[str, str] | None = None) -> "WorkerProc":
+        return WorkerProc(self, name, model, transport, extra, env=env)
 
 
 class WorkerProc:
     """`spotreel worker` in its own process group, its JSON lines on stdout kept in a file."""
 
     def __init__(self, plane: Plane, name: str, model: str, transport: str, extra: tuple[str, ...],
-                 gpu: str = GPU) -> None:
+                 gpu: str = GPU, env: dict[str, str] | None = None) -> None:
         self.name = name
         self.worker_id = f"{name}-{uuid.uuid4().hex[:6]}"
         self.out = plane.tmp / f"worker-{self.worker_id}.out"
@@ -78,8 +79,8 @@ class WorkerProc:
                 # A worker started by registry name (--model) takes its directory from the registry.
                 *(() if "--model" in extra else ("--model-dir", str(plane.model_dir))), *extra]
         self._files = open(self.out, "ab"), open(self.err, "ab")
-        self.proc = subprocess.Popen(argv, cwd=ROOT, env=plane.env(), stdout=self._files[0], stderr=self._files[1],
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(argv, cwd=ROOT, env={**plane.env(), **(env or {})}, stdout=self._files[0],
+                                     stderr=self._files[1], start_new_session=True)
 
     def lines(self) -> list[dict[str, Any]]:
         out = []

@@ -79,8 +79,9 @@ class Driver:
     def submit(self, **overrides: Any) -> tuple[Any, ...]:
         return self.send(submit(**overrides))
 
-    def grant(self, worker: str = "w1", ttl: int = TTL, pool: str = POOL) -> tuple[Any, ...]:
-        return self.send(c.GrantLease(self.next_id("grant"), self.job_id, worker, pool, ttl))
+    def grant(self, worker: str = "w1", ttl: int = TTL, pool: str = POOL, fingerprint: str = "") -> tuple[Any, ...]:
+        return self.send(c.GrantLease(self.next_id("grant"), self.job_id, worker, pool, ttl,
+                                      worker_fingerprint=fingerprint))
 
     def lease(self) -> tuple[int, str]:
         assert self.s.lease is not None

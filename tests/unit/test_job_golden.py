@@ -280,12 +280,17 @@ def test_golden_history(name: str) -> None:
 # Fields added after a history was recorded, and the default each must have where the history is silent: a
 # state or event written before them reads with these, as Avro resolves an old record.
 # (timeout_ms: a schedule's template, ScheduleCreated inside a schedule's state, gained it after a job's.)
-ADDED_LATER = {"guidance_scale": None, "negative_prompt": None, "sampler": None, "timeout_ms": None}
+ADDED_LATER = {"guidance_scale": None, "negative_prompt": None, "sampler": None, "timeout_ms": None,
+               # resume_match.py: fingerprints of leases and checkpoints, and the lease's resume choice.
+               "fingerprint": "", "worker_fingerprint": "", "resume_reason": None, "resume_skipped_keys": [],
+               "resume_detail": None}
 
 
 def _as_recorded(encoded: Any, recorded: Any) -> Any:
     """`encoded` without the fields the recording predates, provided they hold their default (else kept, so
-    the comparison fails), at every depth (a schedule's state holds its ScheduleCreated)."""
+    the comparison fails), at every depth (a schedule's state holds its ScheduleCreated, a job's its checkpoints)."""
+    if isinstance(encoded, list) and isinstance(recorded, list) and len(encoded) == len(recorded):
+        return [_as_recorded(e, r) for e, r in zip(encoded, recorded)]
     if not isinstance(encoded, dict) or not isinstance(recorded, dict):
         return encoded
     return {k: _as_recorded(v, recorded.get(k)) for k, v in encoded.items()

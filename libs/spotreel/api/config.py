@@ -127,6 +127,25 @@ class GatewayConfig:
     shed_idle_polls_lag_seconds: float = 2.0
     # The same for new submissions (POST /v1/videos, POST /v1/dags): a client retries with its Idempotency-Key.
     shed_submissions_lag_seconds: float = 5.0
+    # A job's retry and time policy where its submission sets none (POST /v1/videos, DAGs, schedules and the
+    # Kafka client; domain/retry.py, limits.py). Visible failures allowed before the job is dead-lettered.
+    default_max_attempts: int = 5
+    # Delay after a job's first failure, doubled per failure (equal jitter), in seconds.
+    default_backoff_base_seconds: int = 2
+    # Cap of every backoff delay, in seconds.
+    default_backoff_max_seconds: int = 300
+    # Lost or released leases allowed before a job is dead-lettered (preemption is not failure; this only ends
+    # a job that always loses its worker). Not settable per submission.
+    default_max_preemptions: int = 50
+    # Poison: this many visible failures within default_poison_window_seconds dead-letter a job at once (>= 2).
+    default_poison_threshold: int = 3
+    # The poison window, in seconds; 0: no poison rule.
+    default_poison_window_seconds: int = 60
+    # Stuck rule: a lease whose step has not advanced for max(default_stuck_min_seconds, this many x the lease's
+    # mean step time) is a visible, retryable failure. 0: off.
+    default_stuck_steps: int = 10
+    # The stuck rule's floor, in seconds.
+    default_stuck_min_seconds: int = 120
     # DELETE /v1/schedules/{id}: how long it waits for the read model to show the schedule deleted (then 200; the
     # schedule's routes answer 404 from then on) before it answers 202 (durable, applied later). 0 = never wait.
     schedule_delete_wait_seconds: float = 5.0
@@ -139,4 +158,23 @@ def from_env(env: Mapping[str, str] | None = None) -> GatewayConfig:
     from spotreel import knobs
 
     changes = knobs.dataclass_overrides(GatewayConfig, ENV_PREFIX, os.environ if env is None else env, NOT_FROM_ENV)
-    return replace(GatewayConfig(), **changes)
+    cfg = replace(GatewayConfig(), **changes)
+    problem = job_policy_problem(cfg)
+    if problem is not None:
+        raise ValueError(f"{ENV_PREFIX}DEFAULT_*: {problem}")
+    return cfg
+
+
+def job_policy_problem(cfg: GatewayConfig) -> str | None:
+    """Why the default job policy is not one the domain takes (the limits of a submission), or None."""
+    from spotreel.domain import limits
+
+    problem = limits.policy_problem(
+        max_attempts=cfg.default_max_attempts, backoff_base_ms=cfg.default_backoff_base_seconds * 1000,
+        backoff_max_ms=cfg.default_backoff_max_seconds * 1000, timeout_ms=None, stuck_steps=cfg.default_stuck_steps,
+        stuck_min_ms=cfg.default_stuck_min_seconds * 1000)
+    if problem is None and cfg.default_max_preemptions < 1:
+        problem = "max_preemptions must be >= 1"
+    if problem is None and (cfg.default_poison_threshold < 2 or cfg.default_poison_window_seconds < 0):
+        problem = "poison_threshold must be >= 2 and poison_window_seconds >= 0"
+    return problem

@@ -134,7 +134,15 @@ def _str(body: dict[str, Any], name: str, pattern: re.Pattern[str] | None = None
     return v
 
 
-def _policy(body: dict[str, Any]) -> dict[str, Any]:
+def policy_defaults(cfg: GatewayConfig | None) -> dict[str, Any]:
+    """The operator's defaults of the fields above (GatewayConfig.default_*)."""
+    cfg = cfg or GatewayConfig()
+    return {"timeout_seconds": None, "max_attempts": cfg.default_max_attempts,
+            "backoff_base_seconds": cfg.default_backoff_base_seconds,
+            "backoff_max_seconds": cfg.default_backoff_max_seconds}
+
+
+def _policy(body: dict[str, Any], cfg: GatewayConfig | None = None) -> dict[str, Any]:
     """The retry and time policy as given, each field within its limit (422 naming it). Only values other than
     the default are kept, so a body that spells out a default hashes like one that leaves it out (and like
     bodies sent before these fields existed).
@@ -142,15 +150,21 @@ def _policy(body: dict[str, Any]) -> dict[str, Any]:
     The two backoff fields never conflict: a given `backoff_max_seconds` caps every delay, so a base above it
     is lowered to it (every delay is the max: what min(max, base x 2^n) gives anyway); a max left out is the
     default or the base, whichever is larger (a large base alone is not cut by a default the client never
-    chose)."""
+    chose).
+
+    The defaults are the operator's (`policy_defaults`); a value equal to the built-in default
+    (POLICY_DEFAULTS) is dropped only where the operator's default is the same, so request hashes stay what they
+    were under the built-in defaults and a value given explicitly is never replaced by the operator's."""
+    defaults = policy_defaults(cfg)
     got = {name: _int(body, name, *POLICY_LIMITS[name]) for name in POLICY_DEFAULTS}
     base, most = got["backoff_base_seconds"], got["backoff_max_seconds"]
     if base is None:
-        base = POLICY_DEFAULTS["backoff_base_seconds"]
+        base = defaults["backoff_base_seconds"]
     if most is None:
-        most = max(POLICY_DEFAULTS["backoff_max_seconds"], base)
+        most = max(defaults["backoff_max_seconds"], base)
     got["backoff_base_seconds"], got["backoff_max_seconds"] = min(base, most), most
-    return {k: v for k, v in got.items() if v is not None and v != POLICY_DEFAULTS[k]}
+    return {k: v for k, v in got.items()
+            if v is not None and (v != POLICY_DEFAULTS[k] or v != defaults[k])}
 
 
 def _render_options(body: dict[str, Any], cfg: GatewayConfig) -> dict[str, Any]:
@@ -240,7 +254,7 @@ def normalize(body: Any, cfg: GatewayConfig, *, allow_private_callbacks: bool = 
         "delay_seconds": _int(body, "delay_seconds", 0, cfg.max_delay_s),
         "parents": parents,
         "dag_policy": dag_policy,
-        **_policy(body),
+        **_policy(body, cfg),
         **_webhook_events(body, callback),
         **_render_options(body, cfg),
     }
@@ -260,17 +274,30 @@ def normalize(body: Any, cfg: GatewayConfig, *, allow_private_callbacks: bool = 
     return normalized
 
 
-def policy_fields(body: dict[str, Any]) -> dict[str, Any]:
-    """SubmitJob's retry and time fields from a normalized body (the defaults where it has none)."""
+def policy_fields(body: dict[str, Any], cfg: GatewayConfig | None = None) -> dict[str, Any]:
+    """SubmitJob's retry and time fields from a normalized body (the operator's defaults where it has none,
+    and for the fields a submission cannot set: preemptions and poison; the stuck rule is `stuck_fields`)."""
+    defaults = policy_defaults(cfg)
+    cfg = cfg or GatewayConfig()
+
     def get(name: str) -> Any:
-        return body.get(name, POLICY_DEFAULTS[name])
+        return body.get(name, defaults[name])
     timeout = get("timeout_seconds")
     return {"max_attempts": get("max_attempts"), "backoff_base_ms": get("backoff_base_seconds") * 1000,
             "backoff_max_ms": get("backoff_max_seconds") * 1000,
-            "timeout_ms": timeout * 1000 if timeout is not None else None}
+            "timeout_ms": timeout * 1000 if timeout is not None else None,
+            "max_preemptions": cfg.default_max_preemptions, "poison_threshold": cfg.default_poison_threshold,
+            "poison_window_ms": cfg.default_poison_window_seconds * 1000}
 
 
-def build_submit(tenant: str, key: str, body: dict[str, Any], now_ms: int, command_id: str) -> SubmitJob:
+def stuck_fields(cfg: GatewayConfig | None = None) -> dict[str, Any]:
+    """SubmitJob's stuck rule: the operator's (a submission sets none)."""
+    cfg = cfg or GatewayConfig()
+    return {"stuck_steps": cfg.default_stuck_steps, "stuck_min_ms": cfg.default_stuck_min_seconds * 1000}
+
+
+def build_submit(tenant: str, key: str, body: dict[str, Any], now_ms: int, command_id: str,
+                 cfg: GatewayConfig | None = None) -> SubmitJob:
     job_id = ids.job_id_for(tenant, key)
     # No seed given: one derived from the job, so a retried request and a resumed run agree on it.
     seed = body["seed"] if body["seed"] is not None else int(job_id[1:16], 16)
@@ -285,7 +312,8 @@ def build_submit(tenant: str, key: str, body: dict[str, Any], now_ms: int, comma
                         guidance_scale=body.get("guidance_scale"), negative_prompt=body.get("negative_prompt"),
                         sampler=body.get("sampler")),
         priority=body["priority"], callback_url=body["callback_url"],
-        run_at_ms=run_at, parents=tuple(body["parents"]), dag_policy=body["dag_policy"], **policy_fields(body),
+        run_at_ms=run_at, parents=tuple(body["parents"]), dag_policy=body["dag_policy"], **policy_fields(body, cfg),
+        **stuck_fields(cfg),
     )
     problem = submission_problem(submit)
     if problem is not None:

@@ -114,7 +114,7 @@ class KafkaJobClient:
         except ApiError as exc:
             raise InvalidRequest(exc.field, exc.message, exc.status) from None
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        submit = build_submit(tenant, idempotency_key, normalized, now, uuid.uuid4().hex)
+        submit = build_submit(tenant, idempotency_key, normalized, now, uuid.uuid4().hex, self.cfg)
         return self._send(submit, submit.request_hash)
 
     def cancel(self, job_id: str, reason: str = "internal") -> Sent:

@@ -22,6 +22,9 @@ the stats (`order.WorkView`) and the time; it counts the requests that are out.
   `idle_workers`, and the free workers that spare a lease from preemption, over a 15 s window).
   A process that vouches for its idle workers in its pulses (the gateway: `GatewayPulse.idle`) sets
   `presence_by_pulse`: their presence takes no request; `vouched` counts the pulse as their ask.
+- **Held for a match.** An answer `held_for_match` (the partition keeps its job for another idle worker
+  that can resume it exactly, for a bounded time: domain/resume_match.py) is no refusal of the partition:
+  the other workers may ask it; the one answered so waits HELD_S before asking it again.
 Everything else waits for a change: new stats, an answer that frees a slot, or its presence coming due.
 A worker asks at most one partition at a time (the lease desk waits for its unanswered request).
 
@@ -52,6 +55,11 @@ from spotreel.dispatch.order import WorkView
 # per window, so one answer that is late (a loaded partition) does not make an idle worker look gone.
 PRESENCE_S = 7.5
 REFUSED = "no_queued_job"
+# The partition keeps its queued job for another idle worker that can resume it exactly (domain/
+# resume_match.py): the other workers may still ask there, this one not for HELD_S (the hold is bounded, so
+# it asks again and gets the job once the hold is over).
+HELD = "held_for_match"
+HELD_S = 1.0
 # A Kafka worker's `crowd_asks`: two requests per queued job from the crowd, so one lost to a stale view or
 # to another partition's grant still leaves a good chance the job is asked for in the same round.
 CROWD_ASKS = 2.0
@@ -62,6 +70,7 @@ class _Out:
     partition: int
     models: tuple[str, ...]
     at: float
+    worker_id: str = ""
 
 
 @dataclass
@@ -75,6 +84,7 @@ class Asking:
     _refused: dict[tuple[int, tuple[str, ...]], int] = field(default_factory=dict)  # -> version refused at
     _last_ask: dict[str, float] = field(default_factory=dict)  # worker -> when it last asked, oldest first
     _scouted: dict[int, float] = field(default_factory=dict)
+    _held: dict[tuple[str, int], float] = field(default_factory=dict)  # (worker, partition) -> asks again after
     # A process of one worker among many (a Kafka worker): the requests per queued job the crowd aims at.
     crowd_asks: float | None = None
     rng: random.Random = field(default_factory=random.Random)
@@ -86,6 +96,8 @@ class Asking:
         self._expire(now)
         for p in view.hinted:
             if self._asked_out(p, models, view) or not 0 <= p < self.partitions:
+                continue
+            if self._held and self._held.get((worker_id, p), -math.inf) > now:
                 continue
             left = view.queued.get(p, 0) - self._per_partition[p]
             if left > 0 and (self.crowd_asks is None or self._drawn(left, view.idle)):
@@ -124,7 +136,7 @@ class Asking:
     def sent(self, request_id: str, worker_id: str, partition: int, models: tuple[str, ...], now: float) -> None:
         """Count the request `request_id` (unique everywhere: the scheduler remembers grants by it) to
         `partition` as out."""
-        self._out[request_id] = _Out(partition, models, now)
+        self._out[request_id] = _Out(partition, models, now, worker_id)
         self._per_partition[partition] += 1
         self._scouted[partition] = now
         self._last_ask.pop(worker_id, None)
@@ -143,8 +155,11 @@ class Asking:
         if out is None:
             return False
         self._release(out.partition)
-        if getattr(answer, "reason", None) == REFUSED and view is not None:
+        reason = getattr(answer, "reason", None)
+        if reason == REFUSED and view is not None:
             self._refused[(out.partition, out.models)] = view.versions.get(out.partition, 0)
+        elif reason == HELD:
+            self._held[(out.worker_id, out.partition)] = out.at + HELD_S
         return True
 
     def _asked_out(self, p: int, models: tuple[str, ...], view: WorkView) -> bool:
@@ -163,6 +178,8 @@ class Asking:
                 break
             del self._out[request_id]
             self._release(out.partition)
+        for key in [k for k, until in self._held.items() if until <= now]:
+            del self._held[key]
         # Workers not heard of for long are forgotten (their next poll is a first one).
         while self._last_ask:
             worker_id, at = next(iter(self._last_ask.items()))

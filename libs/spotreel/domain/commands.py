@@ -123,6 +123,8 @@ class GrantLease:
     why_weight: float | None = None
     why_warm: bool = False
     why_candidates: int = 0
+    # The worker's fingerprint (RequestWork.fingerprint): decide resumes from the newest checkpoint it can use.
+    worker_fingerprint: str = ""
 
 
 @dataclass(frozen=True)
@@ -221,6 +223,8 @@ class RecordCheckpoint:
     size_bytes: int
     # How long the worker took to write it (the checkpoint cost C of Young/Daly); None when not measured.
     duration_ms: int | None = None
+    # The writer's numerical environment for this render (resume_match.py); "": the lease's, as asked with.
+    fingerprint: str = ""
 
 
 @dataclass(frozen=True)
@@ -400,6 +404,8 @@ class RequestWork:
     draining: bool = False
     lease_ttl_ms: int = 30000
     sent_at_ms: int = 0
+    # The worker's numerical environment (resume_match.py): which checkpoints it can resume from exactly.
+    fingerprint: str = ""
 
 
 DISPATCH_COMMANDS = (RequestWork,)

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from spotreel.domain.aging import AgingPolicy, effective_priority, is_overdue
@@ -226,12 +227,19 @@ class DispatchIndex:
             del self._depth[pool]
         return job
 
-    def heads(self, worker: WorkerOffer) -> Iterator[QueuedJob]:
+    def heads(self, worker: WorkerOffer, skip: AbstractSet[str] = frozenset()) -> Iterator[QueuedJob]:
+        """The first job of every queue the worker can see, passing over the ids in `skip` (jobs the caller
+        keeps from this worker for now, e.g. for a worker that can resume them exactly: resume_match.py)."""
         if worker.draining:
             return
         for pool in worker.pools:
             for queue in self._queues.get(pool, {}).values():
-                yield self._jobs[queue[0][1]]
+                if not skip:
+                    yield self._jobs[queue[0][1]]
+                    continue
+                head = next((job_id for _, job_id in queue if job_id not in skip), None)
+                if head is not None:
+                    yield self._jobs[head]
 
     def choose(
         self,
@@ -240,6 +248,7 @@ class DispatchIndex:
         policies: Mapping[str, TenantPolicy],
         now_ms: int,
         config: DispatchConfig | None = None,
+        skip: AbstractSet[str] = frozenset(),
     ) -> str | None:
-        picked = _select(worker, self.heads(worker), tenant_usage, policies, now_ms, config or DispatchConfig())
+        picked = _select(worker, self.heads(worker, skip), tenant_usage, policies, now_ms, config or DispatchConfig())
         return picked.job_id if picked is not None else None

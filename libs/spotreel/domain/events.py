@@ -216,8 +216,8 @@ class ParentWatched:
 class JobLeased:
     """A lease under a new fencing `epoch`. `attempt` counts leases (runs) of this job, 1-based.
 
-    The resume_* fields name the newest valid checkpoint, which the worker must load; None means start from
-    step 0."""
+    The resume_* fields name the newest valid checkpoint the worker's fingerprint can use (resume_match.py),
+    which the worker must load; None means start from step 0."""
 
     job_id: str
     version: int
@@ -244,6 +244,13 @@ class JobLeased:
     why_weight: float | None = None
     why_warm: bool = False
     why_candidates: int = 0
+    # Which checkpoint this lease resumes from and why (resume_match.py): the worker's fingerprint, the reason
+    # (no_checkpoint, newest, older_compatible, none_compatible; None: recorded before), the newer checkpoints
+    # skipped as made on another environment, and a line naming what differs.
+    worker_fingerprint: str = ""
+    resume_reason: str | None = None
+    resume_skipped_keys: tuple[str, ...] = ()
+    resume_detail: str | None = None
 
 
 @dataclass(frozen=True)
@@ -297,6 +304,7 @@ class CheckpointRecorded:
     size_bytes: int
     pruned_keys: tuple[str, ...]
     duration_ms: int | None = None  # the worker's write time, as reported in RecordCheckpoint
+    fingerprint: str = ""  # the lease holder's (resume_match.py): who can resume from it exactly
 
 
 @dataclass(frozen=True)

@@ -138,7 +138,8 @@ def _apply(s: JobState, e: object) -> JobState:  # noqa: C901 - one flat dispatc
         case ev.ParentWatched():
             return replace(s, watchers=s.watchers if e.child_id in s.watchers else (*s.watchers, e.child_id))
         case ev.JobLeased():
-            lease = Lease(e.epoch, e.worker_id, e.pool, e.at_ms, e.lease_ttl_ms, e.lease_expires_at_ms)
+            lease = Lease(e.epoch, e.worker_id, e.pool, e.at_ms, e.lease_ttl_ms, e.lease_expires_at_ms,
+                          fingerprint=e.worker_fingerprint, resume_step=e.resume_step)
             start = e.resume_step if e.resume_step is not None else 0
             leased = replace(s, status=Status.LEASED, epoch=max(s.epoch, e.epoch), lease=lease, attempt=e.attempt,
                              step_origin=start, step_mark=(start, e.at_ms))
@@ -150,9 +151,13 @@ def _apply(s: JobState, e: object) -> JobState:  # noqa: C901 - one flat dispatc
                                e.at_ms, e.phase)
             return progress.on_report(running, e.progress_pct, e.step, e.phase)
         case ev.CheckpointRecorded():
-            cp = Checkpoint(e.checkpoint_key, e.step, e.progress_pct, e.epoch, e.checksum, e.size_bytes, e.at_ms)
+            cp = Checkpoint(e.checkpoint_key, e.step, e.progress_pct, e.epoch, e.checksum, e.size_bytes, e.at_ms,
+                            e.fingerprint)
             kept = tuple(c for c in s.checkpoints if c.key not in e.pruned_keys)
-            return progress.on_report(_stepped(_confirmed(replace(s, checkpoints=(*kept, cp))), e.step, e.at_ms),
+            # In step order: a lease that resumed behind a checkpoint made elsewhere records below it.
+            at = sum(1 for c in kept if c.step < cp.step)
+            ordered = (*kept[:at], cp, *kept[at:])
+            return progress.on_report(_stepped(_confirmed(replace(s, checkpoints=ordered)), e.step, e.at_ms),
                                       e.progress_pct, e.step, s.phase)
         case ev.LeaseReleased(reason=leases.UNCLAIMED):
             return progress.on_unclaimed(replace(s, lease=None, preemptions=e.preemptions))

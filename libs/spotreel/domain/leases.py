@@ -29,7 +29,7 @@ from typing import Any
 
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
-from spotreel.domain import limits, retry
+from spotreel.domain import limits, resume_match, retry
 from spotreel.domain.outcomes import Head, Reason, rejected
 from spotreel.domain.progress import valid_pct
 from spotreel.domain.state import JobState, Status
@@ -109,7 +109,8 @@ def grant(state: JobState, c: cmd.GrantLease, h: Head, now_ms: int) -> Events:
     if not limits.lease_ttl_fits(c.lease_ttl_ms, now_ms) or not c.worker_id:
         return rejected(state, c, now_ms, Reason.INVALID_REQUEST,
                         "lease_ttl_ms must be > 0 and end the lease by the end of year 9999, and worker_id set")
-    resume = state.resume_point
+    choice = resume_match.choose_resume(state.checkpoints, c.worker_fingerprint)
+    resume = choice.checkpoint
     return (
         h.event(
             ev.JobLeased,
@@ -125,6 +126,10 @@ def grant(state: JobState, c: cmd.GrantLease, h: Head, now_ms: int) -> Events:
             why_priority=c.why_priority, why_overdue=c.why_overdue, why_waited_ms=c.why_waited_ms,
             why_share=c.why_share, why_next_share=c.why_next_share, why_weight=c.why_weight,
             why_warm=c.why_warm, why_candidates=c.why_candidates,
+            # Without a fingerprint nothing was matched: the newest, as before fingerprints (no reason).
+            worker_fingerprint=c.worker_fingerprint, resume_reason=choice.reason if c.worker_fingerprint else None,
+            resume_skipped_keys=tuple(cp.key for cp in choice.skipped),
+            resume_detail=choice.detail(c.worker_fingerprint),
         ),
     )
 
@@ -290,14 +295,19 @@ def lease_ended(state: JobState, c: Any, h: Head, now_ms: int, *, released: bool
 def _checkpoint(state: JobState, c: cmd.RecordCheckpoint, h: Head, now_ms: int) -> Events:
     if not c.checkpoint_key or c.step < 0 or c.size_bytes < 0 or not valid_pct(c.progress_pct):
         return rejected(state, c, now_ms, Reason.INVALID_REQUEST, "checkpoint_key, step, size or progress invalid")
-    newest = state.resume_point
-    if newest is not None and c.step <= newest.step:
-        return rejected(state, c, now_ms, Reason.CHECKPOINT_NOT_NEWER, f"newest is at step {newest.step}")
+    assert state.lease is not None
+    # Beyond what this lease started from and its own checkpoints. A newer checkpoint made on another
+    # environment that this lease skipped (resume_match.py) does not count: this lease's line goes on from
+    # an older point, and both stay for the workers that can use them.
+    floor = max([-1 if state.lease.resume_step is None else state.lease.resume_step,
+                 *(cp.step for cp in state.checkpoints if cp.epoch == state.lease.epoch)])
+    if c.step <= floor:
+        return rejected(state, c, now_ms, Reason.CHECKPOINT_NOT_NEWER, f"this lease is already at step {floor}")
     if any(cp.key == c.checkpoint_key for cp in state.checkpoints):
         return rejected(state, c, now_ms, Reason.CHECKPOINT_NOT_NEWER, "checkpoint key already recorded")
     keep = max(1, state.keep_checkpoints)
     overflow = len(state.checkpoints) + 1 - keep
-    pruned = tuple(cp.key for cp in state.checkpoints[: max(0, overflow)])
+    pruned = tuple(cp.key for cp in state.checkpoints[: max(0, overflow)])  # the lowest steps
     return (
         h.event(
             ev.CheckpointRecorded,
@@ -309,6 +319,7 @@ def _checkpoint(state: JobState, c: cmd.RecordCheckpoint, h: Head, now_ms: int) 
             size_bytes=c.size_bytes,
             pruned_keys=pruned,
             duration_ms=c.duration_ms,
+            fingerprint=c.fingerprint or state.lease.fingerprint,
         ),
     )
 

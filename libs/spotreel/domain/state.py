@@ -44,6 +44,11 @@ class Lease:
     # The holder has sent a command under this lease (renewal, progress, checkpoint), so it did receive it.
     # Until then a lease may be handed back as never delivered (leases.UNCLAIMED) at no cost to the job.
     confirmed: bool = False
+    # The holder's fingerprint (resume_match.py; "" unknown) and the step the lease resumed from (None: step 0).
+    # Checkpoints recorded under the lease carry the fingerprint; a new one must be beyond what the lease
+    # started from and its own earlier ones.
+    fingerprint: str = ""
+    resume_step: int | None = None
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,8 @@ class Checkpoint:
     checksum: str
     size_bytes: int
     at_ms: int
+    # The environment that can resume it exactly (resume_match.py); "" unknown: any worker may try.
+    fingerprint: str = ""
 
 
 @dataclass(frozen=True)
@@ -117,7 +124,8 @@ class JobState:
     last_error_code: str | None = None
     last_error_message: str | None = None
 
-    # Oldest first; at most keep_checkpoints of them; the last one is the resume point.
+    # In step order; at most keep_checkpoints of them; the last one is the newest (resume_point). A lease
+    # resumes from the newest its worker can use (resume_match.choose_resume).
     checkpoints: tuple[Checkpoint, ...] = ()
 
     # Progress, see progress.py for the exact semantics.

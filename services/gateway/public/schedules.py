@@ -36,6 +36,7 @@ from spotreel.services.gateway.public import pagetokens
 from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import Gateway, gateway
 from spotreel.services.gateway.deps import Claim
+from spotreel.api.config import GatewayConfig
 from spotreel.api.errors import ApiError, invalid
 from spotreel.services.gateway.jsonbody import read_object
 from spotreel.api.submission import MAX_RUN_AT_MS, check_idempotency_key, normalize, policy_fields
@@ -139,7 +140,8 @@ def normalize_schedule(body: Any, gw: Gateway) -> dict[str, Any]:
     }
 
 
-def build_create(tenant: str, schedule_id: str, body: dict[str, Any], command_id: str) -> cmd.CreateSchedule:
+def build_create(tenant: str, schedule_id: str, body: dict[str, Any], command_id: str,
+                 cfg: GatewayConfig | None = None) -> cmd.CreateSchedule:
     job = body["job"]
     # No seed given: one derived from the schedule, the same for every occurrence (a template is fixed).
     seed = job["seed"] if job["seed"] is not None else int(schedule_id[1:16], 16)
@@ -151,7 +153,7 @@ def build_create(tenant: str, schedule_id: str, body: dict[str, Any], command_id
         command_id=command_id, schedule_id=schedule_id, tenant=tenant, cron=body["cron"], timezone=body["timezone"],
         missed_policy=body["catch_up"], spec=spec, gpu_type=job["gpu_type"], priority=job["priority"],
         callback_url=job["callback_url"], start_ms=body["start_at"], grace_ms=body["catch_up_grace_seconds"] * 1000,
-        max_catchup=body["catch_up_max_runs"], overlap_policy=body["overlap"], **policy_fields(job),
+        max_catchup=body["catch_up_max_runs"], overlap_policy=body["overlap"], **policy_fields(job, cfg),
     )
 
 
@@ -231,7 +233,7 @@ async def create_schedule(request: web.Request) -> web.Response:
     key = check_idempotency_key(given) if given is not None else "gen-" + uuid.uuid4().hex
     body = normalize_schedule(await read_object(request), gw)
     schedule_id = ids.schedule_id_for(tenant.tenant_id, key)
-    create = build_create(tenant.tenant_id, schedule_id, body, gw.new_id())
+    create = build_create(tenant.tenant_id, schedule_id, body, gw.new_id(), gw.cfg)
     now = gw.deps.clock_ms()
     job = body["job"]
     mine = Claim(job_id=schedule_id, tenant_id=tenant.tenant_id, idempotency_key=key,

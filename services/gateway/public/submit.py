@@ -83,7 +83,7 @@ async def accept(gw: Gateway, tenant: Tenant, key: str, body: dict[str, Any], *,
     spotreel's; "openai": the OpenAI-compatible surface's, services/webhooks/payload.py)."""
     deps = gw.deps
     now = deps.clock_ms()
-    submit = build_submit(tenant.tenant_id, key, body, now, gw.new_id())
+    submit = build_submit(tenant.tenant_id, key, body, now, gw.new_id(), gw.cfg)
     pool = ids.pool_key(submit.spec.model, submit.gpu_type)
     mine = Claim(job_id=submit.job_id, tenant_id=tenant.tenant_id, idempotency_key=key,
                  request_hash=submit.request_hash, accepted_at_ms=now, model=submit.spec.model, pool=pool,

@@ -21,7 +21,7 @@ from spotreel.domain.spec import flattened
 from spotreel.services.gateway.context import Gateway, gateway
 from spotreel.services.gateway.worker_api.idlepolls import IdlePolls
 from spotreel.services.gateway.worker_api.leasedesk import SUPERSEDED, LeaseDesk, Poll
-from spotreel.services.gateway.worker_api.wire import (DESK, IDLE, INTAKE, PROFILES, model_list, note_age,
+from spotreel.services.gateway.worker_api.wire import (DESK, IDLE, INTAKE, PROFILES, fingerprint_of, model_list, note_age,
                                                        read_body, take, work_bus, worker_id_of)
 
 log = logging.getLogger("spotreel.gateway")
@@ -47,8 +47,9 @@ async def lease(request: web.Request) -> web.StreamResponse:
     known = request.app[PROFILES].get(wid, {})
     f = take({k: v for k, v in body.items() if k not in ("models", "warm_models")},
              {"gpu_type": ("str", False), "draining": ("bool", False), "wait_seconds": ("float", False),
-              "lease_ttl_ms": ("int", False)})
+              "lease_ttl_ms": ("int", False), "fingerprint": ("str", False)})
     gpu = f.get("gpu_type") or known.get("gpu_type")
+    fingerprint = fingerprint_of(f.get("fingerprint", known.get("fingerprint", "")))
     models = model_list(body["models"], "models") if "models" in body else known.get("models")
     warm = model_list(body["warm_models"], "warm_models") if "warm_models" in body else known.get("warm_models", ())
     if not gpu or not models:
@@ -75,7 +76,8 @@ async def lease(request: web.Request) -> web.StreamResponse:
         if answer is None:
             # Idle, nothing parked for it: the first thing a gateway behind turns away (loopwatch.py).
             gw.shed("shed_idle_poll", gw.cfg.shed_idle_polls_lag_seconds, "poll")
-            answer, reason = await _wait_for_lease(request, gw, bus, desk, poll, (gpu, models, warm, ttl), wait)
+            answer, reason = await _wait_for_lease(request, gw, bus, desk, poll, (gpu, models, warm, ttl, fingerprint),
+                                                   wait)
         if answer is None:
             return web.Response(status=204, headers={"X-Spotreel-No-Work": reason})
         return await _deliver(request, gw, desk, answer, claimed)
@@ -85,7 +87,7 @@ async def lease(request: web.Request) -> web.StreamResponse:
 
 async def _wait_for_lease(request: web.Request, gw: Gateway, bus, desk: LeaseDesk, poll: Poll, ask: tuple,
                           wait: float) -> tuple[ev.WorkAssigned | None, str]:
-    gpu, models, warm, _ttl = ask
+    gpu, models, warm, _ttl, _fp = ask
     idle = _idle_polls(request, gw, bus)
     offer = None if poll.draining else cmd.IdleWorker(poll.worker_id, gpu, tuple(models), tuple(warm))
     if offer is not None:
@@ -99,7 +101,7 @@ async def _wait_for_lease(request: web.Request, gw: Gateway, bus, desk: LeaseDes
 
 async def _ask_until(gw: Gateway, bus, desk: LeaseDesk, poll: Poll, idle: IdlePolls, ask: tuple,
                      wait: float) -> tuple[ev.WorkAssigned | None, str]:
-    gpu, models, warm, ttl = ask
+    gpu, models, warm, ttl, fingerprint = ask
     wid, draining, n = poll.worker_id, poll.draining, gw.settings.partitions
     # Two Kafka hops: even a zero wait gives the answer already on its way a moment to arrive.
     deadline = time.monotonic() + max(wait, 0.5)
@@ -120,7 +122,7 @@ async def _ask_until(gw: Gateway, bus, desk: LeaseDesk, poll: Poll, idle: IdlePo
             bus.watch_answer(rid, lambda answer, rid=rid: (idle.answered(rid, answer), desk.on_answer(answer)))
             try:
                 await gw.deps.commands.send(cmd.RequestWork(rid, wid, gpu, models, warm, draining, ttl,
-                                                            gw.deps.clock_ms()), partition=p)
+                                                            gw.deps.clock_ms(), fingerprint), partition=p)
             except BaseException:
                 desk.unsent(rid)
                 idle.answered(rid, None)

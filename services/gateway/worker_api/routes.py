@@ -39,7 +39,7 @@ from spotreel.services.gateway.worker_api.intake import Intake, intake_middlewar
 from spotreel.services.gateway.worker_api.intake import start_pulses as intake_start_pulses
 from spotreel.services.gateway.worker_api.leasedesk import LeaseDesk
 from spotreel.services.gateway.worker_api.leasepoll import lease
-from spotreel.services.gateway.worker_api.wire import (DESK, IDLE, INTAKE, LATE, PROFILES, WORKER, job_id_of, model_list,
+from spotreel.services.gateway.worker_api.wire import (DESK, IDLE, INTAKE, LATE, PROFILES, WORKER, fingerprint_of, job_id_of, model_list,
                                                        note_age, read_body, take, work_bus, worker_id_of)
 from spotreel.settings import Settings
 
@@ -90,9 +90,10 @@ async def register(request: web.Request) -> web.Response:
     gw, wid = gateway(request), worker_id_of(request)
     body = await read_body(request)
     f = take({k: v for k, v in body.items() if k not in ("models", "warm_models")},
-             {"gpu_type": ("str", True), "draining": ("bool", False)})
+             {"gpu_type": ("str", True), "draining": ("bool", False), "fingerprint": ("str", False)})
     profile = {"gpu_type": f["gpu_type"], "models": model_list(body.get("models"), "models"),
-               "warm_models": model_list(body.get("warm_models", []), "warm_models")}
+               "warm_models": model_list(body.get("warm_models", []), "warm_models"),
+               "fingerprint": fingerprint_of(f.get("fingerprint", ""))}
     # A hint for lease requests that omit their profile; each lease request may carry its own, so a fleet
     # behind several gateways does not depend on which one saw the registration.
     request.app[PROFILES][wid] = profile
@@ -201,10 +202,10 @@ async def checkpoint(request: web.Request) -> web.Response:
     return await _fenced(
         request, {"checkpoint_key": ("str", True), "step": ("int", True), "progress_pct": ("float", True),
                   "checksum": ("str", True), "size_bytes": ("int", True),
-                  "duration_ms": ("int", False, MAX_CHECKPOINT_MS)},
+                  "duration_ms": ("int", False, MAX_CHECKPOINT_MS), "fingerprint": ("str", False)},
         lambda c, j, f: cmd.RecordCheckpoint(c, j, f["epoch"], f["worker_id"], f["checkpoint_key"], f["step"],
                                              f["progress_pct"], f["checksum"], f["size_bytes"],
-                                             f.get("duration_ms")))
+                                             f.get("duration_ms"), fingerprint_of(f.get("fingerprint"))))
 
 
 async def complete(request: web.Request) -> web.Response:

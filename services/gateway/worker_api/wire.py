@@ -96,6 +96,19 @@ def model_list(value: Any, field: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+# A worker's fingerprint (domain/resume_match.py) is a short line of key=value pairs; anything longer is no
+# fingerprint the worker's code writes.
+MAX_FINGERPRINT_CHARS = 2048
+
+
+def fingerprint_of(value: Any) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str) or len(value) > MAX_FINGERPRINT_CHARS:
+        raise invalid("fingerprint", f"fingerprint must be a string of at most {MAX_FINGERPRINT_CHARS} characters")
+    return value
+
+
 def work_bus(gw: Gateway):
     if gw.deps.work is None:
         raise ApiError(503, "dispatch_unavailable", "this gateway has no connection to the scheduler",
