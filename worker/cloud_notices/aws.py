@@ -35,7 +35,7 @@ def renew_before(ttl_s: float) -> float:
 
 
 def parse_time(text: str) -> float:
-    """ISO 8601 (`2017-09-18T08:22:00Z`, with or without fractions or an offset) → epoch seconds.
+    """ISO 8601 (`YYYY-MM-DDTHH:MM:SSZ`, with or without fractions or an offset) → epoch seconds.
     A time without a zone is UTC, as IMDS writes it."""
     stamp = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     if stamp.tzinfo is None:
