@@ -3,7 +3,8 @@
 - A session that selects nothing fails: a marker expression or a path that matches no test would otherwise
   pass CI green with nothing proved (pytest's exit 5 is easy to swallow). When the whole suite is run (no
   paths given), every marker the `-m` expression asks for must select at least one test too, so that
-  `-m "integration or chaos"` cannot lose the chaos tests without notice.
+  `-m "integration or chaos"` cannot lose the chaos tests without notice. Under pytest-xdist (`-n`) each
+  worker collects and checks, and the controller fails the session with the worker's reason.
 - A test outside the chaos suite that takes longer than `--test-time-limit` seconds (setup and call; a
   module fixture's start counts in the first test that uses it) fails, so CI's time cannot creep up one slow
   test at a time. Chaos tests kill and restart real servers and are bounded by their own timeouts instead.
@@ -12,13 +13,16 @@
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterable, Iterator
 
 import pytest
 
-DEFAULT_TIME_LIMIT_S = 90.0
+DEFAULT_TIME_LIMIT_S = 60.0
 EXEMPT_MARKER = "chaos"
 _SETUP_S = pytest.StashKey[float]()
+_PROBLEM = "suite_checks_problem"
+_PROBLEMS = pytest.StashKey[set[str]]()
 
 
 def asked_markers(markexpr: str, known: Iterable[str]) -> list[str]:
@@ -55,6 +59,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="fail a test outside the chaos suite that takes longer (setup and call); 0: no limit")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_finish(session: pytest.Session) -> None:
     config = session.config
     markexpr = config.getoption("markexpr") or ""
@@ -66,7 +71,30 @@ def pytest_collection_finish(session: pytest.Session) -> None:
                  if not any(item.get_closest_marker(m) for item in session.items)]
     problem = selection_problem(len(session.items), markexpr, empty)
     if problem and not config.getoption("collectonly"):
-        raise pytest.UsageError(problem)
+        workeroutput = getattr(config, "workeroutput", None)
+        if workeroutput is None:
+            raise pytest.UsageError(problem)
+        # A pytest-xdist worker: an error raised here only crashes the worker, and the controller reports
+        # "no tests ran" (exit 5) or an internal error without the reason. The worker runs nothing and hands
+        # the reason to the controller, which fails the session with it (below).
+        workeroutput[_PROBLEM] = problem
+        session.items.clear()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    problem = getattr(node, "workeroutput", {}).get(_PROBLEM)
+    if problem:
+        config: pytest.Config = node.config  # type: ignore[attr-defined]
+        config.stash[_PROBLEMS] = config.stash.get(_PROBLEMS, set()) | {problem}
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    problems = session.config.stash.get(_PROBLEMS, set())
+    if problems:
+        for problem in sorted(problems):
+            print(f"ERROR: {problem}", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.USAGE_ERROR
 
 
 @pytest.hookimpl(wrapper=True)

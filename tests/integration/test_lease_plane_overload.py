@@ -18,9 +18,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
 LEASE_TTL_S = 12.0
 STALL_S = 14.0  # longer than a lease TTL
-# The freeze starts once the fleet holds leases and ends before the stage does, so recovery is seen too; the
-# whole test stays inside the suite's 60 s a test (tests/harness/suite_checks.py).
-STALL_AT_S, STAGE_S, STEPS = 6.0, 25.0, 8
+# The freeze starts once the fleet holds leases (4 s: a second's cold start, then 6 submissions a second) and
+# ends 3 s before the stage does, so recovery is seen too. A job of 6 one-second steps leased in the last
+# seconds before the freeze renews into it, and its TTL deadline passes while the scheduler stands still;
+# the whole test stays inside the suite's 60 s a test (tests/harness/suite_checks.py).
+STALL_AT_S, STAGE_S, STEPS = 4.0, 21.0, 6
 AT_LEAST = 60  # accepted of the 6 a second submitted over the stage
 
 

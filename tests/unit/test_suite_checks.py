@@ -76,3 +76,21 @@ def test_the_profiles_scale_what_a_test_asks_for() -> None:
 
     assert [examples(1000, p) for p in ("ci", "dev", "deep")] == [250, 1000, 10000]
     assert examples(20, "ci") == 10  # a floor: a property still gets a search
+
+
+def test_the_same_checks_fail_a_session_split_over_xdist_workers(tmp_path: Path) -> None:
+    """Under `-n`, collection runs in the workers: the controller must still fail the run, with the reason."""
+    (tmp_path / "test_some.py").write_text(
+        "import time, pytest\n\n"
+        "@pytest.mark.unit\ndef test_quick():\n    pass\n\n"
+        "@pytest.mark.unit\ndef test_slow():\n    time.sleep(0.6)\n\n"
+        "@pytest.mark.chaos\ndef test_chaos():\n    pass\n")
+    split = ("-p", "xdist", "-n", "2")
+    empty = _pytest(tmp_path, *split, "test_some.py", "-m", "unit and chaos")
+    assert empty.returncode == 4 and "no test selected" in empty.stderr, empty.stdout + empty.stderr
+    lost = _pytest(tmp_path, *split, "-m", "unit or integration")
+    assert lost.returncode == 4, lost.stdout + lost.stderr
+    assert "selects no test marked integration" in lost.stderr, lost.stdout + lost.stderr
+    slow = _pytest(tmp_path, *split, "-m", "unit", "--test-time-limit", "0.3")
+    assert slow.returncode == 1 and "1 failed, 1 passed" in slow.stdout, slow.stdout + slow.stderr
+    assert _pytest(tmp_path, *split, "-m", "unit or chaos", "--test-time-limit", "5").returncode == 0
