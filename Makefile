@@ -5,6 +5,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 SPOTREEL := $(BIN)/spotreel
 PYTEST_ARGS ?=
+# The server pass's first part runs its files on this many pytest-xdist workers (0: in this process).
+TEST_WORKERS ?= 2
 UNIT_COVERAGE := --cov=spotreel.domain --cov-report=term-missing:skip-covered --cov-fail-under=95
 DEMO_ARGS ?=
 
@@ -49,12 +51,24 @@ test test-unit test-integration: export SPOTREEL_JVM_FAST_START ?= 1
 # The Go toolchain's own tarball installs to /usr/local/go (amazon-ec2-metadata-mock is built with `go install`).
 test test-unit test-integration: export PATH := $(PATH):/usr/local/go/bin
 
+# The server pass in two parts. Its tests mostly wait on servers and timers, so the first part runs on
+# TEST_WORKERS pytest-xdist workers, a file to a worker (--dist loadfile keeps a file's module fixtures on one
+# worker); every test there has its own topics, keyspace, buckets, tenants and ports. The second part runs the
+# tests marked `serial` alone: they stop the shared stack or measure its services, start a multi-JVM stack of
+# their own, or are bound by their own CPU (docs/decisions/0030-parallel-server-pass.md). Both parts run whatever the first one's outcome.
+SERVER_PARALLEL := -m "(integration or e2e or chaos) and not serial" $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
+SERVER_SERIAL := -m serial
+SERVER_PASS = status=0; \
+	$(BIN)/pytest $(SERVER_PARALLEL) $(1) || status=$$?; \
+	$(BIN)/pytest $(SERVER_SERIAL) $(1) || status=$$?; \
+	exit $$status
+
 # The whole suite, cheapest first: the system tools it needs (tools/system-packages finds them, or installs the
 # missing ones from apt), ruff and mypy (strict on domain, codec and dispatch, pyproject.toml's [tool.mypy]) and
 # the import contracts (tools/lint-imports runs import-linter over services/ and worker/ too; the script says
 # why), so that a slip fails in seconds; then the unit pass with coverage of the domain, before any server
 # starts; then the servers and the pass that needs them (integration, e2e, chaos), without coverage.
-# PYTEST_ARGS go to both passes, so give options there (-x, -k ...); test paths go to test-unit or
+# PYTEST_ARGS go to every pass, so give options there (-x, -k ...); test paths go to test-unit or
 # test-integration (a pass that selects no test fails, tests/harness/suite_checks.py).
 test: setup
 	tools/system-packages
@@ -63,12 +77,13 @@ test: setup
 	LINT_IMPORTS=$(BIN)/lint-imports tools/lint-imports
 	$(BIN)/pytest -m unit $(UNIT_COVERAGE) --durations=25 $(PYTEST_ARGS)
 	$(SPOTREEL) infra up
-	$(BIN)/pytest -m "not unit" --durations=25 $(PYTEST_ARGS)
+	@$(call SERVER_PASS,--durations=25 $(PYTEST_ARGS))
 
 test-unit: setup
 	tools/system-packages
 	$(BIN)/pytest -m unit $(UNIT_COVERAGE) $(PYTEST_ARGS)
 
+# One pass in this process: the paths a developer names need not hold a `serial` test.
 test-integration: up
 	tools/system-packages
 	$(BIN)/pytest -m "integration or e2e or chaos" $(PYTEST_ARGS)

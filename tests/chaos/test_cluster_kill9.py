@@ -54,7 +54,7 @@ from tests.harness.private_stack import PrivateStack, private_settings
 from tests.integration.workerkit import GPU as REAL_GPU
 from tests.integration.workerkit import reference_checksum, tiny_model
 
-pytestmark = [pytest.mark.chaos, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.chaos, pytest.mark.serial, pytest.mark.timeout(1200)]
 
 REPLICAS = "gateway=2,scheduler=2"
 WORKERS = 3

@@ -42,7 +42,7 @@ from tests.chaos.wholekit import (EventLog, Fleet, HookReceiver, PlaneView, Subm
 from tests.harness.private_stack import start_private_stack
 from tests.integration.workerkit import reference_checksum, tiny_model
 
-pytestmark = [pytest.mark.chaos, pytest.mark.timeout(1500)]
+pytestmark = [pytest.mark.chaos, pytest.mark.serial, pytest.mark.timeout(1500)]
 
 # At least MIN_JOBS jobs; MAX_JOBS only bounds a runaway stream. The number made is set by how long the
 # chaos lasts: while a lane runs, the fleet must always have work (a low bound would run out of jobs while

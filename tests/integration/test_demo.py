@@ -18,7 +18,7 @@ from spotreel.devstack.ports import free_port
 from spotreel.client.http import Client
 from spotreel.video import decode_frames
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(180)]
 
 FRAMES, STEPS, RESOLUTION = 4, 8, "32x32"
 

@@ -19,7 +19,7 @@ from spotreel.devstack import ports as portlib
 from spotreel.devstack.stack import components
 from spotreel.devstack.settings import DevstackSettings
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(900)]
 
 NAMES = ["kafka", "cassandra", "s3", "scheduler", "projector", "gateway", "webhooks"]
 

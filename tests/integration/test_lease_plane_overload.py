@@ -14,7 +14,7 @@ from spotreel.dispatch.asking import PRESENCE_S
 from spotreel.fleetsim.config import SimConfig
 from spotreel.services.simulator.run import simulate
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
+pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(420)]
 
 LEASE_TTL_S = 12.0
 STALL_S = 14.0  # longer than a lease TTL

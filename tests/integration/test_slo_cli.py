@@ -22,7 +22,7 @@ from spotreel.services.gateway.metrics import Metrics as GatewayMetrics
 from spotreel.settings import Settings
 from tests.unit.test_slo_report import _job
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(180)]
 
 
 def test_slo_report_from_a_topic_and_prometheus(stack, settings: Settings, make_topic, unique: str,
