@@ -93,7 +93,7 @@ class Plane:
 
 
 @pytest.fixture
-def plane(stack, settings, tmp_path):
+def plane(stack, settings, tmp_path_factory):
     from spotreel.adapters.kafka import delete_topics, ensure_scheduler_topics
     from spotreel.platform.cql import cql_session
     from spotreel.platform.migrate import migrate
@@ -102,7 +102,9 @@ def plane(stack, settings, tmp_path):
     from spotreel.devstack.settings import launcher_settings
 
     run = uuid.uuid4().hex[:8]
-    s = replace(launcher_settings(settings), home=tmp_path / "home", topic_prefix=f"rk.{run}", cassandra_keyspace=f"rk_{run}",
+    # A short home: HAProxy refuses a stats socket path over 97 characters, and the test's own tmp_path (the
+    # test's name, under an xdist worker's popen-gwN/ too) passes that.
+    s = replace(launcher_settings(settings), home=tmp_path_factory.mktemp("rk") / "home", topic_prefix=f"rk.{run}", cassandra_keyspace=f"rk_{run}",
                 gateway_port=_free_block(settings.host), partitions=PARTITIONS, stop_timeout=10,
                 scheduler_gateway_hold_s=HOLD_S)
     ensure_scheduler_topics(s)
