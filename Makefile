@@ -49,6 +49,9 @@ test test-unit test-integration: export SPOTREEL_JVM_FAST_START ?= 1
 # The Go toolchain's own tarball installs to /usr/local/go (amazon-ec2-metadata-mock is built with `go install`).
 test test-unit test-integration: export PATH := $(PATH):/usr/local/go/bin
 
+# The openai Node package the Node SDK test runs (tests/node/package-lock.json pins it), from the npm registry.
+NODE_DEPS = cd tests/node && npm ci --no-audit --no-fund --loglevel=error
+
 # The whole suite, cheapest first: the system tools it needs (tools/system-packages finds them, or installs the
 # missing ones from apt), ruff and mypy (strict on domain, codec and dispatch, pyproject.toml's [tool.mypy]) and
 # the import contracts (tools/lint-imports runs import-linter over services/ and worker/ too; the script says
@@ -58,6 +61,7 @@ test test-unit test-integration: export PATH := $(PATH):/usr/local/go/bin
 # test-integration (a pass that selects no test fails, tests/harness/suite_checks.py).
 test: setup
 	tools/system-packages
+	$(NODE_DEPS)
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/mypy
 	LINT_IMPORTS=$(BIN)/lint-imports tools/lint-imports
@@ -71,6 +75,7 @@ test-unit: setup
 
 test-integration: up
 	tools/system-packages
+	$(NODE_DEPS)
 	$(BIN)/pytest -m "integration or e2e or chaos" $(PYTEST_ARGS)
 
 lint: setup

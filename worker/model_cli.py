@@ -66,5 +66,5 @@ def _list(args: argparse.Namespace, settings) -> int:
             print(f"{name}  family={e.family} dtype={e.dtype} pool={e.pool} sizes={sizes} "
                   f"frames={e.frame_rule().replace(' ', '_')} steps={e.steps_min}-{e.steps_max} "
                   f"sampler={e.sampler} samplers={','.join(e.samplers())} guidance={e.guidance_scale:g} "
-                  f"dir={e.directory}")
+                  f"dir={e.directory}" + (" takes_image" if e.takes_image else ""))
     return 0
