@@ -62,6 +62,8 @@ SERVER_PASS = status=0; \
 	$(BIN)/pytest $(SERVER_PARALLEL) $(1) || status=$$?; \
 	$(BIN)/pytest $(SERVER_SERIAL) $(1) || status=$$?; \
 	exit $$status
+# The openai Node package the Node SDK test runs (tests/node/package-lock.json pins it), from the npm registry.
+NODE_DEPS = cd tests/node && npm ci --no-audit --no-fund --loglevel=error
 
 # The whole suite, cheapest first: the system tools it needs (tools/system-packages finds them, or installs the
 # missing ones from apt), ruff and mypy (strict on domain, codec and dispatch, pyproject.toml's [tool.mypy]) and
@@ -72,6 +74,7 @@ SERVER_PASS = status=0; \
 # test-integration (a pass that selects no test fails, tests/harness/suite_checks.py).
 test: setup
 	tools/system-packages
+	$(NODE_DEPS)
 	$(BIN)/ruff check $(LINT_PATHS)
 	$(BIN)/mypy
 	LINT_IMPORTS=$(BIN)/lint-imports tools/lint-imports
@@ -86,6 +89,7 @@ test-unit: setup
 # One pass in this process: the paths a developer names need not hold a `serial` test.
 test-integration: up
 	tools/system-packages
+	$(NODE_DEPS)
 	$(BIN)/pytest -m "integration or e2e or chaos" $(PYTEST_ARGS)
 
 lint: setup

@@ -22,6 +22,7 @@ recorded), so the job's durable checkpoint stays the previous one and the render
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import threading
@@ -32,6 +33,8 @@ from typing import Any, Callable
 from botocore.exceptions import BotoCoreError, ClientError
 
 from spotreel import tracing
+from spotreel.domain import images
+from spotreel.domain.images import ImageRef
 from spotreel.domain.leases import UNCLAIMED
 from spotreel.domain.retry import STORAGE_UNAVAILABLE
 from spotreel.worker.artifacts import ArtifactStore
@@ -132,14 +135,17 @@ class JobRun:
             self._release(UNCLAIMED)
             return RunResult("wrong_model", f"lease is for model {spec.model}; this worker loaded {self.model}")
         try:
+            image = images.parse(spec.input_image) if spec.input_image else None
             # The job's own render options first; what it leaves out, this worker's for the model.
             req = RenderRequest.from_job(
                 prompt=spec.prompt, seed=spec.seed, num_steps=spec.num_steps, resolution=spec.resolution,
                 duration_s=spec.duration_s, fps=spec.fps,
                 sampler=spec.sampler or self.sampler or self.renderer.default_sampler,
                 guidance_scale=self.guidance_scale if spec.guidance_scale is None else spec.guidance_scale,
-                negative_prompt=self.negative_prompt if spec.negative_prompt is None else spec.negative_prompt)
-            # What this model can do (sizes): a request it cannot render fails for good, not once per attempt.
+                negative_prompt=self.negative_prompt if spec.negative_prompt is None else spec.negative_prompt,
+                image_sha256=image.sha256 if image is not None else "")
+            # What this model can do (sizes, an image or none): a request it cannot render fails for good, not
+            # once per attempt.
             self.renderer.check(req)
         except ValueError as exc:
             return self._fail("invalid_request", str(exc), retryable=False)
@@ -153,7 +159,7 @@ class JobRun:
                            on_renewal=lambda kind, outcome: self.metrics.renewal(pool, kind, outcome)).start()
         self.metrics.busy.set(1)
         try:
-            return self._run(req)
+            return self._run(req, image)
         except LeaseLost as exc:
             return self._lost(exc.reason)
         except Exception as exc:  # a bug or a broken model: a visible, retryable failure
@@ -169,9 +175,9 @@ class JobRun:
             if forget is not None:
                 forget(lease)
 
-    def _run(self, req: RenderRequest) -> RunResult:
+    def _run(self, req: RenderRequest, image: ImageRef | None = None) -> RunResult:
         began = time.monotonic()
-        state = self._begin(req)
+        state = self._begin(req, image)
         if isinstance(state, RunResult):
             return state
         pool = self.lease.pool
@@ -212,10 +218,26 @@ class JobRun:
 
     # -- start or resume ---------------------------------------------------------------------------------
 
-    def _begin(self, req: RenderRequest) -> RenderState | RunResult:
+    def _begin(self, req: RenderRequest, image: ImageRef | None = None) -> RenderState | RunResult:
         key = self.lease.resume_checkpoint_key
         if not key:
-            return self.renderer.start(req)
+            if image is None:
+                return self.renderer.start(req)
+            # Only a start reads the image: a resume's first frame is in the checkpoint's latents.
+            try:
+                data = self._needed(f"read of input image {image.key}", "image", lambda: self._image(image))
+            except StorageUnavailable as exc:
+                return self._unavailable(exc)
+            except ClientError as exc:
+                return self._fail("invalid_request", f"the input image {image.key} cannot be read: {exc}",
+                                  retryable=False)
+            if hashlib.sha256(data).hexdigest() != image.sha256:
+                return self._fail("invalid_request", f"the input image {image.key} does not have its sha256",
+                                  retryable=False)
+            try:
+                return self.renderer.start(req, data)
+            except ValueError as exc:  # the bytes do not decode as an image
+                return self._fail("invalid_request", str(exc), retryable=False)
         try:
             fingerprint = self.renderer.fingerprint(req)
             ckpt = self._needed(f"read of checkpoint {key}", "resume",
@@ -357,6 +379,10 @@ class JobRun:
         except Exception:
             log.warning("job %s: could not delete old checkpoints", self.lease.job_id, exc_info=True)
         return RunResult("succeeded", artifact_key=up.key, steps_run=self.steps_run)
+
+    def _image(self, image: ImageRef) -> bytes:
+        got = self.s3.get_object(Bucket=self.artifacts.bucket, Key=image.key)
+        return got["Body"].read()
 
     def _lost(self, reason: str) -> RunResult:
         if reason == "stuck" and self.pulse is not None:

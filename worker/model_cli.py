@@ -16,9 +16,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                       "hold the same build)")
     tiny.add_argument("--config", default="tiny", help="tiny (default, seconds per video on a CPU) or "
                       "large (a wider, deeper UNet for benchmarks); unet3d only")
-    tiny.add_argument("--family", default="unet3d", choices=("unet3d", "wan", "ltx", "cogvideox"),
+    tiny.add_argument("--family", default="unet3d", choices=("unet3d", "wan", "ltx", "ltx-i2v", "cogvideox"),
                       help="pipeline family: unet3d (TextToVideoSD, default), wan (WanPipeline), ltx "
-                      "(LTXPipeline) or cogvideox (CogVideoXPipeline)")
+                      "(LTXPipeline), ltx-i2v (LTXImageToVideoPipeline: image-to-video) or cogvideox "
+                      "(CogVideoXPipeline)")
     tiny.set_defaults(func=_tiny)
     listing = msub.add_parser("list", help="the models of the registry (SPOTREEL_MODEL_REGISTRY), one per line")
     listing.add_argument("--json", action="store_true", help="one JSON object per model")
@@ -65,5 +66,5 @@ def _list(args: argparse.Namespace, settings) -> int:
             print(f"{name}  family={e.family} dtype={e.dtype} pool={e.pool} sizes={sizes} "
                   f"frames={e.frame_rule().replace(' ', '_')} steps={e.steps_min}-{e.steps_max} "
                   f"sampler={e.sampler} samplers={','.join(e.samplers())} guidance={e.guidance_scale:g} "
-                  f"dir={e.directory}")
+                  f"dir={e.directory}" + (" takes_image" if e.takes_image else ""))
     return 0

@@ -83,7 +83,8 @@ def recipe_fingerprint(cfg: TinyConfig) -> str:
     return hashlib.sha256(blob).hexdigest()
 
 
-FAMILIES = ("unet3d", "wan", "ltx", "cogvideox")
+# "ltx-i2v": LTX-Video image-to-video (LTXImageToVideoPipeline), the family ltx with an image input.
+FAMILIES = ("unet3d", "wan", "ltx", "ltx-i2v", "cogvideox")
 
 
 def build_tiny_model(out_dir: str | Path, config: str | TinyConfig = "tiny", family: str = "unet3d") -> bool:

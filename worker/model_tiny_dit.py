@@ -57,9 +57,8 @@ def build_wan():
                        vae=vae, scheduler=scheduler)
 
 
-def build_ltx():
-    from diffusers import (AutoencoderKLLTXVideo, FlowMatchEulerDiscreteScheduler, LTXPipeline,
-                           LTXVideoTransformer3DModel)
+def _ltx_parts() -> dict:
+    from diffusers import AutoencoderKLLTXVideo, FlowMatchEulerDiscreteScheduler, LTXVideoTransformer3DModel
 
     tokenizer = build_t5_tokenizer(128)
     transformer = LTXVideoTransformer3DModel(
@@ -76,8 +75,22 @@ def build_ltx():
     scheduler = FlowMatchEulerDiscreteScheduler(use_dynamic_shifting=True, base_shift=0.95, max_shift=2.05,
                                                 base_image_seq_len=1024, max_image_seq_len=4096,
                                                 shift_terminal=0.1)
-    return LTXPipeline(tokenizer=tokenizer, text_encoder=_t5(False, len(tokenizer)), transformer=transformer,
-                       vae=vae, scheduler=scheduler)
+    return dict(tokenizer=tokenizer, text_encoder=_t5(False, len(tokenizer)), transformer=transformer, vae=vae,
+                scheduler=scheduler)
+
+
+def build_ltx():
+    from diffusers import LTXPipeline
+
+    return LTXPipeline(**_ltx_parts())
+
+
+def build_ltx_i2v():
+    """LTX-Video's image-to-video pipeline: the same components as text-to-video (the VAE's encoder turns the
+    image into the first latent frame), so one tiny build serves both."""
+    from diffusers import LTXImageToVideoPipeline
+
+    return LTXImageToVideoPipeline(**_ltx_parts())
 
 
 def build_cogvideox():
@@ -102,4 +115,4 @@ def build_cogvideox():
                              transformer=transformer, vae=vae, scheduler=scheduler)
 
 
-BUILDERS = {"wan": build_wan, "ltx": build_ltx, "cogvideox": build_cogvideox}
+BUILDERS = {"wan": build_wan, "ltx": build_ltx, "ltx-i2v": build_ltx_i2v, "cogvideox": build_cogvideox}

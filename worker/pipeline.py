@@ -41,6 +41,7 @@ DEFAULT_TILE_ABOVE_VOXELS = 832 * 480 * 81
 # Every sampler some family offers; each family accepts its own subset (Renderer.check says which).
 SAMPLERS = ("ddim", "euler_a", "unipc", "dpmpp", "flow_euler")
 _RESOLUTION = re.compile(r"^([1-9][0-9]{0,4})x([1-9][0-9]{0,4})$")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -57,10 +58,15 @@ class RenderRequest:
     sampler: str = "ddim"
     guidance_scale: float = 1.0
     negative_prompt: str = ""
+    # The sha256 (hex) of the job's conditioning image, "" for text-to-video. The hash, not the pixels, is
+    # what the fingerprint holds: `Renderer.start` takes the image's bytes and checks them against it.
+    image_sha256: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.prompt, str) or not isinstance(self.negative_prompt, str):
             raise ValueError("prompt and negative_prompt must be strings")
+        if self.image_sha256 and not _SHA256.fullmatch(self.image_sha256):
+            raise ValueError(f"image_sha256 must be 64 lowercase hex digits, got {self.image_sha256!r}")
         for name in ("num_steps", "width", "height", "num_frames", "fps"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -74,7 +80,8 @@ class RenderRequest:
 
     @classmethod
     def from_job(cls, *, prompt: str, seed: int, num_steps: int, resolution: str, duration_s: float, fps: int,
-                 sampler: str = "ddim", guidance_scale: float = 1.0, negative_prompt: str = "") -> "RenderRequest":
+                 sampler: str = "ddim", guidance_scale: float = 1.0, negative_prompt: str = "",
+                 image_sha256: str = "") -> "RenderRequest":
         """From a job's settings as the lease carries them: resolution "WxH", duration in seconds."""
         m = _RESOLUTION.match(resolution or "")
         if not m:
@@ -84,11 +91,13 @@ class RenderRequest:
         frames = max(1, round(duration_s * fps))
         return cls(prompt=prompt, seed=seed, num_steps=num_steps, width=int(m[1]), height=int(m[2]),
                    num_frames=frames, fps=fps, sampler=sampler, guidance_scale=guidance_scale,
-                   negative_prompt=negative_prompt)
+                   negative_prompt=negative_prompt, image_sha256=image_sha256)
 
     def frame_settings(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("fps")
+        if not d["image_sha256"]:
+            d.pop("image_sha256")  # a text-to-video request fingerprints as before the field existed
         return d
 
 
@@ -215,17 +224,25 @@ class Renderer:
 
     # -- the loop ------------------------------------------------------------------------------------------
 
-    def start(self, req: RenderRequest) -> RenderState:
+    def start(self, req: RenderRequest, image: bytes | None = None) -> RenderState:
+        """`image`: the job's conditioning image (PNG, JPEG or WebP bytes) whose sha256 the request names."""
         self.family.check(req)
+        self.check_image(req)
+        pil = None
+        if req.image_sha256:
+            if image is None or hashlib.sha256(image).hexdigest() != req.image_sha256:
+                raise ValueError(f"the image given does not have the request's sha256 {req.image_sha256[:16]}…")
+            pil = decode_image(image)
         scheduler = self.family.scheduler(req)
         generator = torch.Generator("cpu").manual_seed(req.seed)
         # Latents first, as every stock pipeline draws them before anything else uses the generator.
-        latents = self.family.latents(req, generator, scheduler)
+        latents = self.family.latents(req, generator, scheduler, image=pil)
         return RenderState(req, 0, req.num_steps, self.fingerprint(req), latents, self.family.encode(req),
                            scheduler, generator, self.family.initial_extra())
 
     def resume(self, req: RenderRequest, ckpt: Checkpoint) -> RenderState:
         self.family.check(req)
+        self.check_image(req)
         fp = self.fingerprint(req)
         if ckpt.fingerprint != fp:
             raise CheckpointMismatch(f"checkpoint fingerprint {ckpt.fingerprint[:16]}… does not match this "
@@ -331,6 +348,7 @@ class Renderer:
         the family can render, and, with the registry's entry, what the operator allows (the gateway refuses
         such a submission already; this holds a job submitted another way, or before the entry changed)."""
         self.family.check(req)
+        self.check_image(req)
         e = self.limits
         if e is None:
             return
@@ -340,6 +358,30 @@ class Renderer:
             raise ValueError(f"model {e.name} takes frames {e.frame_rule()}; the job asks for {req.num_frames}")
         if not e.steps_min <= req.num_steps <= e.steps_max:
             raise ValueError(f"model {e.name} takes num_steps from {e.steps_min} to {e.steps_max}; got {req.num_steps}")
+
+
+    def check_image(self, req: RenderRequest) -> None:
+        """ValueError when the request's image and the model disagree: an image for a text-to-video model
+        (nothing would use it), or none for an image-to-video one (it has no first frame to start from)."""
+        if req.image_sha256 and not self.family.takes_image:
+            raise ValueError("this model renders text-to-video only: it takes no input image")
+        if not req.image_sha256 and self.family.takes_image:
+            raise ValueError("this model renders image-to-video: a job needs an input image (input_reference)")
+
+
+def decode_image(data: bytes):
+    """The image's pixels as an RGB PIL image (the gateway checked the bytes decode; this holds a job sent
+    another way)."""
+    import io
+
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            im.load()
+            return im.convert("RGB")
+    except Exception as exc:
+        raise ValueError(f"the input image does not decode: {type(exc).__name__}: {exc}") from exc
 
 
 def _model_identity(model_dir: Path) -> str:

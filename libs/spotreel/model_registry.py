@@ -15,6 +15,7 @@ MODEL of a worker's `--pool MODEL@GPU`):
     guidance_scale = 5.0                              # default guidance of a job that names none
     pool = "a100"                                     # the GPU type its workers run on
     fps = 16                                          # frames per second its videos play at (optional)
+    takes_image = false                               # true: an image-to-video pipeline (optional)
 
 The gateway checks a submission against its model's entry (`problem`: the field and the allowed values,
 answered 422), a job's `sampler` included (one of its family's, SAMPLERS); `spotreel model list` prints the
@@ -23,7 +24,10 @@ sampler or guidance with the entry's. The frame count of a job is round(duration
 computes it; the gateway takes a duration from frames_min / fps to frames_max / fps and, where that count is
 off the entry's grid (4n+1), moves the job's duration to the nearest count on it (`frames_for`). `fps`, where
 given, is the rate the OpenAI-compatible surface renders the model's `seconds` at (the native API takes the
-job's own `fps`); without it that surface uses the gateway's default fps. Pure
+job's own `fps`); without it that surface uses the gateway's default fps. `takes_image = true` marks an
+image-to-video model (its pipeline conditions on an image: Wan I2V, LTX-Video image-to-video, CogVideoX
+I2V): every job of it brings an image (the compatible surface's `input_reference`), and a model without it
+takes none (`image_problem`). Pure
 functions and a loader; nothing here talks to a service.
 
 The local stack's registry (`platform.seed.local_registry_text`): `spotreel infra up` writes it to `$SPOTREEL_HOME/models.toml`
@@ -78,6 +82,16 @@ class ModelEntry:
     side_max: int = 0
     # The frame rate the model's videos are meant to play at; 0: not stated (the gateway's default applies).
     fps: int = 0
+    # An image-to-video model: each job is conditioned on an input image, and needs one.
+    takes_image: bool = False
+
+    def image_problem(self, has_image: bool) -> str | None:
+        """Why a job of this model with (or without) an input image cannot be rendered; None: it can."""
+        if has_image and not self.takes_image:
+            return f"model {self.name} renders text-to-video only: it takes no input image"
+        if not has_image and self.takes_image:
+            return f"model {self.name} renders image-to-video: a job needs an input image (input_reference)"
+        return None
 
     def size_allowed(self, resolution: str) -> bool:
         if not self.side_multiple:
@@ -124,7 +138,7 @@ class ModelEntry:
                 "sizes": list(self.sizes) if not self.side_multiple else self.size_rule(),
                 "frames": self.frame_rule(), "steps": [self.steps_min, self.steps_max],
                 "sampler": self.sampler, "samplers": list(self.samplers()), "guidance_scale": self.guidance_scale,
-                "pool": self.pool, "fps": self.fps or None}
+                "pool": self.pool, "fps": self.fps or None, "takes_image": self.takes_image}
 
 
 @dataclass(frozen=True)
@@ -135,9 +149,9 @@ class ModelRegistry:
         return sorted(self.models)
 
     def problem(self, *, model: str, resolution: str, duration_s: float, fps: int,
-                num_steps: int, sampler: str | None = None) -> tuple[str, str] | None:
+                num_steps: int, sampler: str | None = None, has_image: bool = False) -> tuple[str, str] | None:
         """(field, message) for the first setting `model` cannot take, None when it can take them all.
-        `sampler`: the job's (None: the entry's default)."""
+        `sampler`: the job's (None: the entry's default); `has_image`: whether the job brings an input image."""
         entry = self.models.get(model)
         if entry is None:
             return "model", f"unknown model {model!r}; known models: {', '.join(self.names()) or '(none)'}"
@@ -154,7 +168,13 @@ class ModelRegistry:
         if sampler is not None and sampler not in entry.samplers():
             return "sampler", (f"model {model} ({entry.family} family) takes samplers {', '.join(entry.samplers())}; "
                                f"got {sampler!r}")
+        image = entry.image_problem(has_image)
+        if image is not None:
+            return "input_image", image
         return None
+
+    def image_models(self) -> list[str]:
+        return [name for name in self.names() if self.models[name].takes_image]
 
 
 def parse(doc: dict[str, Any]) -> ModelRegistry:
@@ -181,7 +201,7 @@ def _entry(name: str, spec: Any) -> ModelEntry:
     if not isinstance(spec, dict):
         raise fail("must be a table")
     unknown = set(spec) - {"directory", "family", "dtype", "sizes", "frames", "steps", "sampler",
-                           "guidance_scale", "pool", "fps"}
+                           "guidance_scale", "pool", "fps", "takes_image"}
     if unknown:
         raise fail(f"unknown keys {sorted(unknown)}")
     family = spec.get("family")
@@ -228,8 +248,11 @@ def _entry(name: str, spec: Any) -> ModelEntry:
     fps = spec.get("fps", 0)
     if "fps" in spec and (isinstance(fps, bool) or not isinstance(fps, int) or not 1 <= fps <= 240):
         raise fail("fps must be an integer from 1 to 240")
+    takes_image = spec.get("takes_image", False)
+    if not isinstance(takes_image, bool):
+        raise fail("takes_image must be true or false")
     return ModelEntry(name, directory, family, dtype, tuple(sizes), f_min, f_max, f_step, s_min, s_max, sampler,
-                      float(guidance), pool, *rule, fps=fps)
+                      float(guidance), pool, *rule, fps=fps, takes_image=takes_image)
 
 
 # -- finding the file ---------------------------------------------------------------------------------

@@ -125,6 +125,9 @@ class Deps:
     pools: Any = None
     # Tenants' GPU-seconds (usage.KafkaTenantUsage: `async usage(tenant) -> dict`); None: /v1/usage is 503.
     usage: Any = None
+    # Input images (image_store.S3ImageStore: `async put(ref, data) -> bool`); None: an image-to-video
+    # request answers 503.
+    images: Any = None
 
 
 class StoreUnavailable(Exception):

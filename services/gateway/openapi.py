@@ -11,6 +11,7 @@ from spotreel.api.config import GatewayConfig
 from spotreel.api.submission import PRIORITY_RANGE
 from spotreel.readmodel.webhooks import FINAL, PENDING
 from spotreel.services.gateway.openapi_bodies import dag_body, submit_body
+from spotreel.services.gateway.openapi_openai import openai_paths
 from spotreel.services.gateway.openapi_parts import (ERROR, IDEMPOTENCY, STALE_PAGE, error_responses,
                                                      json_content, operation, page_token_param)
 from spotreel.services.gateway.openapi_schedules import schedule_paths
@@ -20,10 +21,12 @@ from spotreel.services.gateway.public.videos import STATUSES
 
 
 RULES = f"""Rules every operation follows:
-- Every error is JSON: {{"error": {{"code", "message", "field"?}}}} (plus details some codes add).
+- Every error is JSON: {{"error": {{"code", "message", "field"?}}}} (plus details some codes add); under
+  /openai/v1, the OpenAI-compatible surface, OpenAI's {{"error": {{"message", "type", "param", "code"}}}}.
 - A method a path does not serve is 405 `method_not_allowed`, with an `Allow` header listing the methods it does.
 - A public POST, PATCH or DELETE that carries a body must send `Content-Type: application/json` (or
-  `application/*+json`; charset, if given, utf-8): otherwise 415 `unsupported_media_type`. /internal/ is exempt.
+  `application/*+json`; charset, if given, utf-8): otherwise 415 `unsupported_media_type`. /internal/ is exempt,
+  and /openai/v1 takes multipart/form-data too (what the openai SDK sends).
 - A JSON string or key holding a lone UTF-16 surrogate (`\\ud800`) is 422 `invalid_field`, naming the field.
 - A header line (name and value) over {guards.MAX_HEADER_BYTES} bytes is 431 `header_too_large`, naming the
   header; a request target over {guards.MAX_TARGET_BYTES} bytes is 414 `uri_too_long`. Past
@@ -137,9 +140,10 @@ PRIORITY = {"type": "object", "required": ["priority"], "additionalProperties": 
 
 
 def _media_type_rule(paths: dict[str, Any]) -> None:
-    """415 on every operation guards.json_bodies judges: public, and a method whose body counts."""
+    """415 on every operation guards.json_bodies judges: public, and a method whose body counts (the
+    OpenAI-compatible surface states its own)."""
     for path, ops in paths.items():
-        if path.startswith("/internal/"):
+        if path.startswith(guards.OWN_PARSING):
             continue
         for method, op in ops.items():
             if method.upper() in guards.BODY_METHODS:
@@ -227,6 +231,7 @@ def document(cfg: GatewayConfig | None = None, private: bool = False) -> dict[st
         "/v1/videos/{id}/retry": {"post": operation("requeue a failed or dead-lettered video", ok202, cmd_errors)},
         **schedule_paths(cfg, private),
         **worker_paths(cfg),
+        **openai_paths(cfg),
     }
     _media_type_rule(paths)
     for listing in ("/v1/videos", "/v1/schedules", "/v1/schedules/{id}/occurrences"):

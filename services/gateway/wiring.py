@@ -11,6 +11,7 @@ from spotreel.dispatch.aio import AsyncDispatch
 from spotreel.dispatch.sender import AsyncCommandSender
 from spotreel.services.gateway.cassandra_store import CassandraAuth, CassandraReads
 from spotreel.services.gateway.deps import Deps
+from spotreel.services.gateway.image_store import image_store
 from spotreel.services.gateway.public.poolview import KafkaPoolStats
 from spotreel.services.gateway.public.usage import KafkaTenantUsage
 from spotreel.settings import Settings
@@ -42,11 +43,13 @@ def real_deps(settings: Settings, session=None, presign_seconds: int = 900,
     try:
         if session is not None:
             yield Deps(sink, CassandraReads(session), CassandraAuth(session), lambda: int(time.time() * 1000),
-                       presign=presigner(settings, presign_seconds), work=work, pools=pools, usage=usage)
+                       presign=presigner(settings, presign_seconds), work=work, pools=pools, usage=usage,
+                       images=image_store(settings))
             return
         with cql_session(settings, keyspace=settings.cassandra_keyspace) as own:
             yield Deps(sink, CassandraReads(own), CassandraAuth(own), lambda: int(time.time() * 1000),
-                       presign=presigner(settings, presign_seconds), work=work, pools=pools, usage=usage)
+                       presign=presigner(settings, presign_seconds), work=work, pools=pools, usage=usage,
+                       images=image_store(settings))
     finally:
         usage.close()
         pools.close()

@@ -31,9 +31,9 @@ def params_json(s: JobState) -> str:
         "occurrence_ms": s.occurrence_ms, "timeout_ms": s.timeout_ms, "stuck_steps": s.stuck_steps,
         "stuck_min_ms": s.stuck_min_ms,
     }
-    # The render options only where the job set them (null: the model's default), so the rows of jobs
-    # submitted before they existed read as before.
-    for name in ("guidance_scale", "negative_prompt", "sampler"):
+    # The render options and the input image's reference only where the job has them (null: the model's
+    # default; text-to-video), so the rows of jobs submitted before they existed read as before.
+    for name in ("guidance_scale", "negative_prompt", "sampler", "input_image"):
         if getattr(v, name) is not None:
             params[name] = getattr(v, name)
     return json.dumps(params, sort_keys=True, separators=(",", ":"))

@@ -60,7 +60,7 @@ def _flat_names(cls: type) -> list[str]:
     names = [f.name for f in fields(cls)]
     if "spec" not in names:
         return names
-    options = ("guidance_scale", "negative_prompt", "sampler")
+    options = ("guidance_scale", "negative_prompt", "sampler", "input_image")
     core = [n for n in SPEC_FIELDS if n != "model" and n not in options]
     i = names.index("spec")
     names[i:i + 1] = core

@@ -2,13 +2,16 @@
 gateway, scheduler and projector (subprocesses of this worktree's code on the shared Kafka, Cassandra and
 S3, a keyspace and prefix of their own) and a real `spotreel worker` rendering the tiny model: create and
 poll, download an MP4 that decodes, its thumbnail and spritesheet, list pages, remix, delete, and each
-error class the SDK raises for this surface's refusals."""
+error class the SDK raises for this surface's refusals; and the official Node package (tests/node) creates,
+polls and downloads once."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
+import shutil
 import signal
 import struct
 import subprocess
@@ -157,3 +160,30 @@ def test_readmes_three_lines(running, api_key, tmp_path):
     subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", "-c", code], cwd=tmp_path, check=True,
                    timeout=150)
     assert decode_frames((tmp_path / "fox.mp4").read_bytes()).shape == (8, 64, 64, 3)
+
+
+NODE_DIR = ROOT / "tests" / "node"
+
+
+def node_sdk() -> str:
+    """The `node` binary, with tests/node's pinned `openai` package installed (`make test` runs `npm ci`
+    there; a checkout without it installs here, from package-lock.json)."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    assert node and npm, "node and npm are needed (tools/system-packages installs nodejs and npm)"
+    if not (NODE_DIR / "node_modules" / "openai" / "package.json").is_file():
+        subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=NODE_DIR, check=True, timeout=180)
+    return node
+
+
+def test_the_node_sdk_creates_polls_and_downloads(running, api_key, tmp_path):
+    node = node_sdk()
+    out = tmp_path / "node.mp4"
+    done = subprocess.run([node, str(NODE_DIR / "openai_sdk_smoke.mjs"), running.gateway_url + "/openai/v1", api_key,
+                           "tiny-t2v", str(out)], cwd=NODE_DIR, capture_output=True, text=True, timeout=150)
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    pinned = json.loads((NODE_DIR / "package.json").read_text())["dependencies"]["openai"]
+    assert json.loads((NODE_DIR / "node_modules" / "openai" / "package.json").read_text())["version"] == pinned
+    assert (said["created"], said["status"], said["seconds"], said["size"]) == ("queued", "completed", "0.5", "32x32")
+    assert said["listed"] == [said["id"]] and said["bytes"] == out.stat().st_size
+    assert decode_frames(out.read_bytes()).shape == (4, 32, 32, 3)

@@ -114,7 +114,8 @@ def test_nest_render_spec_moves_exactly_the_video_fields() -> None:
     assert nest_render_spec(record) == {
         "job_id": "j", "priority": 3,
         "spec": {"model": "m", "prompt": "p", "duration_s": 1.0, "resolution": "8x8", "fps": 8, "seed": 1,
-                 "num_steps": 2, "guidance_scale": None, "negative_prompt": None, "sampler": "ddim"}}
+                 "num_steps": 2, "guidance_scale": None, "negative_prompt": None, "sampler": "ddim",
+                 "input_image": None}}
     with pytest.raises(KeyError):
         nest_render_spec({"model": "m"})  # a required video field missing: not a flat carrier
 

@@ -280,7 +280,7 @@ def test_golden_history(name: str) -> None:
 # Fields added after a history was recorded, and the default each must have where the history is silent: a
 # state or event written before them reads with these, as Avro resolves an old record.
 # (timeout_ms: a schedule's template, ScheduleCreated inside a schedule's state, gained it after a job's.)
-ADDED_LATER = {"guidance_scale": None, "negative_prompt": None, "sampler": None, "timeout_ms": None,
+ADDED_LATER = {"guidance_scale": None, "negative_prompt": None, "sampler": None, "timeout_ms": None, "input_image": None,
                # resume_match.py: fingerprints of leases and checkpoints, and the lease's resume choice.
                "fingerprint": "", "worker_fingerprint": "", "resume_reason": None, "resume_skipped_keys": [],
                "resume_detail": None}

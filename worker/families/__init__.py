@@ -15,6 +15,7 @@ _BY_PIPELINE = {
     "TextToVideoSDPipeline": ("unet3d", "UNet3DFamily"),
     "WanPipeline": ("wan", "WanFamily"),
     "LTXPipeline": ("ltx", "LTXFamily"),
+    "LTXImageToVideoPipeline": ("ltx", "LTXImageFamily"),
     "CogVideoXPipeline": ("cogvideox", "CogVideoXFamily"),
 }
 FAMILIES = ("unet3d", "wan", "ltx", "cogvideox")

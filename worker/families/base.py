@@ -36,8 +36,11 @@ class Family:
         raise NotImplementedError
 
     fps_changes_frames = False  # True where the frame rate conditions the model (LTX's rope scaling)
+    # True for an image-to-video pipeline: every job brings an image (`latents(..., image=)`), none without.
+    takes_image = False
 
-    def latents(self, req, generator: torch.Generator, scheduler) -> torch.Tensor:
+    def latents(self, req, generator: torch.Generator, scheduler, image=None) -> torch.Tensor:
+        """The starting latents; `image` (a PIL image) for a family that `takes_image`."""
         raise NotImplementedError
 
     def denoise(self, req, i: int, scheduler, latents: torch.Tensor, cond: dict[str, Any],

@@ -64,7 +64,7 @@ class CogVideoXFamily(Family):
                                                                      self.device)
         return {"embeds": embeds, "rotary": rotary}
 
-    def latents(self, req, generator, scheduler) -> torch.Tensor:
+    def latents(self, req, generator, scheduler, image=None) -> torch.Tensor:
         frames, _ = self._frames(req)
         # prepare_latents scales by the pipeline's own scheduler's init_noise_sigma (1.0 for both samplers)
         return self.pipe.prepare_latents(1, self.pipe.transformer.config.in_channels, frames, req.height,

@@ -65,7 +65,7 @@ class LTXFamily(Family):
             embeds, mask = torch.cat([neg, embeds], dim=0), torch.cat([neg_mask, mask], dim=0)
         return {"embeds": embeds, "mask": mask}
 
-    def latents(self, req, generator, scheduler) -> torch.Tensor:
+    def latents(self, req, generator, scheduler, image=None) -> torch.Tensor:
         return self.pipe.prepare_latents(1, self.pipe.transformer.config.in_channels, req.height, req.width,
                                          req.num_frames, torch.float32, self.device, generator, None)
 
@@ -97,3 +97,58 @@ class LTXFamily(Family):
         latents = pipe._denormalize_latents(latents, vae.latents_mean, vae.latents_std, vae.config.scaling_factor)
         latents = latents.to(self.dtype).to(vae.dtype)
         return video_to_uint8(vae.decode(latents, None, return_dict=False)[0])
+
+
+class LTXImageFamily(LTXFamily):
+    """LTX-Video image-to-video (diffusers' LTXImageToVideoPipeline): the job's image, resized to the video's
+    size and encoded by the VAE (a sample drawn from our generator, as the stock pipeline draws it), is the
+    first latent frame; a conditioning mask keeps that frame out of the denoising (its tokens get timestep 0
+    and the scheduler steps only the frames after it). The first frame travels in the latents, so a resume
+    needs the image's hash (in the fingerprint) but not the image."""
+
+    takes_image = True
+
+    def _mask(self, req) -> torch.Tensor:
+        f, h, w = self._shape(req)
+        mask = torch.zeros((1, 1, f, h, w), device=self.device, dtype=torch.float32)
+        mask[:, :, 0] = 1.0
+        mask = self.pipe._pack_latents(mask, self.pipe.transformer_spatial_patch_size,
+                                       self.pipe.transformer_temporal_patch_size).squeeze(-1)
+        return torch.cat([mask, mask]) if req.guidance_scale > 1.0 else mask
+
+    @torch.no_grad()
+    def encode(self, req) -> dict[str, Any]:
+        return {**super().encode(req), "conditioning": self._mask(req)}
+
+    def latents(self, req, generator, scheduler, image=None) -> torch.Tensor:
+        if image is None:
+            raise ValueError("this image-to-video model needs the job's image")
+        pixels = self.pipe.video_processor.preprocess(image, height=req.height, width=req.width)
+        pixels = pixels.to(device=self.device, dtype=self.pipe.text_encoder.dtype)
+        latents, _ = self.pipe.prepare_latents(pixels, 1, self.pipe.transformer.config.in_channels, req.height,
+                                               req.width, req.num_frames, torch.float32, self.device, generator,
+                                               None)
+        return latents
+
+    @torch.no_grad()
+    def denoise(self, req, i, scheduler, latents, cond, extra, generator):
+        pipe = self.pipe
+        t = scheduler.timesteps[i]
+        guided = req.guidance_scale > 1.0
+        model_in = (torch.cat([latents] * 2) if guided else latents).to(cond["embeds"].dtype)
+        f, h, w = self._shape(req)
+        rope = (self.temporal / req.fps, self.spatial, self.spatial)
+        timestep = t.expand(model_in.shape[0]).unsqueeze(-1) * (1 - cond["conditioning"])
+        with pipe.transformer.cache_context("cond_uncond"):
+            noise = pipe.transformer(hidden_states=model_in, encoder_hidden_states=cond["embeds"],
+                                     timestep=timestep, encoder_attention_mask=cond["mask"], num_frames=f,
+                                     height=h, width=w, rope_interpolation_scale=rope, return_dict=False)[0]
+        noise = noise.float()
+        if guided:
+            uncond, text = noise.chunk(2)
+            noise = uncond + req.guidance_scale * (text - uncond)
+        ps, pt = pipe.transformer_spatial_patch_size, pipe.transformer_temporal_patch_size
+        noise = pipe._unpack_latents(noise, f, h, w, ps, pt)
+        latents = pipe._unpack_latents(latents, f, h, w, ps, pt)
+        stepped = scheduler.step(noise[:, :, 1:], t, latents[:, :, 1:], return_dict=False)[0]
+        return pipe._pack_latents(torch.cat([latents[:, :, :1], stepped], dim=2), ps, pt), extra

@@ -49,7 +49,7 @@ class UNet3DFamily(Family):
             embeds.append(enc(tokens.input_ids.to(self.device), attention_mask=mask)[0].to(self.dtype))
         return {"embeds": torch.cat(embeds)}
 
-    def latents(self, req, generator: torch.Generator, scheduler) -> torch.Tensor:
+    def latents(self, req, generator: torch.Generator, scheduler, image=None) -> torch.Tensor:
         shape = (1, self.unet.config.in_channels, req.num_frames, req.height // self.vae_scale,
                  req.width // self.vae_scale)
         # Drawn on the CPU generator and moved, as diffusers' randn_tensor does.

@@ -52,7 +52,7 @@ class WanFamily(Family):
         return {"embeds": embeds.to(self.transformer_dtype),
                 "negative": None if negative is None else negative.to(self.transformer_dtype)}
 
-    def latents(self, req, generator, scheduler) -> torch.Tensor:
+    def latents(self, req, generator, scheduler, image=None) -> torch.Tensor:
         return self.pipe.prepare_latents(1, self.in_channels, req.height, req.width, req.num_frames,
                                          torch.float32, self.device, generator, None)
 

@@ -19,6 +19,13 @@ NOT_FROM_ENV = frozenset({"models"})
 class GatewayConfig:
     # aiohttp refuses larger bodies with 413 before any handler runs, so a huge prompt costs no parsing.
     max_body_bytes: int = 64 * 1024
+    # Largest input image (input_reference of an image-to-video request), in bytes. A create request with an
+    # image may be this much bigger than max_body_bytes (a third more again for a base64 data: URL).
+    max_image_bytes: int = 8 * 1024 * 1024
+    # Most pixels of an input image (width x height), checked before it is decoded.
+    max_image_pixels: int = 4096 * 4096
+    # Longest side of an input image, in pixels.
+    max_image_side: int = 4096
     # Longest prompt (and negative prompt) a submission may carry, in characters.
     max_prompt_chars: int = 4000
     # Longest video a submission may ask for, in seconds.

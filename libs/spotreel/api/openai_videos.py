@@ -17,6 +17,8 @@ from typing import Any
 
 from spotreel.api.config import GatewayConfig
 from spotreel.api.errors import ApiError, ModelRefusal
+from spotreel.domain import images
+from spotreel.domain.images import ImageRef
 from spotreel.model_registry import ModelEntry
 
 # spotreel's own options a compatible request may carry beside the OpenAI fields (the SDK's `extra_body`),
@@ -135,9 +137,17 @@ def native_body(fields: dict[str, Any], cfg: GatewayConfig) -> dict[str, Any]:
         if entry is None:
             raise ApiError(404, "model_not_found", f"the model {model!r} does not exist; this deployment renders "
                            f"{', '.join(cfg.models.names()) or '(none)'}", field="model")
-    if fields.get("input_reference") is not None:
-        raise bad_request(f"model {model} takes no input_reference: this deployment renders text-to-video only",
-                          "input_reference", "unsupported_parameter")
+    if entry is not None:
+        # Before the image is read or stored: a model that cannot use it (or needs one) refuses first.
+        given = fields.get("input_reference") is not None
+        if given and not entry.takes_image:
+            others = cfg.models.image_models()
+            raise bad_request(f"model {model} renders text-to-video only and takes no input_reference; "
+                              f"image-to-video models here: {', '.join(others) or '(none)'}",
+                              "input_reference", "unsupported_parameter")
+        if not given and entry.takes_image:
+            raise bad_request(f"model {model} renders image-to-video: input_reference (the first frame's image) "
+                              "is required", "input_reference", "missing_required_parameter")
     duration, resolution, fps = seconds_and_size(cfg, entry, fields.get("seconds"), fields.get("size"))
     body: dict[str, Any] = {"prompt": prompt, "model": model, "duration": duration, "resolution": resolution,
                             "fps": fps}
@@ -157,10 +167,16 @@ def remix_body(source: dict[str, Any], prompt: Any) -> dict[str, Any]:
     if duration is not None:
         body["duration"] = duration
     for name in ("resolution", "fps", "num_steps", "seed", "gpu_type", "guidance_scale", "negative_prompt",
-                 "sampler"):
+                 "sampler"):  # the input image, where the source had one, is the route's (`remix_image`)
         if params.get(name) is not None:
             body[name] = params[name]
     return body
+
+
+def remix_image(source: dict[str, Any]) -> ImageRef | None:
+    """The earlier video's input image, which its remix is conditioned on too (None: text-to-video)."""
+    text = source["params"].get("input_image")
+    return images.parse(text) if text else None
 
 
 def remix_key(source_id: str, given: str) -> str:

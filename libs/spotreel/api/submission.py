@@ -14,6 +14,7 @@ from typing import Any
 from spotreel.domain import ids, limits
 from spotreel.domain.commands import SubmitJob
 from spotreel.domain.decide import submission_problem
+from spotreel.domain.images import ImageRef
 from spotreel.domain.spec import RenderSpec
 from spotreel.model_registry import SAMPLERS
 from spotreel.api.config import GatewayConfig
@@ -196,8 +197,12 @@ def _render_options(body: dict[str, Any], cfg: GatewayConfig) -> dict[str, Any]:
     return out
 
 
-def normalize(body: Any, cfg: GatewayConfig, *, allow_private_callbacks: bool = False) -> dict[str, Any]:
-    """`allow_private_callbacks`: the deployment's webhook_allow_private, the setting the sender obeys."""
+def normalize(body: Any, cfg: GatewayConfig, *, allow_private_callbacks: bool = False,
+              image: ImageRef | None = None) -> dict[str, Any]:
+    """`allow_private_callbacks`: the deployment's webhook_allow_private, the setting the sender obeys.
+    `image`: the input image of an image-to-video job, already checked and stored by the caller (the
+    OpenAI-compatible surface's input_reference); the body itself cannot name one. Its reference joins the
+    normalized body (and so the request hash: the same key with another image is another request)."""
     if not isinstance(body, dict):
         raise ApiError(400, "invalid_json", "the body must be a JSON object")
     unknown = sorted(set(body) - KNOWN)
@@ -258,11 +263,15 @@ def normalize(body: Any, cfg: GatewayConfig, *, allow_private_callbacks: bool = 
         **_webhook_events(body, callback),
         **_render_options(body, cfg),
     }
+    if image is not None:
+        normalized["input_image"] = image.text()
     if cfg.models is not None:
-        # The operator's registry (spotreel.model_registry): sizes, frames, steps and samplers this model takes.
+        # The operator's registry (spotreel.model_registry): sizes, frames, steps, samplers and whether it
+        # takes an image.
         problem = cfg.models.problem(model=normalized["model"], resolution=normalized["resolution"],
                                      duration_s=normalized["duration"], fps=normalized["fps"],
-                                     num_steps=normalized["num_steps"], sampler=normalized.get("sampler"))
+                                     num_steps=normalized["num_steps"], sampler=normalized.get("sampler"),
+                                     has_image=image is not None)
         if problem is not None:
             raise ModelRefusal(*problem)
         # A duration between two frame counts the model takes renders the nearest (5 s at 16 fps on a 4n+1
@@ -310,7 +319,7 @@ def build_submit(tenant: str, key: str, body: dict[str, Any], now_ms: int, comma
         spec=RenderSpec(model=body["model"], prompt=body["prompt"], duration_s=body["duration"],
                         resolution=body["resolution"], fps=body["fps"], seed=seed, num_steps=body["num_steps"],
                         guidance_scale=body.get("guidance_scale"), negative_prompt=body.get("negative_prompt"),
-                        sampler=body.get("sampler")),
+                        sampler=body.get("sampler"), input_image=body.get("input_image")),
         priority=body["priority"], callback_url=body["callback_url"],
         run_at_ms=run_at, parents=tuple(body["parents"]), dag_policy=body["dag_policy"], **policy_fields(body, cfg),
         **stuck_fields(cfg),

@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 # The fields of spotreel.v1.RenderSpec, in its order (tests/unit/test_codec_upcast.py holds them equal to
-# domain/spec.py's); the last three were added to the flat records later, so older versions lack them.
+# domain/spec.py's); the render options were added to the flat records later, so older versions lack them,
+# and input_image came after the lift (no flat record has it: a lifted one reads it as null).
 RENDER_SPEC_FIELDS = ("model", "prompt", "duration_s", "resolution", "fps", "seed", "num_steps",
-                      "guidance_scale", "negative_prompt", "sampler")
-_RENDER_SPEC_OPTIONAL = frozenset({"guidance_scale", "negative_prompt", "sampler"})
+                      "guidance_scale", "negative_prompt", "sampler", "input_image")
+_RENDER_SPEC_OPTIONAL = frozenset({"guidance_scale", "negative_prompt", "sampler", "input_image"})
 
 
 def nest_render_spec(record: dict[str, Any]) -> dict[str, Any]:

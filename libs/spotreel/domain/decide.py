@@ -99,7 +99,7 @@ def submission_problem(c: cmd.SubmitJob) -> str | None:
         timeout_ms=c.timeout_ms, stuck_steps=c.stuck_steps, stuck_min_ms=c.stuck_min_ms)
     spec = c.spec
     render = limits.render_problem(guidance_scale=spec.guidance_scale, negative_prompt=spec.negative_prompt,
-                                   sampler=spec.sampler)
+                                   sampler=spec.sampler, input_image=spec.input_image)
     checks = (
         (bool(c.tenant) and bool(c.idempotency_key), "tenant and idempotency_key are required"),
         ("\x00" not in c.tenant + c.idempotency_key, "tenant and idempotency_key must not contain NUL"),

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 
+from spotreel.domain import images
 from spotreel.domain.state import JobState, Status
 
 
@@ -99,14 +100,17 @@ def policy_problem(*, max_attempts: int, backoff_base_ms: int, backoff_max_ms: i
     return next((why for ok, why in checks if not ok), None)
 
 
-def render_problem(*, guidance_scale: float | None, negative_prompt: str | None, sampler: str | None) -> str | None:
+def render_problem(*, guidance_scale: float | None, negative_prompt: str | None, sampler: str | None,
+                   input_image: str | None = None) -> str | None:
     """The first limit a job's render options break, naming the field (None: they are fine)."""
+    image = images.problem(input_image)
     checks = (
         (guidance_scale is None or MIN_GUIDANCE_SCALE <= guidance_scale <= MAX_GUIDANCE_SCALE,
          f"guidance_scale must be null or between {MIN_GUIDANCE_SCALE:g} and {MAX_GUIDANCE_SCALE:g}"),
         (negative_prompt is None or "\x00" not in negative_prompt, "negative_prompt must not contain NUL"),
         (sampler is None or (0 < len(sampler) <= MAX_SAMPLER_CHARS and sampler.isascii() and sampler.isidentifier()),
          f"sampler must be null or a sampler name (letters, digits, _; up to {MAX_SAMPLER_CHARS})"),
+        (image is None, image or ""),
     )
     return next((why for ok, why in checks if not ok), None)
 

@@ -33,6 +33,9 @@ class RenderSpec:
     guidance_scale: float | None = None
     negative_prompt: str | None = None
     sampler: str | None = None
+    # The conditioning image of an image-to-video job, by reference (domain/images.py: its object key,
+    # SHA-256 and media type as one JSON text), never its bytes; None: text-to-video.
+    input_image: str | None = None
 
     def flat(self) -> dict[str, Any]:
         """The fields by name, as the flat shapes outside the records carry them (API JSON, worker answers)."""

@@ -15,17 +15,20 @@ the bucket until its plan's retention ends (the janitor, services/janitor/README
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
+from spotreel.api import input_image
 from spotreel.api import openai_videos as oa
 from spotreel.api.errors import ApiError
 from spotreel.api.submission import JOB_ID, check_idempotency_key, normalize
 from spotreel.domain import commands as cmd
 from spotreel.domain import expiry
+from spotreel.domain.images import ImageRef
 from spotreel.readmodel.jobs import JobListItem, JobView
 from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import Gateway, gateway
@@ -43,6 +46,7 @@ OPENAI_STYLE = "openai"
 POLL_AFTER_MS = 1000
 VARIANTS = {"video": None, "thumbnail": "image/png", "spritesheet": "image/png"}
 _FORM_TYPES = ("multipart/form-data", "application/x-www-form-urlencoded")
+_OBJECT_FIELD = re.compile(r"[a-z_]{1,64}\[[a-z_]{1,64}\]")
 
 
 def video_json(found: JobView | Claim, tenant: Tenant) -> dict[str, Any]:
@@ -71,7 +75,8 @@ async def _visible(gw: Gateway, tenant: str, job_id: str) -> JobView | Claim:
 
 async def _fields(request: web.Request) -> dict[str, Any]:
     """The create request's fields: a JSON object, or a form (what the SDK sends), its `name[]` fields as
-    lists and a file part as the bytes of its upload."""
+    lists, its `name[key]` fields as an object (a reference object such as input_reference[image_url]) and a
+    file part as the bytes of its upload."""
     if is_json(request):
         return await read_object(request)
     if request.content_type not in _FORM_TYPES:
@@ -84,14 +89,36 @@ async def _fields(request: web.Request) -> dict[str, Any]:
         values = [v.file.read() if isinstance(v, web.FileField) else v for v in form.getall(name)]
         if name.endswith("[]"):
             out[name[:-2]] = values
+        elif _OBJECT_FIELD.fullmatch(name):
+            outer, inner = name[:-1].split("[", 1)
+            into = out.setdefault(outer, {})
+            if not isinstance(into, dict):
+                raise oa.bad_request(f"{outer} is given both as a value and as an object", outer)
+            into[inner] = values[-1]
         else:
             out[name] = values[-1]
     return out
 
 
-async def _submit(request: web.Request, body: dict[str, Any], key: str, fresh: bool) -> web.Response:
+async def _image(gw: Gateway, value: Any) -> ImageRef:
+    """Check the request's input_reference and store the image once by its hash; its reference for the job."""
+    if gw.deps.images is None:
+        raise ApiError(503, "storage_unavailable", "no object store is configured for input images", retry_after=30)
+    image = await asyncio.to_thread(input_image.read, value, gw.cfg)
+    ref = ImageRef.for_content(image.sha256, image.media_type)
+    try:
+        await gw.deps.images.put(ref, image.data)
+    except Exception as exc:  # the store's errors (botocore's, a socket's): the client may retry
+        raise ApiError(503, "storage_unavailable", f"the input image could not be stored: {type(exc).__name__}",
+                       retry_after=5) from exc
+    return ref
+
+
+async def _submit(request: web.Request, body: dict[str, Any], key: str, fresh: bool,
+                  image: ImageRef | None = None) -> web.Response:
     gw = gateway(request)
-    normalized = normalize(body, gw.cfg, allow_private_callbacks=bool(gw.settings.webhook_allow_private))
+    normalized = normalize(body, gw.cfg, allow_private_callbacks=bool(gw.settings.webhook_allow_private),
+                           image=image)
     answer = await accept(gw, request[TENANT], key, normalized, fresh_key=fresh, webhook_style=OPENAI_STYLE)
     found = await find(gw.deps, request[TENANT].tenant_id, answer["job_id"])
     headers = {"Location": f"{PREFIX}/videos/{answer['job_id']}", "Idempotency-Key": key}
@@ -109,7 +136,14 @@ async def create_video(request: web.Request) -> web.Response:
     gw = gateway(request)
     gw.shed("shed_submission", gw.cfg.shed_submissions_lag_seconds, "submit")
     key, fresh = _key(request)
-    return await _submit(request, oa.native_body(await _fields(request), gw.cfg), key, fresh)
+    # An image may come with the request: the body limit here is the other requests' plus the largest image
+    # as a base64 data: URL (a third bigger than its bytes).
+    request = request.clone(client_max_size=gw.cfg.max_body_bytes + (gw.cfg.max_image_bytes + 2) // 3 * 4 + 1024)
+    fields = await _fields(request)
+    body = oa.native_body(fields, gw.cfg)
+    reference = fields.get("input_reference")
+    image = await _image(gw, reference) if reference is not None else None
+    return await _submit(request, body, key, fresh, image)
 
 
 async def remix_video(request: web.Request) -> web.Response:
@@ -125,7 +159,8 @@ async def remix_video(request: web.Request) -> web.Response:
     body = oa.remix_body({"model": source.model, "priority": source.priority, "params": source.params},
                          fields.get("prompt"))
     given, fresh = _key(request)
-    return await _submit(request, body, oa.remix_key(source.job_id, given), fresh)
+    return await _submit(request, body, oa.remix_key(source.job_id, given), fresh, oa.remix_image(
+        {"params": source.params}))
 
 
 async def retrieve_video(request: web.Request) -> web.Response:

@@ -89,7 +89,8 @@ async def accept(gw: Gateway, tenant: Tenant, key: str, body: dict[str, Any], *,
                  request_hash=submit.request_hash, accepted_at_ms=now, model=submit.spec.model, pool=pool,
                  priority=submit.priority, prompt=submit.spec.prompt,
                  params={**{k: body[k] for k in ("duration", "resolution", "fps", "num_steps", "gpu_type",
-                                                  "callback_url", "guidance_scale", "negative_prompt", "sampler")
+                                                  "callback_url", "guidance_scale", "negative_prompt", "sampler",
+                                                  "input_image")
                             if k in body}, "seed": submit.spec.seed})
 
     # New work is admitted first and then claimed; the claim tells a replay (the key held already) from new
