@@ -125,6 +125,9 @@ class Deps:
     pools: Any = None
     # Tenants' GPU-seconds (usage.KafkaTenantUsage: `async usage(tenant) -> dict`); None: /v1/usage is 503.
     usage: Any = None
+    # The personal-data vault (spotreel.personal.vault.Vault): seals a submission's personal fields, opens them
+    # for the views and the worker's lease, erases them. None: encryption off (fields are plain text).
+    vault: Any = None
 
 
 class StoreUnavailable(Exception):

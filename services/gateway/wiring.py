@@ -13,6 +13,7 @@ from spotreel.services.gateway.cassandra_store import CassandraAuth, CassandraRe
 from spotreel.services.gateway.deps import Deps
 from spotreel.services.gateway.public.poolview import KafkaPoolStats
 from spotreel.services.gateway.public.usage import KafkaTenantUsage
+from spotreel.personal.setup import open_cassandra_vault
 from spotreel.settings import Settings
 
 
@@ -42,11 +43,13 @@ def real_deps(settings: Settings, session=None, presign_seconds: int = 900,
     try:
         if session is not None:
             yield Deps(sink, CassandraReads(session), CassandraAuth(session), lambda: int(time.time() * 1000),
-                       presign=presigner(settings, presign_seconds), work=work, pools=pools, usage=usage)
+                       presign=presigner(settings, presign_seconds), work=work, pools=pools, usage=usage,
+                       vault=open_cassandra_vault(settings, session))
             return
         with cql_session(settings, keyspace=settings.cassandra_keyspace) as own:
             yield Deps(sink, CassandraReads(own), CassandraAuth(own), lambda: int(time.time() * 1000),
-                       presign=presigner(settings, presign_seconds), work=work, pools=pools, usage=usage)
+                       presign=presigner(settings, presign_seconds), work=work, pools=pools, usage=usage,
+                       vault=open_cassandra_vault(settings, own))
     finally:
         usage.close()
         pools.close()

@@ -28,6 +28,7 @@ from spotreel.domain import commands as cmd
 from spotreel.domain import expiry
 from spotreel.readmodel.jobs import JobListItem, JobView
 from spotreel.services.gateway.auth import TENANT
+from spotreel.services.gateway.public.personal_view import opened, opened_all
 from spotreel.services.gateway.context import Gateway, gateway
 from spotreel.services.gateway.deps import Claim, Tenant
 from spotreel.services.gateway.public.guards import is_json
@@ -93,7 +94,7 @@ async def _submit(request: web.Request, body: dict[str, Any], key: str, fresh: b
     gw = gateway(request)
     normalized = normalize(body, gw.cfg, allow_private_callbacks=bool(gw.settings.webhook_allow_private))
     answer = await accept(gw, request[TENANT], key, normalized, fresh_key=fresh, webhook_style=OPENAI_STYLE)
-    found = await find(gw.deps, request[TENANT].tenant_id, answer["job_id"])
+    found = await opened(gw.deps.vault, await find(gw.deps, request[TENANT].tenant_id, answer["job_id"]))
     headers = {"Location": f"{PREFIX}/videos/{answer['job_id']}", "Idempotency-Key": key}
     return web.json_response(video_json(found, request[TENANT]), headers=headers)
 
@@ -116,7 +117,7 @@ async def remix_video(request: web.Request) -> web.Response:
     gw = gateway(request)
     gw.shed("shed_submission", gw.cfg.shed_submissions_lag_seconds, "submit")
     tenant = request[TENANT]
-    source = await _visible(gw, tenant.tenant_id, job_id_of(request))
+    source = await opened(gw.deps.vault, await _visible(gw, tenant.tenant_id, job_id_of(request)))
     fields = await _fields(request)
     unknown = sorted(set(fields) - {"prompt"})
     if unknown:
@@ -130,7 +131,7 @@ async def remix_video(request: web.Request) -> web.Response:
 
 async def retrieve_video(request: web.Request) -> web.Response:
     gw = gateway(request)
-    found = await _visible(gw, request[TENANT].tenant_id, job_id_of(request))
+    found = await opened(gw.deps.vault, await _visible(gw, request[TENANT].tenant_id, job_id_of(request)))
     return web.json_response(video_json(found, request[TENANT]), headers={"openai-poll-after-ms": str(POLL_AFTER_MS)})
 
 
@@ -157,7 +158,8 @@ async def list_videos(request: web.Request) -> web.Response:
         after = (mark.created_at_ms, mark.job_id)
     rows: list[JobListItem] = await gw.deps.reads.list_jobs_from(tenant.tenant_id, after, order == "asc", limit + 1)
     page, more = rows[:limit], len(rows) > limit
-    views = await asyncio.gather(*(gw.deps.reads.get_job(r.job_id) for r in page))
+    views = await opened_all(gw.deps.vault, [v for v in await asyncio.gather(
+        *(gw.deps.reads.get_job(r.job_id) for r in page)) if v is not None])
     data = [video_json(v, tenant) for v in views if v is not None and v.deleted_at_ms is None]
     # The cursor is the last row read, listed or not, so a page of deleted videos does not end the listing.
     return web.json_response({"object": "list", "data": data, "has_more": more,

@@ -15,6 +15,7 @@ from spotreel.api.errors import invalid
 from spotreel.services.gateway.jsonbody import read_object
 from spotreel.services.gateway.public.lookup import conflict, find, job_id_of, status_of
 from spotreel.services.gateway.public.pending import explain
+from spotreel.services.gateway.public.personal_view import opened, opened_all
 from spotreel.api.submission import PRIORITY_RANGE
 from spotreel.services.gateway.public.submit import submit_video
 from spotreel.services.gateway.public.views import (ACCEPTED, TERMINAL, attempt_json, claim_json, event_json, job_json,
@@ -27,7 +28,7 @@ STATUSES = frozenset({ACCEPTED, "scheduled", "waiting", "queued", "leased", "run
 
 async def get_video(request: web.Request) -> web.Response:
     deps = gateway(request).deps
-    found = await find(deps, request[TENANT].tenant_id, job_id_of(request))
+    found = await opened(deps.vault, await find(deps, request[TENANT].tenant_id, job_id_of(request)))
     body = job_json(found) if isinstance(found, JobView) else claim_json(found)
     callback = found.params.get("callback_url")
     body["webhook"] = webhook_json(callback, await deps.reads.webhook_state(found.job_id) if callback else None)
@@ -54,7 +55,7 @@ async def list_videos(request: web.Request) -> web.Response:
     except ValueError as exc:  # a refused token (pagetokens), or a signed state Cassandra itself refused
         raise pagetokens.refusal(exc) from None
     token = gw.page_tokens.issue(tenant, status, page.page_state)
-    return web.json_response({"videos": [list_item_json(i) for i in page.items], "next_page_token": token})
+    return web.json_response({"videos": [list_item_json(i) for i in await opened_all(gw.deps.vault, page.items)], "next_page_token": token})
 
 
 async def video_events(request: web.Request) -> web.Response:
