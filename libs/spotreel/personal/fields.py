@@ -11,9 +11,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Mapping, TypeVar
 
+from spotreel.domain.spec import PERSONAL_SPEC_FIELDS
 from spotreel.personal.vault import Sealer, Vault
 
-SPEC_PERSONAL: tuple[str, ...] = ("prompt", "negative_prompt")
+SPEC_PERSONAL: tuple[str, ...] = PERSONAL_SPEC_FIELDS
 JOB_PERSONAL: tuple[str, ...] = ("callback_url",)
 ALL_PERSONAL: tuple[str, ...] = (*SPEC_PERSONAL, *JOB_PERSONAL)
 

@@ -24,10 +24,10 @@ from aiohttp import web
 from spotreel.api import openai_videos as oa
 from spotreel.api.errors import ApiError
 from spotreel.api.submission import JOB_ID, check_idempotency_key, normalize
-from spotreel.domain import commands as cmd
 from spotreel.domain import expiry
 from spotreel.readmodel.jobs import JobListItem, JobView
 from spotreel.services.gateway.auth import TENANT
+from spotreel.services.gateway.public.erasure import erase_job
 from spotreel.services.gateway.public.personal_view import opened, opened_all
 from spotreel.services.gateway.context import Gateway, gateway
 from spotreel.services.gateway.deps import Claim, Tenant
@@ -35,7 +35,6 @@ from spotreel.services.gateway.public.guards import is_json
 from spotreel.services.gateway.jsonbody import read_object
 from spotreel.services.gateway.public.lookup import find, job_id_of, status_of
 from spotreel.services.gateway.public.submit import accept
-from spotreel.services.gateway.public.views import TERMINAL
 
 PREFIX = "/openai/v1"
 # The payload of webhooks of videos made here (services/webhooks/payload.py `openai_style`).
@@ -176,12 +175,11 @@ def _checked_id(job_id: str) -> str:
 async def delete_video(request: web.Request) -> web.Response:
     gw = gateway(request)
     job_id = job_id_of(request)
-    found = await _visible(gw, request[TENANT].tenant_id, job_id)
-    if status_of(found) not in TERMINAL:
-        command = cmd.CancelJob(gw.new_id(), job_id, reason="deleted")
-        await gw.deps.commands.send(command)
-        gw.metrics.commands.labels("CancelJob").inc()
-    await gw.deps.reads.mark_deleted(job_id, gw.deps.clock_ms())
+    tenant = request[TENANT].tenant_id
+    found = await _visible(gw, tenant, job_id)
+    # The native erasure (public/erasure.py): data key, objects, EraseJob (which cancels a live job first).
+    await erase_job(gw, tenant, job_id, by=f"tenant:{tenant}", reason="deleted")
+    await gw.deps.reads.mark_deleted(found.job_id, gw.deps.clock_ms())
     return web.json_response({"id": job_id, "object": "video.deleted", "deleted": True})
 
 

@@ -8,7 +8,7 @@ import re
 from aiohttp import web
 
 from spotreel.domain import commands as cmd
-from spotreel.services.gateway.public import dags, pagetokens, stream
+from spotreel.services.gateway.public import dags, erasure, pagetokens, stream
 from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import gateway
 from spotreel.api.errors import invalid
@@ -128,6 +128,7 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_post("/v1/dags", dags.submit_dag)
     router.add_get("/v1/videos", list_videos, allow_head=False)
     router.add_get("/v1/videos/{id}", get_video, allow_head=False)
+    router.add_delete("/v1/videos/{id}", erasure.erase_video)
     router.add_patch("/v1/videos/{id}", patch_video)
     router.add_get("/v1/videos/{id}/events", video_events, allow_head=False)
     router.add_get("/v1/videos/{id}/attempts", video_attempts, allow_head=False)
