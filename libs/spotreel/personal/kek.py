@@ -77,12 +77,18 @@ class LocalKek:
 
 def create_kek_file(path: Path) -> bool:
     """Write a new random KEK to `path` (mode 0600) unless a file is there; True when this call wrote it.
-    Exclusive create, so processes starting together agree on one key."""
+    Written whole to a private temporary file and linked into place, which fails if the name exists: processes
+    starting together agree on one key, and none reads a half-written file."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return False
-    with os.fdopen(fd, "w", encoding="ascii") as f:
-        f.write(base64.b64encode(os.urandom(KEK_BYTES)).decode() + "\n")
-    return True
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write(base64.b64encode(os.urandom(KEK_BYTES)).decode() + "\n")
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        return True
+    finally:
+        tmp.unlink(missing_ok=True)
