@@ -7,9 +7,8 @@ submission path: a create or remix is translated into a POST /v1/videos body (ap
 by the same `normalize`, and admitted, claimed and produced by the same `accept` (public/submit.py), so the
 Idempotency-Key, admission, 429s and the model registry behave exactly as they do natively.
 
-DELETE stops an unfinished video (a CancelJob) and marks it deleted (jobs_by_id.deleted_at); this surface
-answers 404 for it from then on. The native API still shows the job and its history, and its MP4 stays in
-the bucket until its plan's retention ends (the janitor, services/janitor/README.md).
+DELETE is the native erasure (public/erasure.py: data key, objects, EraseJob, which cancels an unfinished
+video) and marks the video deleted (jobs_by_id.deleted_at); this surface answers 404 for it from then on.
 """
 
 from __future__ import annotations
