@@ -91,6 +91,9 @@ VIDEO_SCHEMA = {
                                   "stuck_min_seconds": {"type": ["integer", "null"]}}},
         "result": {"type": "object", "properties": {"content_url": {"type": "string"}, "sha256": {"type": "string"},
                                                     "size_bytes": {"type": "integer"}}},
+        "expires_at": {"type": ["string", "null"], "format": "date-time",
+                       "description": "when the video is deleted under the tenant's plan (its content answers 410 "
+                                      "video_expired from then on); null: not succeeded, or a plan that keeps videos"},
         "pending_reason": {
             "type": ["object", "null"], "required": ["code", "message"],
             "description": "null while the job holds a lease or is terminal; else why it does not run yet, from "

@@ -107,3 +107,19 @@ async def test_delete_erases_and_the_video_then_answers_410(api):
     gone = await client.get(f"/v1/videos/{job_id}", headers=A)
     assert gone.status == 410 and (await gone.json())["error"]["code"] == "erased"
     assert (await client.delete(f"/v1/videos/{job_id}", headers=A)).status == 202
+
+
+async def test_get_reports_when_the_video_expires_under_the_plan(api):
+    from dataclasses import replace as dc_replace
+
+    from spotreel.services.gateway.deps import Tenant
+
+    client, deps, _ = api
+    deps.auth.tenants["tenant-a"] = dc_replace(Tenant("tenant-a"), plan="free")
+    for headers in (A, B):
+        job_id = (await (await client.post("/v1/videos", json={"prompt": "x"}, headers={**headers, "Idempotency-Key": "k9"}))
+                  .json())["job_id"]
+        with_status(deps, job_id, "succeeded", updated_at_ms=86_400_000)
+        body = await (await client.get(f"/v1/videos/{job_id}", headers=headers)).json()
+        # A day, then the free plan's 7 days; tenant-b has no plan, which keeps videos.
+        assert body["expires_at"] == ("1970-01-09T00:00:00.000Z" if headers is A else None)

@@ -8,6 +8,7 @@ import re
 from aiohttp import web
 
 from spotreel.domain import commands as cmd
+from spotreel.domain import expiry
 from spotreel.services.gateway.public import dags, erasure, pagetokens, stream
 from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import gateway
@@ -18,8 +19,8 @@ from spotreel.services.gateway.public.pending import explain
 from spotreel.services.gateway.public.personal_view import opened, opened_all
 from spotreel.api.submission import PRIORITY_RANGE
 from spotreel.services.gateway.public.submit import submit_video
-from spotreel.services.gateway.public.views import (ACCEPTED, TERMINAL, attempt_json, claim_json, event_json, job_json,
-                                             list_item_json, webhook_json)
+from spotreel.services.gateway.public.views import (ACCEPTED, TERMINAL, attempt_json, claim_json, event_json, iso,
+                                             job_json, list_item_json, webhook_json)
 from spotreel.readmodel.jobs import JobView
 
 _DIGITS = re.compile(r"[0-9]{1,9}")
@@ -30,6 +31,10 @@ async def get_video(request: web.Request) -> web.Response:
     deps = gateway(request).deps
     found = await opened(deps.vault, await find(deps, request[TENANT].tenant_id, job_id_of(request)))
     body = job_json(found) if isinstance(found, JobView) else claim_json(found)
+    # When the janitor deletes the video under the tenant's plan (domain/expiry.py); /content answers 410
+    # `video_expired` from then on. Null: not succeeded, or a plan that keeps videos.
+    body["expires_at"] = iso(expiry.video_expires_at_ms(status_of(found), found.updated_at_ms
+                                                        if isinstance(found, JobView) else 0, request[TENANT].plan))
     callback = found.params.get("callback_url")
     body["webhook"] = webhook_json(callback, await deps.reads.webhook_state(found.job_id) if callback else None)
     body["pending_reason"] = await explain(deps, request[TENANT], found, deps.clock_ms(), body.get("run_at"),
