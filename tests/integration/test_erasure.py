@@ -194,7 +194,8 @@ async def test_erased_videos_leave_no_prompt_in_topics_tables_or_buckets_and_rep
     logs = (proc.log() + "\n".join(r.getMessage() for r in caplog.records)).encode()
     for material in [*data_keys, kek_raw]:
         for form in _forms(material):
-            assert form not in raw and form.decode() not in tables and form not in logs and form not in metrics
+            assert form not in raw and form not in logs and form not in metrics
+            assert form.decode("latin-1") not in tables
 
     # Replay still works: the projector rebuilt from the whole topic gives the same rows, and the scheduler's
     # state folded from the events topic is the one its table holds.
