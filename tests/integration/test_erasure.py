@@ -177,7 +177,7 @@ async def test_erased_videos_leave_no_prompt_in_topics_tables_or_buckets_and_rep
         assert gone.status == 410 and (await gone.json())["error"]["code"] == "erased"
 
     # Unrecoverable: no data key, so the SubmitJob on the commands topic does not open, with the KEK or not.
-    [submit] = commands_for(s, a)
+    [submit] = [c for c in commands_for(s, a) if isinstance(c, cmd.SubmitJob)]
     with pytest.raises(Erased):
         deps.vault.open_sync("prompt", submit.spec.prompt)
     assert deps.vault.keystore.get(a) is None and deps.vault.keystore.get(b) is None
