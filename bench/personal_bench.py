@@ -102,7 +102,8 @@ async def submit(args: argparse.Namespace) -> dict[str, Any]:
         from spotreel.api.config import GatewayConfig
 
         client = TestClient(TestServer(create_app(Settings(webhook_allow_private=1), deps,
-                                                  GatewayConfig(default_rate_per_minute=10**9, default_burst=10**9))))
+                                                  GatewayConfig(default_rate_per_minute=10**9, default_burst=10**9,
+                                                                default_max_in_flight=10**8))))
         await client.start_server()
         clients[mode] = client
     lat: dict[str, list[float]] = {"plain": [], "sealed": []}
