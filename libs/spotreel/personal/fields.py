@@ -1,8 +1,8 @@
 """Which fields are personal, and sealing/opening them on the records that carry them.
 
-A field is personal by being listed here: the render spec's (`SPEC_PERSONAL`) and the job's own
-(`JOB_PERSONAL`). Adding a personal string field (an input image reference, say) is adding its name to one
-of the tuples; every record that carries it (SubmitJob, JobSubmitted, JobState, WorkAssigned, the schedule
+A field is personal by being listed: the render spec's in `spotreel.domain.spec.PERSONAL_SPEC_FIELDS` (the
+domain empties them from an erased job's state too; `SPEC_PERSONAL` here), the job's own in `JOB_PERSONAL`.
+Adding a personal string field (an input image reference, say) is adding its name to one of the tuples; every record that carries it (SubmitJob, JobSubmitted, JobState, WorkAssigned, the schedule
 records, the read models' params) is then sealed and opened with it.
 """
 
