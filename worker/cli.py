@@ -284,7 +284,7 @@ def _serve(args: argparse.Namespace, settings: Settings, notice: Any, worker_id:
     if transport_kind == "kafka":
         from spotreel.worker.transport_kafka import KafkaTransport
 
-        transport = KafkaTransport(settings, profile)
+        transport = KafkaTransport(settings, profile, open_spec=_spec_opener(settings))
     else:
         from spotreel.platform.seed import DEV_WORKER_KEY
         from spotreel.worker.transport_http import HttpTransport
@@ -309,3 +309,29 @@ def _serve(args: argparse.Namespace, settings: Settings, notice: Any, worker_id:
         return runtime.serve()
     finally:
         transport.close()
+
+
+def _spec_opener(settings):
+    """A platform worker reads its grant off Kafka, sealed: it opens the prompt itself with the keystore and
+    KEK (an outside worker gets it opened by the gateway). The keystore is reached at the first sealed grant
+    (a grant written with encryption off needs none). None when encryption is off."""
+    if not settings.personal_encryption:
+        return None
+    from spotreel.personal.envelope import is_sealed
+    from spotreel.personal.fields import SPEC_PERSONAL, open_spec_sync
+
+    held: list = []
+
+    def vault():
+        if not held:
+            from spotreel.personal.setup import open_cassandra_vault
+            from spotreel.platform.cql import cluster_for
+
+            held.append(open_cassandra_vault(settings, cluster_for(settings).connect(settings.cassandra_keyspace)))
+        return held[0]
+
+    def opened(spec):
+        if not any(is_sealed(getattr(spec, name)) for name in SPEC_PERSONAL):
+            return spec
+        return open_spec_sync(spec, vault())
+    return opened

@@ -47,6 +47,8 @@ from spotreel.dispatch.order import request_order
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
 from spotreel.domain.leases import UNCLAIMED
+from spotreel.domain.spec import RenderSpec
+from spotreel.personal.vault import Erased
 from spotreel.settings import Settings
 from spotreel.worker.transport import WorkerLease, TransportError, Verdict, WorkerProfile, judge
 
@@ -96,8 +98,11 @@ class _Asked:
 class KafkaTransport:
     def __init__(self, settings: Settings, profile: WorkerProfile, *, verdict_seconds: float = 10.0,
                  answer_seconds: float = 1.0, stale_s: float = 30.0, forget_s: float = 120.0, idle_pass_seconds: float = 1.0,
-                 heartbeat_seconds: float = 10.0, progress_seconds: float = 5.0, codec: Codec | None = None) -> None:
+                 heartbeat_seconds: float = 10.0, progress_seconds: float = 5.0, codec: Codec | None = None,
+                 open_spec: Callable[[RenderSpec], RenderSpec] | None = None) -> None:
         self.settings = settings
+        # The grant's sealed prompt opened with the job's data key (spotreel/personal/); None: plain text.
+        self.open_spec = open_spec
         self.profile = profile
         self.codec = codec or Codec.default()
         self.verdict_seconds = verdict_seconds
@@ -279,6 +284,7 @@ class KafkaTransport:
                 hb, pr = self.cadence
                 losses, leased_s = self._listener.queues.lease_losses(answer.pool)
                 lease = replace(WorkerLease.from_answer(answer), heartbeat_seconds=hb, progress_seconds=pr,
+                                spec=self._opened(answer.spec),
                                 pool_lease_losses_1h=losses, pool_leased_seconds_1h=leased_s,
                                 traceparent=self._listener.lease_trace(answer.job_id, answer.epoch))
                 self._watch(lease)
@@ -286,6 +292,15 @@ class KafkaTransport:
             if draining:
                 return None  # a draining worker gets no lease: one answer is the whole story
         return None
+
+    def _opened(self, spec: RenderSpec) -> RenderSpec:
+        if self.open_spec is None:
+            return spec
+        try:
+            return self.open_spec(spec)
+        except Erased:
+            # Erased while it was granted: its erasure's cancel reaches this worker with its first renewal.
+            return replace(spec, prompt="", negative_prompt=None)
 
     def _watch(self, lease: WorkerLease) -> None:
         with self._lock:

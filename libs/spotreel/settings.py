@@ -117,6 +117,17 @@ class Settings:
     gateway_token_key: str = ""
     # 1: webhooks may go to loopback/private/link-local addresses (the local stack and tests); 0 refuses them.
     webhook_allow_private: int = 0
+    # 1: a job's prompt, negative prompt and callback URL travel encrypted under a data key of its own
+    # (spotreel/personal/, docs/decisions/0035-crypto-shredding.md); 0: in plain text, as a deployment without
+    # erasure. Records of either kind are read either way.
+    personal_encryption: int = 1
+    # The key-encryption key file that wraps the data keys (32 bytes, base64). Empty: home/keys/kek, made at
+    # the first start of a keystore that holds no key yet; a keystore with keys and no file refuses to start.
+    kek_file: str = ""
+    # The key-encryption key being rotated away from (`spotreel keys rotate`): data keys it still wraps open.
+    kek_previous_file: str = ""
+    # Seconds a process keeps an unwrapped data key: how long a job erased elsewhere may still be opened here.
+    data_key_cache_seconds: int = 30
     # API key of the development tenant `dev` that the local stack seeds; the client commands' default key.
     dev_api_key: str = "sr_dev_local_key_not_secret"
 

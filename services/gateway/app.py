@@ -34,10 +34,9 @@ from spotreel.settings import Settings
 log = logging.getLogger("spotreel.gateway")
 
 
-# Spellings the API served once and no longer does, with what to use instead.
-_REMOVED = ((re.compile(r"/v1/videos/[^/]+"), "DELETE",
-             "; a video is cancelled with POST /v1/videos/{id}/cancel (DELETE, its first spelling, was removed: "
-             "the video stays readable after a cancel)"),)
+# Spellings the API served once and no longer does, with what to use instead (DELETE of a video, once a
+# cancel, is now its erasure: public/erasure.py).
+_REMOVED: tuple[tuple[re.Pattern[str], str, str], ...] = ()
 
 
 def _not_allowed(request: web.Request, exc: web.HTTPMethodNotAllowed) -> ApiError:

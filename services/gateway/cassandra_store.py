@@ -83,6 +83,7 @@ class CassandraReads:
                         "accepted_at, model, pool, priority, prompt, params) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                         "IF NOT EXISTS")
         self._get_claim = p("SELECT * FROM submission_claims WHERE job_id = ?")
+        self._forget_claim = p("UPDATE submission_claims SET prompt = null, params = null WHERE job_id = ?")
         self._drop_claim = p("DELETE FROM submission_claims WHERE job_id = ? IF request_hash = ?")
         self._placeholder = p(
             "INSERT INTO jobs_by_id (job_id, tenant_id, status, pool, model, priority, prompt, params, "
@@ -112,6 +113,9 @@ class CassandraReads:
 
     async def mark_deleted(self, job_id: str, at_ms: int) -> None:
         await _call(self.models.mark_deleted, job_id, at_ms)
+
+    async def forget_claim_text(self, job_id: str) -> None:
+        await _execute(self.session, self._forget_claim, (job_id,))
 
     async def job_events(self, job_id: str) -> list[HistoryEntry]:
         return await _call(self.models.job_events, job_id)

@@ -1,5 +1,6 @@
 """`spotreel gateway` (serve the public API on 127.0.0.1), `spotreel tenant create|set|list|disable|enable|
-webhook-secret`, `spotreel usage` and `spotreel worker-key create|list|revoke`."""
+webhook-secret`, `spotreel usage`, `spotreel worker-key create|list|revoke`, `spotreel erase video|tenant` and
+`spotreel keys check|rotate|new`."""
 
 from __future__ import annotations
 
@@ -72,6 +73,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     wr.add_argument("name")
     wr.add_argument("--prefix", help="only the key starting with these characters (as `worker-key list` shows)")
     wr.set_defaults(func=_revoke_worker_key)
+    e = sub.add_parser("erase", help="erase personal data (operators): data keys, videos, checkpoints, and a "
+                                     "JobErased per video; the prompt cannot be read back from anything kept")
+    esub = e.add_subparsers(dest="erase_command", metavar="WHAT")
+    esub.required = True
+    ev_ = esub.add_parser("video", help="erase one video (any tenant's); a running one is cancelled first")
+    ev_.add_argument("job_id")
+    ev_.add_argument("--by", default="operator", help="who asks, recorded in JobErased as operator:<BY> "
+                                                      "(default operator)")
+    ev_.set_defaults(func=_erase, what="video")
+    et = esub.add_parser("tenant", help="erase every video and schedule of a tenant (a tenant that leaves)")
+    et.add_argument("name")
+    et.add_argument("--by", default="operator", help="who asks, recorded in JobErased as operator:<BY> "
+                                                     "(default operator)")
+    et.set_defaults(func=_erase, what="tenant")
+    k = sub.add_parser("keys", help="the key-encryption key that wraps the data keys (operators)")
+    ksub = k.add_subparsers(dest="keys_command", metavar="ACTION")
+    ksub.required = True
+    kc = ksub.add_parser("check", help="open the keystore with SPOTREEL_KEK_FILE and say whether it is the keystore's "
+                                       "key (exit 1 if not); prints key ids only, never key material")
+    kc.set_defaults(func=_keys, action="check")
+    kr = ksub.add_parser("rotate", help="re-wrap every data key under a new KEK file (the events topic is not "
+                                        "touched); then set SPOTREEL_KEK_FILE to it")
+    kr.add_argument("new_kek_file", help="the new KEK: 32 random bytes, base64 (`spotreel keys new FILE` makes one)")
+    kr.set_defaults(func=_keys, action="rotate")
+    kn = ksub.add_parser("new", help="write a new random KEK file (mode 0600) unless the file exists")
+    kn.add_argument("path")
+    kn.set_defaults(func=_keys, action="new")
 
 
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
@@ -221,6 +249,71 @@ def _usage(args: argparse.Namespace, settings: Settings) -> int:
               f"{row['fair_share_gpu_seconds']:>17.1f} {row['leases_held']:>12}")
     if not rows:
         print("(no usage reported yet)")
+    return 0
+
+
+def _erase(args: argparse.Namespace, settings: Settings) -> int:
+    from spotreel.adapters.kafka import producer
+    from spotreel.adapters.partitioning import partition_for
+    from spotreel.codec import Codec
+    from spotreel.personal.operator import Eraser, tenant_of
+    from spotreel.personal.setup import open_cassandra_vault
+    from spotreel.platform.cql import cql_session
+    from spotreel.platform.s3 import s3_client
+    from spotreel.platform.topics import commands_topic
+
+    prod, codec = producer(settings, acks="all"), Codec.default()
+
+    def send(command) -> None:
+        key = getattr(command, "job_id", None) or command.schedule_id
+        outcome: list = []
+        prod.produce(commands_topic(settings), key=key.encode(), value=codec.encode_message(command),
+                     partition=partition_for(key, settings.partitions), on_delivery=lambda err, _m: outcome.append(err))
+        prod.flush(15)
+        if not outcome or outcome[0] is not None:
+            raise RuntimeError(f"{type(command).__name__} for {key} was not acknowledged by Kafka")
+
+    by = f"operator:{args.by}"
+    with cql_session(settings, keyspace=settings.cassandra_keyspace) as session:
+        vault = open_cassandra_vault(settings, session)
+        eraser = Eraser(settings, session, vault, s3_client(settings), send)
+        if args.what == "video":
+            tenant = tenant_of(session, vault, args.job_id)
+            if tenant is None:
+                print(f"spotreel erase video: no video {args.job_id}", file=sys.stderr)
+                return 2
+            done = eraser.job(args.job_id, tenant, by)
+        else:
+            done = eraser.tenant(args.name, by)
+    print(f"erased {len(done.jobs)} video(s) and {len(done.schedules)} schedule(s); {done.objects} object(s) deleted")
+    return 0
+
+
+def _keys(args: argparse.Namespace, settings: Settings) -> int:
+    from pathlib import Path
+
+    from spotreel.personal.kek import KekError, create_kek_file
+    from spotreel.personal.operator import rotate
+    from spotreel.personal.setup import open_vault
+    from spotreel.personal.keystore import CassandraKeystore
+    from spotreel.platform.cql import cql_session
+
+    if args.action == "new":
+        made = create_kek_file(Path(args.path))
+        print(f"{args.path}: {'written' if made else 'exists already, left as it is'}")
+        return 0 if made else 1
+    try:
+        with cql_session(settings, keyspace=settings.cassandra_keyspace) as session:
+            vault = open_vault(settings, CassandraKeystore(session))
+            if args.action == "check":
+                print(f"the keystore opens with {vault.kek.kek_id}")
+                return 0
+            n = rotate(vault, Path(args.new_kek_file))
+    except KekError as exc:
+        print(f"spotreel keys {args.action}: {exc}", file=sys.stderr)
+        return 1
+    print(f"re-wrapped {n} data key(s) under {vault.kek.kek_id}; set SPOTREEL_KEK_FILE={args.new_kek_file} "
+          "(and SPOTREEL_KEK_PREVIOUS_FILE to the old file until every process restarted)")
     return 0
 
 

@@ -81,6 +81,8 @@ class ReadStore(Protocol):
         """Up to `limit` jobs after the one at `after` (created_at ms, job id): newest first, or oldest first."""
     async def mark_deleted(self, job_id: str, at_ms: int) -> None:
         """Record the video deleted (jobs_by_id.deleted_at, migration 0011)."""
+    async def forget_claim_text(self, job_id: str) -> None:
+        """Drop the prompt and params of the job's claim (an erasure); its key and hash stay."""
     async def job_events(self, job_id: str) -> list[HistoryEntry]: ...
     async def job_attempts(self, job_id: str) -> list[AttemptView]: ...
     async def pool_load(self, pool: str) -> PoolLoad | None: ...
@@ -128,6 +130,11 @@ class Deps:
     # Input images (image_store.S3ImageStore: `async put(ref, data) -> bool`); None: an image-to-video
     # request answers 503.
     images: Any = None
+    # The personal-data vault (spotreel.personal.vault.Vault): seals a submission's personal fields, opens them
+    # for the views and the worker's lease, erases them. None: encryption off (fields are plain text).
+    vault: Any = None
+    # job id -> how many of its objects were deleted (spotreel.personal.objects); None: erasure leaves S3 alone.
+    erase_objects: Callable[[str], int] | None = None
 
 
 class StoreUnavailable(Exception):

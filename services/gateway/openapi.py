@@ -65,6 +65,10 @@ DAG_ACCEPTED = {"type": "object", "required": ["videos", "order"], "properties":
 COMMAND = {"type": "object", "properties": {"job_id": {"type": "string"}, "command_id": {"type": "string"},
                                             "requested": {"type": "string"}, "status": {"type": "string"}}}
 VIDEO = {"$ref": "#/components/schemas/Video"}
+ERASED = {"type": "object", "properties": {"job_id": {"type": "string"}, "erased": {"type": "boolean"},
+                                           "command_id": {"type": "string"},
+                                           "objects_deleted": {"type": "integer", "minimum": 0}},
+          "required": ["job_id", "erased", "command_id", "objects_deleted"]}
 # services/webhooks/store.py: PENDING, "retrying", FINAL.
 WEBHOOK_STATES = (PENDING, "retrying", *sorted(FINAL))
 VIDEO_SCHEMA = {
@@ -90,6 +94,9 @@ VIDEO_SCHEMA = {
                                   "stuck_min_seconds": {"type": ["integer", "null"]}}},
         "result": {"type": "object", "properties": {"content_url": {"type": "string"}, "sha256": {"type": "string"},
                                                     "size_bytes": {"type": "integer"}}},
+        "expires_at": {"type": ["string", "null"], "format": "date-time",
+                       "description": "when the video is deleted under the tenant's plan (its content answers 410 "
+                                      "video_expired from then on); null: not succeeded, or a plan that keeps videos"},
         "pending_reason": {
             "type": ["object", "null"], "required": ["code", "message"],
             "description": "null while the job holds a lease or is terminal; else why it does not run yet, from "
@@ -180,7 +187,7 @@ def document(cfg: GatewayConfig | None = None, private: bool = False) -> dict[st
     """`private`: the deployment's webhook_allow_private (callback_url takes IP literals and localhost)."""
     cfg = cfg or GatewayConfig()
     ok202 = {"202": ("command acknowledged by Kafka", COMMAND)}
-    cmd_errors = (401, 404, 409, 503)
+    cmd_errors = (401, 404, 409, 410, 503)
     submit_errors = (400, 401, 403, 409, 413, 422, 429, 503)
     paths = {
         "/healthz": {"get": operation("liveness", {"200": ("ok", {"type": "object"})}, (), path_id=False, public=True)},
@@ -209,21 +216,28 @@ def document(cfg: GatewayConfig | None = None, private: bool = False) -> dict[st
             {"202": ("accepted", DAG_ACCEPTED)}, submit_errors, path_id=False, body=dag_body(cfg, private),
             params=[IDEMPOTENCY])},
         "/v1/videos/{id}": {
-            "get": operation("status, progress, attempt and result", {"200": ("the video", VIDEO)}, (401, 404, 503)),
-            "patch": operation("change the priority", ok202, (400, 401, 403, 404, 409, 413, 422, 503), body=PRIORITY),
+            "get": operation("status, progress, attempt and result", {"200": ("the video", VIDEO)},
+                             (401, 404, 410, 503)),
+            "patch": operation("change the priority", ok202, (400, 401, 403, 404, 409, 410, 413, 422, 503),
+                               body=PRIORITY),
+            "delete": operation(
+                "erase: the video's data key is deleted (its prompt, negative prompt and callback URL, kept "
+                "encrypted, can no longer be read anywhere), its video and checkpoints are deleted, a running "
+                "video is cancelled, and JobErased is recorded; the video answers 410 from then on. Repeating it "
+                "is harmless", {"202": ("erasure done; JobErased acknowledged by Kafka", ERASED)}, (401, 404, 503)),
         },
         "/v1/videos/{id}/cancel": {"post": operation(
             "cancel: the scheduler stops the video (ending its lease, if any) and records it cancelled; the video "
             "stays readable with its history, status cancelled", ok202, cmd_errors)},
         "/v1/videos/{id}/events": {"get": operation("history (events and rejected commands)", {"200": ("history", {
-            "type": "object"})}, (401, 404, 503))},
+            "type": "object"})}, (401, 404, 410, 503))},
         "/v1/videos/{id}/attempts": {"get": operation("one entry per lease", {"200": ("attempts", {"type": "object"})},
-                                                (401, 404, 503))},
+                                                (401, 404, 410, 503))},
         "/v1/videos/{id}/stream": {"get": operation(
             "Server-Sent Events of status/progress until a terminal state; each event's id is the job's event "
             "version. `status` events carry pending_reason (as in GET /v1/videos/{id}); a `pending` event "
             "(id, version, pending_reason; the id of the version already sent) says the reason changed without "
-            "a new version", {"200": ("text/event-stream", {})}, (401, 404), params=[LAST_EVENT_ID])},
+            "a new version", {"200": ("text/event-stream", {})}, (401, 404, 410), params=[LAST_EVENT_ID])},
         "/v1/videos/{id}/content": {"get": operation("the MP4", {"302": ("redirect to a presigned URL", {})},
                                                (401, 404, 409, 410, 503))},
         "/v1/videos/{id}/pause": {"post": operation("pause", ok202, cmd_errors)},

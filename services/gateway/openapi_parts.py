@@ -38,7 +38,7 @@ def error_responses(*codes: int) -> dict[str, Any]:
             403: "the tenant's plan does not allow this priority (error.max_priority), or the tenant is disabled",
             404: "no such video or schedule (or not yours), or a deleted schedule (error.code schedule_deleted)",
             410: "the video expired under the tenant's plan and is deleted (error.code video_expired, "
-                 "error.expired_at_ms)",
+                 "error.expired_at_ms), or it was erased (error.code erased, error.erased_at_ms)",
             409: "conflict with the video's state, an earlier use of the Idempotency-Key, or a stale lease epoch",
             413: "body too large", 415: "the body is not application/json",
             422: "a field is invalid (error.field names it)",

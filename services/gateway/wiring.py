@@ -14,7 +14,16 @@ from spotreel.services.gateway.deps import Deps
 from spotreel.services.gateway.image_store import image_store
 from spotreel.services.gateway.public.poolview import KafkaPoolStats
 from spotreel.services.gateway.public.usage import KafkaTenantUsage
+from spotreel.personal.setup import open_cassandra_vault
 from spotreel.settings import Settings
+
+
+def object_eraser(settings: Settings):
+    from spotreel.personal.objects import delete_job_objects
+    from spotreel.platform.s3 import s3_client
+
+    s3 = s3_client(settings)
+    return lambda job_id: delete_job_objects(s3, settings, job_id)
 
 
 def presigner(settings: Settings, expires_s: int):
@@ -44,11 +53,13 @@ def real_deps(settings: Settings, session=None, presign_seconds: int = 900,
         if session is not None:
             yield Deps(sink, CassandraReads(session), CassandraAuth(session), lambda: int(time.time() * 1000),
                        presign=presigner(settings, presign_seconds), work=work, pools=pools, usage=usage,
+                       vault=open_cassandra_vault(settings, session), erase_objects=object_eraser(settings),
                        images=image_store(settings))
             return
         with cql_session(settings, keyspace=settings.cassandra_keyspace) as own:
             yield Deps(sink, CassandraReads(own), CassandraAuth(own), lambda: int(time.time() * 1000),
                        presign=presigner(settings, presign_seconds), work=work, pools=pools, usage=usage,
+                       vault=open_cassandra_vault(settings, own), erase_objects=object_eraser(settings),
                        images=image_store(settings))
     finally:
         usage.close()

@@ -25,7 +25,10 @@ from spotreel.adapters.kafka import batched_fetch
 from spotreel.codec import Codec, CodecError
 from spotreel.domain import events as ev
 from spotreel.services.janitor import objects
-from spotreel.services.janitor.sweep import CHECKPOINTS, SweepResult
+from spotreel.services.janitor.sweep import CHECKPOINTS, VIDEOS, SweepResult
+
+# The reason of the cancel an erasure causes (domain/decide.py, _erase).
+ERASED = "erased"
 
 log = logging.getLogger("spotreel.janitor")
 
@@ -34,7 +37,8 @@ log = logging.getLogger("spotreel.janitor")
 # docs/SETTINGS.md); the wiring fields come from Settings, and so does the sweep's period
 # (SPOTREEL_JANITOR_SWEEP_EVERY_S, Settings.janitor_sweep_every_s).
 ENV_PREFIX = "SPOTREEL_JANITOR_"
-NOT_FROM_ENV = frozenset({"bootstrap", "group_id", "events_topic", "checkpoint_bucket", "sweep_every_s"})
+NOT_FROM_ENV = frozenset({"bootstrap", "group_id", "events_topic", "checkpoint_bucket", "artifact_bucket",
+                          "sweep_every_s"})
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,8 @@ class JanitorConfig:
     group_id: str
     events_topic: str
     checkpoint_bucket: str
+    # Erased jobs' videos are deleted here too ("" : only checkpoints are deleted).
+    artifact_bucket: str = ""
     # Events read from the topic at most per poll (their pruned checkpoints are deleted in one go).
     batch_size: int = 500
     # How long one poll waits for events before the loop looks at its sweep timer.
@@ -54,17 +60,23 @@ class JanitorConfig:
 class Deletions:
     keys: tuple[str, ...] = ()  # single checkpoint objects
     jobs: tuple[str, ...] = ()  # every checkpoint of these jobs
+    erased: tuple[str, ...] = ()  # every object of these jobs (JobErased, and the cancel an erasure caused)
 
 
 def deletions_for(events: list[Any]) -> Deletions:
     keys: list[str] = []
     jobs: list[str] = []
+    erased: list[str] = []
     for e in events:
         if isinstance(e, ev.CheckpointRecorded):
             keys.extend(e.pruned_keys)
         elif isinstance(e, (ev.JobSucceeded, ev.JobCancelled)):
             jobs.append(e.job_id)
-    return Deletions(tuple(dict.fromkeys(keys)), tuple(dict.fromkeys(jobs)))
+        if isinstance(e, ev.JobErased) or (isinstance(e, ev.JobCancelled) and e.reason == ERASED):
+            # Again after the gateway's own deletion: a worker still rendering when the job was erased may
+            # upload a video or checkpoint before it learns of the cancel; the job's end comes after that.
+            erased.append(e.job_id)
+    return Deletions(tuple(dict.fromkeys(keys)), tuple(dict.fromkeys(jobs)), tuple(dict.fromkeys(erased)))
 
 
 class Janitor:
@@ -124,7 +136,7 @@ class Janitor:
             except CodecError as exc:
                 log.warning("skipping undecodable record %s@%d: %s", m.partition(), m.offset(), exc)
         todo = deletions_for(events)
-        done = not (todo.keys or todo.jobs) or await self._until_done(lambda: self._delete(todo), stop)
+        done = not (todo.keys or todo.jobs or todo.erased) or await self._until_done(lambda: self._delete(todo), stop)
         # Committed once the deletions are done, stopping or not: a janitor stopped between the deletions and
         # the commit would otherwise read the batch again on its next start.
         if ends and done:
@@ -135,6 +147,10 @@ class Janitor:
         n = objects.delete_keys(self.s3, bucket, todo.keys)
         for job_id in todo.jobs:
             n += objects.delete_prefix(self.s3, bucket, f"{CHECKPOINTS}{job_id}/")
+        for job_id in todo.erased:
+            n += objects.delete_prefix(self.s3, bucket, f"{CHECKPOINTS}{job_id}/")
+            if self.config.artifact_bucket:
+                n += objects.delete_prefix(self.s3, self.config.artifact_bucket, f"{VIDEOS}{job_id}/")
         self.deleted += n
 
     async def _until_done(self, call: Callable[[], None], stop: asyncio.Event) -> bool:

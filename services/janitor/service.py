@@ -59,6 +59,7 @@ def build(settings: Settings, session, s3=None, env: Mapping[str, str] | None = 
     facts = ReadModelFacts(session)
     config = JanitorConfig(bootstrap=settings.kafka_bootstrap, group_id=group_id(settings),
                            events_topic=events_topic(settings), checkpoint_bucket=settings.s3_bucket_checkpoints,
+                           artifact_bucket=settings.s3_bucket_artifacts,
                            sweep_every_s=float(settings.janitor_sweep_every_s),
                            **knobs.dataclass_overrides(JanitorConfig, ENV_PREFIX,
                                                        os.environ if env is None else env, NOT_FROM_ENV))

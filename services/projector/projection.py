@@ -38,7 +38,7 @@ from spotreel.domain.evolve import evolve
 from spotreel.domain.spec import SPEC_FIELDS
 from spotreel.domain.state import JobState
 from spotreel.services.projector.job_rows import Rows, state_ops, state_rows
-from spotreel.services.projector.rows import (ATTEMPTS, EVENTS, JOB_SCOPED, REJECTIONS, WORKERS, Envelope, Key,
+from spotreel.services.projector.rows import (ATTEMPTS, EVENTS, JOB_SCOPED, JOBS, REJECTIONS, WORKERS, Envelope, Key,
                                               RowOp)
 
 # ---------------------------------------------------------------------------------------------------------
@@ -48,7 +48,7 @@ from spotreel.services.projector.rows import (ATTEMPTS, EVENTS, JOB_SCOPED, REJE
 _HEADER = ("job_id", "version", "at_ms", "causation_id")
 _QUIET = frozenset({"prompt", "request_hash", "idempotency_key", "checksum", "artifact_checksum",
                     "error_message", "pruned_keys", "resume_checkpoint_key", "checkpoint_key", "artifact_key",
-                    "parents", "callback_url"})
+                    "parents", "callback_url", "negative_prompt"})
 
 
 _SALIENT: dict[type, tuple[str, ...]] = {}
@@ -91,7 +91,7 @@ def summary(event: Any) -> str:
 
 
 def event_ops(event: Any, env: Envelope) -> list[RowOp]:
-    return [RowOp(EVENTS, (("job_id", event.job_id), ("version", event.version)), (
+    ops = [RowOp(EVENTS, (("job_id", event.job_id), ("version", event.version)), (
         ("event_id", f"{event.job_id}/{event.version}"),
         ("event_type", type(event).__name__),
         ("occurred_at", event.at_ms),
@@ -99,6 +99,10 @@ def event_ops(event: Any, env: Envelope) -> list[RowOp]:
         ("payload", env.payload),
         ("summary", summary(event)),
     ), event.version)]
+    if isinstance(event, ev.JobErased):
+        # Not part of the folded state (it keeps no personal field, nothing else): the event itself marks it.
+        ops.append(RowOp(JOBS, (("job_id", event.job_id),), (("erased_at", event.at_ms),), event.version))
+    return ops
 
 
 def rejection_ops(e: ev.CommandRejected, env: Envelope) -> list[RowOp]:

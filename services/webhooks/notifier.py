@@ -31,6 +31,7 @@ from spotreel.services.webhooks.payload import OPENAI_STYLE, Notification, notif
 from spotreel.webhook_filters import DEFAULT_FILTER
 from spotreel.services.webhooks.sender import Attempt, Sender, Stopping
 from spotreel.services.webhooks.store import FINAL, DeliveryResult, Subscription, WebhookStore
+from spotreel.personal.vault import Erased, Vault
 
 log = logging.getLogger("spotreel.webhooks")
 T = TypeVar("T")
@@ -68,8 +69,11 @@ class NotifierConfig:
 
 class Notifier:
     def __init__(self, config: NotifierConfig, store: WebhookStore, metrics: WebhookMetrics,
-                 codec: Codec | None = None) -> None:
+                 codec: Codec | None = None, vault: Vault | None = None) -> None:
         self.config = config
+        # Opens sealed callback URLs (spotreel/personal/) at the moment of sending, the one place they are
+        # needed in plain text; the subscription rows and logs keep the envelope.
+        self.vault = vault
         self.store = store
         self.metrics = metrics
         self.codec = codec or Codec.default()
@@ -246,7 +250,13 @@ class Notifier:
                 self.offsets.done(tp, offset)
                 return
             secret = await self._secret(sub.tenant_id, stop)
-            if not secret:
+            try:
+                url = sub.callback_url if self.vault is None else await self.vault.open("callback_url", sub.callback_url)
+            except Erased:
+                url = None
+            if url is None:
+                outcome = DeliveryResult("refused", 0, None, "the job was erased: its callback URL is gone")
+            elif not secret:
                 outcome = DeliveryResult("no_secret", 0, None, f"tenant {sub.tenant_id} has no webhook secret")
             else:
                 async def failed(attempt: Attempt, n: int) -> None:
@@ -258,7 +268,7 @@ class Notifier:
                         DeliveryResult("retrying", n, attempt.status, attempt.error), note.version), stop,
                         "record an attempt")
                 started = time.perf_counter()
-                outcome = await sender.deliver(sub.callback_url, secret, note, failed, stop)
+                outcome = await sender.deliver(url, secret, note, failed, stop)
                 self.metrics.latency.observe(time.perf_counter() - started)
             await self._retry(lambda: asyncio.to_thread(self.store.record, note.event_id, sub, note.event_type,
                                                         outcome, note.version), stop, "record a delivery")

@@ -41,6 +41,7 @@ def build(settings: Settings, policy: RetryPolicy | None = None, metrics_port: i
     the keyspace migrated."""
     from prometheus_client import start_http_server
 
+    from spotreel.personal.setup import open_cassandra_vault
     from spotreel.services.webhooks.store import WebhookStore
 
     metrics = WebhookMetrics.create()
@@ -52,7 +53,8 @@ def build(settings: Settings, policy: RetryPolicy | None = None, metrics_port: i
 
     if session is not None:
         serve_metrics()
-        yield Notifier(config_for(settings, policy), WebhookStore(session), metrics)
+        yield Notifier(config_for(settings, policy), WebhookStore(session), metrics,
+                       vault=open_cassandra_vault(settings, session))
         return
     from spotreel.platform.cql import cluster_for
     from spotreel.platform.migrate import migrate
@@ -64,6 +66,7 @@ def build(settings: Settings, policy: RetryPolicy | None = None, metrics_port: i
                 datacenter=settings.cassandra_datacenter)
         own.set_keyspace(settings.cassandra_keyspace)
         serve_metrics()
-        yield Notifier(config_for(settings, policy), WebhookStore(own), metrics)
+        yield Notifier(config_for(settings, policy), WebhookStore(own), metrics,
+                       vault=open_cassandra_vault(settings, own))
     finally:
         cluster.shutdown()

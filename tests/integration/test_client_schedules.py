@@ -11,6 +11,7 @@ import pytest
 
 from spotreel.domain import commands as c
 from spotreel.domain import ids
+from tests.integration.personalkit import plain
 from tests.integration import test_client_cli
 from tests.integration.test_client_cli import spotreel
 from tests.integration.test_gateway_schedules import HOUR, T, Projected, next_command, schedule_commands
@@ -80,6 +81,7 @@ async def test_schedule_create_with_render_options(server, cli_settings, cql):
     assert code == 0, err
     sid = json.loads(out)["schedule_id"]
     [create] = schedule_commands(cli_settings, sid)
+    create = plain(cli_settings, cql, create)  # sealed on the topic
     assert (create.spec.guidance_scale, create.spec.negative_prompt, create.spec.sampler) == (4.5, "blurry, text", "dpmpp")
     Projected(cql).apply(create, T)
     code, out, err = await spotreel(url, key, "schedule", "get", sid)

@@ -26,6 +26,7 @@ from spotreel.tenancy import create_tenant
 from spotreel.services.gateway.wiring import real_deps
 from spotreel.services.projector.projection import project
 from spotreel.services.projector.store import Store
+from tests.integration.personalkit import plain
 
 BODY = {"prompt": "a red fox in snow", "duration": 2, "fps": 8, "seed": 7}
 
@@ -84,7 +85,8 @@ async def test_submit_is_on_the_topic_when_202_and_get_never_404(gw, gw_settings
     assert job_id == ids.job_id_for("alpha", "idem-1")
     # The 202 means the broker has it: read it back at once, no waiting.
     [submit] = commands_for(gw_settings, job_id)
-    assert isinstance(submit, cmd.SubmitJob) and submit.tenant == "alpha" and submit.spec.prompt == BODY["prompt"]
+    assert isinstance(submit, cmd.SubmitJob) and submit.tenant == "alpha" and submit.spec.prompt != BODY["prompt"]
+    assert plain(gw_settings, cql, submit).spec.prompt == BODY["prompt"]  # sealed on the topic
 
     got = await client.get(f"/v1/videos/{job_id}", headers=auth(keys["a"]))
     assert got.status == 200 and (await got.json())["status"] == "accepted"

@@ -28,6 +28,7 @@ from spotreel.services.gateway.wiring import real_deps
 from spotreel.services.projector.projection import project
 from spotreel.services.projector.store import Store
 from spotreel.tenancy import create_tenant
+from tests.integration.personalkit import plain
 from tests.integration.schedkit import GPU, MODEL, Bus, SchedulerProc, drop_topics, make_topics
 from tests.integration.test_gateway_api import auth
 from tests.integration.test_gateway_schedules import schedule_commands
@@ -93,19 +94,20 @@ async def test_an_occurrence_job_carries_the_schedules_render_options(gw, cql):
     assert r.status == 202, await r.text()
     sid = (await r.json())["schedule_id"]
     # (The scheduler's own FireOccurrence commands share the schedule's key.)
-    [create] = [c for c in schedule_commands(s, sid) if isinstance(c, cmd.CreateSchedule)]
+    [create] = [plain(s, cql, c) for c in schedule_commands(s, sid) if isinstance(c, cmd.CreateSchedule)]
     assert ({k: getattr(create.spec, k) for k in OPTIONS}, create.timeout_ms) == (OPTIONS, 600_000)
 
     fired = bus.wait_for(lambda: [e for e in bus.events if isinstance(e, ev.OccurrenceFired) and e.schedule_id == sid],
                          40, "the occurrence fired by the scheduler")
     assert [f.occurrence_ms for f in fired] == [upcoming - HOUR]
-    submitted = bus.wait_event(fired[0].job_id, ev.JobSubmitted)
+    # Sealed under the schedule's data key, which its occurrences' jobs share.
+    submitted = plain(s, cql, bus.wait_event(fired[0].job_id, ev.JobSubmitted))
     assert (submitted.schedule_id, submitted.occurrence_ms) == (sid, upcoming - HOUR)
     assert ({k: getattr(submitted.spec, k) for k in OPTIONS}, submitted.timeout_ms) == (OPTIONS, 600_000)
     bus.wait_event(fired[0].job_id, ev.JobQueued)
     lease = bus.request_work("w-" + uuid.uuid4().hex[:6], model=MODEL)
     assert isinstance(lease, ev.WorkAssigned) and lease.job_id == fired[0].job_id, lease
-    assert {k: getattr(lease.spec, k) for k in OPTIONS} == OPTIONS
+    assert {k: getattr(plain(s, cql, lease).spec, k) for k in OPTIONS} == OPTIONS
 
     # The projector's rows of the schedule's events, read back through GET.
     created = next(e for e in bus.events if isinstance(e, ev.ScheduleCreated) and e.schedule_id == sid)

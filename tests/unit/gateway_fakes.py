@@ -102,6 +102,10 @@ class FakeReads:
         return [JobListItem(j.job_id, j.status, j.priority, j.prompt, j.created_at_ms, j.updated_at_ms, j.version)
                 for j in mine[:limit]]
 
+    async def forget_claim_text(self, job_id):
+        if job_id in self.claims:
+            self.claims[job_id] = replace(self.claims[job_id], prompt="", params={})
+
     async def mark_deleted(self, job_id, at_ms):
         self.jobs[job_id] = replace(self.jobs[job_id], deleted_at_ms=at_ms)
 

@@ -72,6 +72,16 @@ def test_the_janitor_deletes_pruned_keys_and_the_checkpoints_of_succeeded_and_ca
     assert got.jobs == ("j2", "j3")  # failed and dead-lettered jobs can be retried: the sweep, later
 
 
+def test_an_erased_job_loses_every_object_and_so_does_the_cancel_its_erasure_caused():
+    events = [
+        ev.JobErased(job_id="j1", version=3, at_ms=1, causation_id="c", by="tenant:t", reason="user"),
+        ev.JobCancelled(job_id="j2", version=4, at_ms=1, causation_id="c", reason="erased"),
+        ev.JobCancelled(job_id="j3", version=4, at_ms=1, causation_id="c", reason="user"),
+    ]
+    got = deletions_for(events)
+    assert got.erased == ("j1", "j2") and got.jobs == ("j2", "j3")  # a plain cancel keeps its video
+
+
 def test_codec_round_trip_keeps_pruned_keys():
     # The janitor reads pruned_keys off the wire; the field must survive the Avro codec.
     codec = Codec.default()

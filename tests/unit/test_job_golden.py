@@ -243,10 +243,21 @@ def cron_schedule_render_options() -> list[Any]:
     return history
 
 
+def erased_while_running() -> list[Any]:
+    """Erasure of a leased job: its holder is asked to stop, JobErased empties the state's personal fields,
+    the release ends it cancelled; erased again once finished (recorded, not refused)."""
+    d = leased_job(callback_url="https://hooks.example.test/h")
+    d.progress(20.0, step=4)
+    d.send(c.EraseJob("erase:1", d.job_id, by="tenant:t1"))
+    d.release(reason="cancelled")
+    d.send(c.EraseJob("erase:2", d.job_id, by="operator:ops", reason="tenant_left"))
+    return d.history
+
+
 JOB_SCENARIOS: dict[str, Callable[[], list[Any]]] = {
     f.__name__: f
     for f in (happy_path, preempted_and_resumed, preempted_for_higher_tier, retries_dead_letter_and_requeue,
-              cancel_while_running, dag_pause_and_failure, watched_parent, render_options)
+              cancel_while_running, dag_pause_and_failure, watched_parent, render_options, erased_while_running)
 }
 SCENARIOS: dict[str, Callable[[], list[Any]]] = {**JOB_SCENARIOS, "cron_schedule": cron_schedule,
                                                  "cron_schedule_paused_and_overlapping":

@@ -148,6 +148,7 @@ def test_every_command_for_an_unknown_job_is_rejected(command: type) -> None:
         "artifact_size_bytes": 1,
         "error_code": "e",
         "error_message": "m",
+        "by": "tenant:t",
     }
     names = command.__dataclass_fields__
     cmd = command(**{k: v for k, v in fields.items() if k in names})

@@ -67,6 +67,7 @@ def _scripted() -> list[list]:
     d.submit(key="d", max_attempts=1)
     d.grant()
     d.fail()
+    d.send(c_.EraseJob("erase", d.job_id, by="tenant:t"))
     return [a.history, b.history, c.history, d.history]
 
 

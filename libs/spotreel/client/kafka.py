@@ -70,9 +70,13 @@ class Verdict:
 
 
 class KafkaJobClient:
-    def __init__(self, settings: Settings | None = None, cfg: Any = None, *, ack_timeout_s: float = 10.0) -> None:
+    def __init__(self, settings: Settings | None = None, cfg: Any = None, *, ack_timeout_s: float = 10.0,
+                 vault: Any = None) -> None:
         """`cfg`: the gateway's GatewayConfig (its defaults and limits); default the gateway's defaults, with
-        the operator's model registry when `settings.model_registry` is set, as `spotreel gateway` does."""
+        the operator's model registry when `settings.model_registry` is set, as `spotreel gateway` does.
+        `vault`: a spotreel.personal Vault; a submission's personal fields are sealed with it as the gateway
+        seals them (None: sent as given, for a deployment with encryption off)."""
+        self.vault = vault
         from confluent_kafka import Consumer, Producer
 
         from spotreel.api.config import GatewayConfig
@@ -115,6 +119,11 @@ class KafkaJobClient:
             raise InvalidRequest(exc.field, exc.message, exc.status) from None
         now = int(time.time() * 1000) if now_ms is None else now_ms
         submit = build_submit(tenant, idempotency_key, normalized, now, uuid.uuid4().hex, self.cfg)
+        if self.vault is not None:
+            from spotreel.personal.fields import seal_record
+
+            sealer = self.vault.sealer_sync(submit.job_id, tenant)
+            submit = seal_record(replace(submit, request_hash=sealer.keyed_hash(submit.request_hash)), sealer)
         return self._send(submit, submit.request_hash)
 
     def cancel(self, job_id: str, reason: str = "internal") -> Sent:

@@ -72,6 +72,18 @@ class CancelJob:
 
 
 @dataclass(frozen=True)
+class EraseJob:
+    """Erase the job's personal data (the gateway deleted its data key and objects first): cancels it when it
+    is still live, then records JobErased. Accepted in every state, finished and evicted ones included.
+    `by`: who asked, as `tenant:<id>` or `operator:<name>`."""
+
+    command_id: str
+    job_id: str
+    by: str
+    reason: str = "user"
+
+
+@dataclass(frozen=True)
 class PauseJob:
     command_id: str
     job_id: str
@@ -345,6 +357,7 @@ class FireOccurrence:
 JobCommand = (
     SubmitJob
     | CancelJob
+    | EraseJob
     | PauseJob
     | ResumeJob
     | Reprioritize
@@ -369,6 +382,7 @@ WORKER_COMMANDS = (RenewLease, ReportProgress, RecordCheckpoint, CompleteJob, Fa
 JOB_COMMANDS = (
     SubmitJob,
     CancelJob,
+    EraseJob,
     PauseJob,
     ResumeJob,
     Reprioritize,

@@ -35,6 +35,8 @@ def decide(state: JobState | None, command: object, now_ms: int, sent_ms: int | 
     if not isinstance(command, cmd.JOB_COMMANDS):
         return rejected(state, command, now_ms, Reason.UNKNOWN_COMMAND)
     h = Head(command.job_id, now_ms, command.command_id)
+    if isinstance(command, cmd.EraseJob) and state is not None:
+        return number(state, _erase(state, command, h, now_ms))
     if state is not None and state.evicted:
         # A finished job's summary (retention.py): idempotency and its outcome for late children only.
         return number(state, retention.decide_evicted(state, command, h, now_ms))
@@ -180,6 +182,15 @@ def _cancel(state: JobState, c: cmd.CancelJob, h: Head, now_ms: int) -> Events:
         return rejected(state, c, now_ms, Reason.CANCEL_REQUESTED, "cancel already requested")
     # Leased or running: only the lease holder (or the lease's expiry) can confirm that work stopped.
     return (h.event(ev.CancelRequested, reason=c.reason, epoch=state.epoch),)
+
+
+def _erase(state: JobState, c: cmd.EraseJob, h: Head, now_ms: int) -> Events:
+    """Cancel a live job first (reason "erased"; a leased one's holder is told as for any cancel), then
+    JobErased. A repeated erase records again: erasing is never refused for a job the table knows."""
+    cancel: Events = ()
+    if not (state.evicted or state.is_terminal or state.cancel_requested):
+        cancel = _cancel(state, cmd.CancelJob(c.command_id, c.job_id, reason="erased"), h, now_ms)
+    return (*cancel, h.event(ev.JobErased, by=c.by, reason=c.reason))
 
 
 def _pause(state: JobState, c: cmd.PauseJob, h: Head, now_ms: int) -> Events:

@@ -125,6 +125,19 @@ class JobCancelled:
 
 
 @dataclass(frozen=True)
+class JobErased:
+    """The job's personal data was erased: its data key is deleted, so the prompt, negative prompt and
+    callback URL its events carry sealed can no longer be opened. Holds no personal data itself."""
+
+    job_id: str
+    version: int
+    at_ms: int
+    causation_id: str
+    by: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class PauseRequested:
     """Like CancelRequested but the job comes back on ResumeJob; the lease holder should checkpoint and release."""
 
@@ -546,6 +559,7 @@ JOB_EVENTS = (
     JobRequeued,
     CancelRequested,
     JobCancelled,
+    JobErased,
     PauseRequested,
     JobPaused,
     PreemptRequested,
@@ -586,6 +600,7 @@ JobEvent = (
     | JobRequeued
     | CancelRequested
     | JobCancelled
+    | JobErased
     | PauseRequested
     | JobPaused
     | PreemptRequested

@@ -14,6 +14,7 @@ from spotreel.domain.records import replace
 from spotreel.domain import events as ev
 from spotreel.domain import leases, limits, progress
 from spotreel.domain.retry import counts_toward_poison, failures_in_window
+from spotreel.domain.spec import PERSONAL_SPEC_FIELDS
 from spotreel.domain.state import Checkpoint, JobState, Lease, Status
 
 
@@ -49,6 +50,12 @@ def _submitted(e: ev.JobSubmitted) -> JobState:
         run_at_ms=e.run_at_ms,
         pending_parents=e.parents,
     )
+
+
+def erased_state(s: JobState) -> JobState:
+    """The state with its personal fields emptied (spec.PERSONAL_SPEC_FIELDS, callback_url)."""
+    return replace(s, spec=replace(s.spec, **{name: ("" if name == "prompt" else None)
+                                              for name in PERSONAL_SPEC_FIELDS}), callback_url=None)
 
 
 def _ended(s: JobState) -> JobState:
@@ -119,6 +126,9 @@ def _apply(s: JobState, e: object) -> JobState:  # noqa: C901 - one flat dispatc
             return replace(s, cancel_requested=True, cancel_reason=e.reason, pause_requested=False)
         case ev.JobCancelled():
             return _ended(replace(s, status=Status.CANCELLED, terminal_reason=e.reason))
+        case ev.JobErased():
+            # What the table keeps of an erased job holds no sealed field either (erased_state).
+            return erased_state(s)
         case ev.PauseRequested():
             return replace(s, pause_requested=True, pause_reason=e.reason)
         case ev.PreemptRequested():

@@ -49,6 +49,9 @@ class RenderSpec:
 
 
 SPEC_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(RenderSpec))
+# The spec's personal fields: carried sealed (spotreel/personal/fields.py lists the same names) and emptied
+# from the state of an erased job. `prompt` is required, so it empties to "", the others to None.
+PERSONAL_SPEC_FIELDS: tuple[str, ...] = ("prompt", "negative_prompt")
 
 
 def flattened(message: Any) -> dict[str, Any]:

@@ -57,6 +57,8 @@ class JobView:
     version: int
     # When the video was deleted through the OpenAI-compatible surface (migration 0011); None: not deleted.
     deleted_at_ms: int | None = None
+    # When the job's personal data was erased (JobErased, migration 0015); its answers are 410 from then on.
+    erased_at_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,7 @@ class ReadModels:
             result_key=r.result_key, result_sha256=r.result_sha256, result_size_bytes=r.result_size_bytes,
             error=r.error, terminal_reason=r.terminal_reason, version=r.version or 0,
             deleted_at_ms=_ms(getattr(r, "deleted_at", None)),
+            erased_at_ms=_ms(getattr(r, "erased_at", None)),
         )
 
     def list_jobs(self, tenant: str, status: str | None = None, limit: int = 50,

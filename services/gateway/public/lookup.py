@@ -22,11 +22,16 @@ def job_id_of(request: web.Request) -> str:
     return job_id
 
 
-async def find(deps: Deps, tenant: str, job_id: str) -> JobView | Claim:
+async def find(deps: Deps, tenant: str, job_id: str, *, erased_too: bool = False) -> JobView | Claim:
+    """The tenant's job (its row, or its claim before the projection); 404 for another tenant's or none, 410
+    for an erased one (unless `erased_too`: the erasure itself, which may be repeated)."""
     job = await deps.reads.get_job(job_id)
     if job is not None and job.status != ACCEPTED:
         if job.tenant_id != tenant:
             raise not_found()
+        if job.erased_at_ms is not None and not erased_too:
+            raise ApiError(410, "erased", "this video was erased: its prompt, video and checkpoints are gone",
+                           erased_at_ms=job.erased_at_ms)
         return job
     claim = await deps.reads.get_claim(job_id)
     if claim is None or claim.tenant_id != tenant:

@@ -7,9 +7,8 @@ submission path: a create or remix is translated into a POST /v1/videos body (ap
 by the same `normalize`, and admitted, claimed and produced by the same `accept` (public/submit.py), so the
 Idempotency-Key, admission, 429s and the model registry behave exactly as they do natively.
 
-DELETE stops an unfinished video (a CancelJob) and marks it deleted (jobs_by_id.deleted_at); this surface
-answers 404 for it from then on. The native API still shows the job and its history, and its MP4 stays in
-the bucket until its plan's retention ends (the janitor, services/janitor/README.md).
+DELETE is the native erasure (public/erasure.py: data key, objects, EraseJob, which cancels an unfinished
+video) and marks the video deleted (jobs_by_id.deleted_at); this surface answers 404 for it from then on.
 """
 
 from __future__ import annotations
@@ -26,18 +25,18 @@ from spotreel.api import input_image
 from spotreel.api import openai_videos as oa
 from spotreel.api.errors import ApiError
 from spotreel.api.submission import JOB_ID, check_idempotency_key, normalize
-from spotreel.domain import commands as cmd
 from spotreel.domain import expiry
 from spotreel.domain.images import ImageRef
 from spotreel.readmodel.jobs import JobListItem, JobView
 from spotreel.services.gateway.auth import TENANT
+from spotreel.services.gateway.public.erasure import erase_job
+from spotreel.services.gateway.public.personal_view import opened, opened_all
 from spotreel.services.gateway.context import Gateway, gateway
 from spotreel.services.gateway.deps import Claim, Tenant
 from spotreel.services.gateway.public.guards import is_json
 from spotreel.services.gateway.jsonbody import read_object
 from spotreel.services.gateway.public.lookup import find, job_id_of, status_of
 from spotreel.services.gateway.public.submit import accept
-from spotreel.services.gateway.public.views import TERMINAL
 
 PREFIX = "/openai/v1"
 # The payload of webhooks of videos made here (services/webhooks/payload.py `openai_style`).
@@ -120,7 +119,7 @@ async def _submit(request: web.Request, body: dict[str, Any], key: str, fresh: b
     normalized = normalize(body, gw.cfg, allow_private_callbacks=bool(gw.settings.webhook_allow_private),
                            image=image)
     answer = await accept(gw, request[TENANT], key, normalized, fresh_key=fresh, webhook_style=OPENAI_STYLE)
-    found = await find(gw.deps, request[TENANT].tenant_id, answer["job_id"])
+    found = await opened(gw.deps.vault, await find(gw.deps, request[TENANT].tenant_id, answer["job_id"]))
     headers = {"Location": f"{PREFIX}/videos/{answer['job_id']}", "Idempotency-Key": key}
     return web.json_response(video_json(found, request[TENANT]), headers=headers)
 
@@ -150,7 +149,7 @@ async def remix_video(request: web.Request) -> web.Response:
     gw = gateway(request)
     gw.shed("shed_submission", gw.cfg.shed_submissions_lag_seconds, "submit")
     tenant = request[TENANT]
-    source = await _visible(gw, tenant.tenant_id, job_id_of(request))
+    source = await opened(gw.deps.vault, await _visible(gw, tenant.tenant_id, job_id_of(request)))
     fields = await _fields(request)
     unknown = sorted(set(fields) - {"prompt"})
     if unknown:
@@ -165,7 +164,7 @@ async def remix_video(request: web.Request) -> web.Response:
 
 async def retrieve_video(request: web.Request) -> web.Response:
     gw = gateway(request)
-    found = await _visible(gw, request[TENANT].tenant_id, job_id_of(request))
+    found = await opened(gw.deps.vault, await _visible(gw, request[TENANT].tenant_id, job_id_of(request)))
     return web.json_response(video_json(found, request[TENANT]), headers={"openai-poll-after-ms": str(POLL_AFTER_MS)})
 
 
@@ -192,7 +191,8 @@ async def list_videos(request: web.Request) -> web.Response:
         after = (mark.created_at_ms, mark.job_id)
     rows: list[JobListItem] = await gw.deps.reads.list_jobs_from(tenant.tenant_id, after, order == "asc", limit + 1)
     page, more = rows[:limit], len(rows) > limit
-    views = await asyncio.gather(*(gw.deps.reads.get_job(r.job_id) for r in page))
+    views = await opened_all(gw.deps.vault, [v for v in await asyncio.gather(
+        *(gw.deps.reads.get_job(r.job_id) for r in page)) if v is not None])
     data = [video_json(v, tenant) for v in views if v is not None and v.deleted_at_ms is None]
     # The cursor is the last row read, listed or not, so a page of deleted videos does not end the listing.
     return web.json_response({"object": "list", "data": data, "has_more": more,
@@ -209,12 +209,11 @@ def _checked_id(job_id: str) -> str:
 async def delete_video(request: web.Request) -> web.Response:
     gw = gateway(request)
     job_id = job_id_of(request)
-    found = await _visible(gw, request[TENANT].tenant_id, job_id)
-    if status_of(found) not in TERMINAL:
-        command = cmd.CancelJob(gw.new_id(), job_id, reason="deleted")
-        await gw.deps.commands.send(command)
-        gw.metrics.commands.labels("CancelJob").inc()
-    await gw.deps.reads.mark_deleted(job_id, gw.deps.clock_ms())
+    tenant = request[TENANT].tenant_id
+    found = await _visible(gw, tenant, job_id)
+    # The native erasure (public/erasure.py): data key, objects, EraseJob (which cancels a live job first).
+    await erase_job(gw, tenant, job_id, by=f"tenant:{tenant}", reason="deleted")
+    await gw.deps.reads.mark_deleted(found.job_id, gw.deps.clock_ms())
     return web.json_response({"id": job_id, "object": "video.deleted", "deleted": True})
 
 

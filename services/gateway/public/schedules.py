@@ -32,6 +32,7 @@ from spotreel.domain import ids
 from spotreel.domain.cron import CronError, MissedPolicy, validate, validate_zone
 from spotreel.domain.schedules import OverlapPolicy
 from spotreel.domain.spec import RenderSpec
+from spotreel.personal.fields import open_mapping, seal_mapping, seal_record
 from spotreel.services.gateway.public import pagetokens
 from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import Gateway, gateway
@@ -236,10 +237,17 @@ async def create_schedule(request: web.Request) -> web.Response:
     create = build_create(tenant.tenant_id, schedule_id, body, gw.new_id(), gw.cfg)
     now = gw.deps.clock_ms()
     job = body["job"]
+    prompt, params = job["prompt"], body
+    if gw.deps.vault is not None:
+        # The template's personal fields under the schedule's data key, which every occurrence's job copies:
+        # erasing the schedule (or its tenant) erases theirs (docs/decisions/0035-crypto-shredding.md).
+        sealer = await gw.deps.vault.sealer(schedule_id, tenant.tenant_id)
+        create = seal_record(create, sealer)
+        prompt, params = create.spec.prompt, {**body, "job": seal_mapping(job, sealer)}
     mine = Claim(job_id=schedule_id, tenant_id=tenant.tenant_id, idempotency_key=key,
                  request_hash=ids.request_hash(body), accepted_at_ms=now, model=job["model"],
-                 pool=ids.pool_key(job["model"], job["gpu_type"]), priority=job["priority"], prompt=job["prompt"],
-                 params=body)
+                 pool=ids.pool_key(job["model"], job["gpu_type"]), priority=job["priority"], prompt=prompt,
+                 params=params)
     held = await gw.deps.reads.get_claim(schedule_id)
     replay = held is not None
     if held is None:
@@ -274,7 +282,15 @@ async def create_schedule(request: web.Request) -> web.Response:
 async def get_schedule(request: web.Request) -> web.Response:
     gw = gateway(request)
     found = await _find(gw, request[TENANT].tenant_id, request.match_info["id"])
-    return web.json_response(schedule_json(found) if isinstance(found, ScheduleView) else claim_schedule_json(found))
+    body = schedule_json(found) if isinstance(found, ScheduleView) else claim_schedule_json(found)
+    return web.json_response(await _opened_job(gw, body))
+
+
+async def _opened_job(gw: Gateway, body: dict[str, Any]) -> dict[str, Any]:
+    """A schedule's answer with its template's personal fields in plain text (null once erased)."""
+    if gw.deps.vault is not None:
+        body["job"] = await open_mapping(body["job"], gw.deps.vault)
+    return body
 
 
 async def list_schedules(request: web.Request) -> web.Response:
@@ -286,7 +302,7 @@ async def list_schedules(request: web.Request) -> web.Response:
         page = await gw.deps.reads.list_schedules(tenant, limit, state)
     except ValueError as exc:
         raise pagetokens.refusal(exc) from None
-    return web.json_response({"schedules": [schedule_json(s) for s in page.items],
+    return web.json_response({"schedules": [await _opened_job(gw, schedule_json(s)) for s in page.items],
                               "next_page_token": gw.page_tokens.issue(tenant, LIST_SCOPE, page.page_state)})
 
 

@@ -29,6 +29,9 @@ from typing import Any
 from aiohttp import web
 
 from spotreel.domain import ids
+from spotreel.domain.commands import SubmitJob
+from spotreel.domain.records import replace
+from spotreel.personal.fields import seal_mapping, seal_record
 from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import Gateway, gateway
 from spotreel.services.gateway.deps import Claim, Tenant
@@ -85,13 +88,23 @@ async def accept(gw: Gateway, tenant: Tenant, key: str, body: dict[str, Any], *,
     now = deps.clock_ms()
     submit = build_submit(tenant.tenant_id, key, body, now, gw.new_id(), gw.cfg)
     pool = ids.pool_key(submit.spec.model, submit.gpu_type)
-    mine = Claim(job_id=submit.job_id, tenant_id=tenant.tenant_id, idempotency_key=key,
-                 request_hash=submit.request_hash, accepted_at_ms=now, model=submit.spec.model, pool=pool,
-                 priority=submit.priority, prompt=submit.spec.prompt,
-                 params={**{k: body[k] for k in ("duration", "resolution", "fps", "num_steps", "gpu_type",
-                                                  "callback_url", "guidance_scale", "negative_prompt", "sampler",
-                                                  "input_image")
-                            if k in body}, "seed": submit.spec.seed})
+    plain_hash = submit.request_hash
+    params = {**{k: body[k] for k in ("duration", "resolution", "fps", "num_steps", "gpu_type",
+                                      "callback_url", "guidance_scale", "negative_prompt", "sampler",
+                                      "input_image")
+                 if k in body}, "seed": submit.spec.seed}
+
+    async def sealed() -> tuple[SubmitJob, Claim]:
+        """The SubmitJob and claim with the personal fields sealed under the job's data key (made now, or the
+        one an earlier accept of the same job made), after admission so a refusal stores no key."""
+        out, values = submit, params
+        if deps.vault is not None:
+            sealer = await deps.vault.sealer(submit.job_id, tenant.tenant_id)
+            out = seal_record(replace(submit, request_hash=sealer.keyed_hash(plain_hash)), sealer)
+            values = seal_mapping(params, sealer)
+        return out, Claim(job_id=out.job_id, tenant_id=tenant.tenant_id, idempotency_key=key,
+                          request_hash=out.request_hash, accepted_at_ms=now, model=out.spec.model, pool=pool,
+                          priority=out.priority, prompt=out.spec.prompt, params=values)
 
     # New work is admitted first and then claimed; the claim tells a replay (the key held already) from new
     # work without a read before it. A replay is never refused: a refusal looks the key up, and a replay
@@ -113,9 +126,14 @@ async def accept(gw: Gateway, tenant: Tenant, key: str, body: dict[str, Any], *,
             gw.admission.report(refused)  # counted only once it stands: a replay's is not a refusal
             raise
         held, replay = found, True
+        submit, _ = await sealed()
     else:
+        submit, mine = await sealed()
         held = await deps.reads.claim(mine)
         replay = held is not mine
+    if replay and held.request_hash == plain_hash != submit.request_hash:
+        # A job accepted before its fields were encrypted: its claim and state hold the plain hash.
+        submit = replace(submit, request_hash=plain_hash)
     if replay and charged:
         gw.admission.refund_rate(tenant, now)
     if estimate is None:

@@ -8,17 +8,19 @@ import re
 from aiohttp import web
 
 from spotreel.domain import commands as cmd
-from spotreel.services.gateway.public import dags, pagetokens, stream
+from spotreel.domain import expiry
+from spotreel.services.gateway.public import dags, erasure, pagetokens, stream
 from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import gateway
 from spotreel.api.errors import invalid
 from spotreel.services.gateway.jsonbody import read_object
 from spotreel.services.gateway.public.lookup import conflict, find, job_id_of, status_of
 from spotreel.services.gateway.public.pending import explain
+from spotreel.services.gateway.public.personal_view import opened, opened_all
 from spotreel.api.submission import PRIORITY_RANGE
 from spotreel.services.gateway.public.submit import submit_video
-from spotreel.services.gateway.public.views import (ACCEPTED, TERMINAL, attempt_json, claim_json, event_json, job_json,
-                                             list_item_json, webhook_json)
+from spotreel.services.gateway.public.views import (ACCEPTED, TERMINAL, attempt_json, claim_json, event_json, iso,
+                                             job_json, list_item_json, webhook_json)
 from spotreel.readmodel.jobs import JobView
 
 _DIGITS = re.compile(r"[0-9]{1,9}")
@@ -27,8 +29,12 @@ STATUSES = frozenset({ACCEPTED, "scheduled", "waiting", "queued", "leased", "run
 
 async def get_video(request: web.Request) -> web.Response:
     deps = gateway(request).deps
-    found = await find(deps, request[TENANT].tenant_id, job_id_of(request))
+    found = await opened(deps.vault, await find(deps, request[TENANT].tenant_id, job_id_of(request)))
     body = job_json(found) if isinstance(found, JobView) else claim_json(found)
+    # When the janitor deletes the video under the tenant's plan (domain/expiry.py); /content answers 410
+    # `video_expired` from then on. Null: not succeeded, or a plan that keeps videos.
+    body["expires_at"] = iso(expiry.video_expires_at_ms(status_of(found), found.updated_at_ms
+                                                        if isinstance(found, JobView) else 0, request[TENANT].plan))
     callback = found.params.get("callback_url")
     body["webhook"] = webhook_json(callback, await deps.reads.webhook_state(found.job_id) if callback else None)
     body["pending_reason"] = await explain(deps, request[TENANT], found, deps.clock_ms(), body.get("run_at"),
@@ -54,7 +60,7 @@ async def list_videos(request: web.Request) -> web.Response:
     except ValueError as exc:  # a refused token (pagetokens), or a signed state Cassandra itself refused
         raise pagetokens.refusal(exc) from None
     token = gw.page_tokens.issue(tenant, status, page.page_state)
-    return web.json_response({"videos": [list_item_json(i) for i in page.items], "next_page_token": token})
+    return web.json_response({"videos": [list_item_json(i) for i in await opened_all(gw.deps.vault, page.items)], "next_page_token": token})
 
 
 async def video_events(request: web.Request) -> web.Response:
@@ -127,6 +133,7 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_post("/v1/dags", dags.submit_dag)
     router.add_get("/v1/videos", list_videos, allow_head=False)
     router.add_get("/v1/videos/{id}", get_video, allow_head=False)
+    router.add_delete("/v1/videos/{id}", erasure.erase_video)
     router.add_patch("/v1/videos/{id}", patch_video)
     router.add_get("/v1/videos/{id}/events", video_events, allow_head=False)
     router.add_get("/v1/videos/{id}/attempts", video_attempts, allow_head=False)

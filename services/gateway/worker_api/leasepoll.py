@@ -17,7 +17,10 @@ from spotreel.dispatch.order import request_order
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
 from spotreel.domain import limits
+from spotreel.domain.records import replace
 from spotreel.domain.spec import flattened
+from spotreel.personal.fields import open_spec
+from spotreel.personal.vault import Erased
 from spotreel.services.gateway.context import Gateway, gateway
 from spotreel.services.gateway.worker_api.idlepolls import IdlePolls
 from spotreel.services.gateway.worker_api.leasedesk import SUPERSEDED, LeaseDesk, Poll
@@ -162,7 +165,7 @@ async def _deliver(request: web.Request, gw: Gateway, desk: LeaseDesk, answer: e
     losses, leased_s = work_bus(gw).lease_losses(answer.pool)
     # A traced job's grant names its trace, so the worker's spans join it (spotreel/tracing.py).
     trace = getattr(work_bus(gw), "lease_trace", lambda *_: None)(answer.job_id, answer.epoch)
-    response = web.json_response({**flattened(answer), "heartbeat_seconds": gw.cfg.heartbeat_seconds,
+    response = web.json_response({**flattened(await _opened(gw, answer)), "heartbeat_seconds": gw.cfg.heartbeat_seconds,
                                   "progress_seconds": gw.cfg.progress_seconds,
                                   "pool_lease_losses_1h": losses, "pool_leased_seconds_1h": leased_s,
                                   **({"traceparent": trace} if trace else {})})
@@ -182,6 +185,19 @@ async def _deliver(request: web.Request, gw: Gateway, desk: LeaseDesk, answer: e
         else:
             desk.park(answer)
     return response
+
+
+async def _opened(gw: Gateway, answer: ev.WorkAssigned) -> ev.WorkAssigned:
+    """The grant with its prompt in plain text: the one place a worker outside the platform gets it. A job
+    erased while it was being leased has no key: its prompt goes out empty, and the cancel its erasure sent
+    reaches the worker with its first renewal."""
+    if gw.deps.vault is None:
+        return answer
+    try:
+        return replace(answer, spec=await open_spec(answer.spec, gw.deps.vault))
+    except Erased:
+        log.warning("lease %s/%s is of an erased job: delivered without its prompt", answer.job_id, answer.epoch)
+        return replace(answer, spec=replace(answer.spec, prompt="", negative_prompt=None))
 
 
 def _renew_late_delivery(gw: Gateway, answer: ev.WorkAssigned) -> None:
