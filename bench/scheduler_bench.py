@@ -7,7 +7,7 @@
 2. Dispatch latency with 100 idle workers and a steady submit rate: per RequestWork that got a lease,
    the time from producing the request to reading the WorkAssigned answer (2 Kafka hops).
 
-    .venv/bin/python bench/scheduler_bench.py [--jobs 2000] [--rate 20] [--seconds 15]
+    .venv/bin/python bench/scheduler_bench.py [--jobs 2000] [--rate 20] [--seconds 15] [--profile FILE]
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ def baseline(settings, n: int) -> float:
     return n / elapsed
 
 
-def scheduler_rate(settings, tmp: Path, n: int) -> float:
-    proc = SchedulerProc(settings, tmp, "thr")
+def scheduler_rate(settings, tmp: Path, n: int, profile: str = "") -> float:
+    proc = SchedulerProc(settings, tmp, "thr", env={"SPOTREEL_SCHEDULER_PROFILE": profile} if profile else None)
     cons = consumer(settings, events_topic(settings))
     try:
         seen, first, last = 0, None, None
@@ -151,6 +151,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2000)
     ap.add_argument("--rate", type=float, default=20.0)
     ap.add_argument("--seconds", type=float, default=15.0)
+    ap.add_argument("--profile", default="", help="cProfile the scheduler of the throughput run into this file "
+                    "(pstats format) and skip the dispatch run")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp())
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
@@ -169,11 +171,13 @@ def main() -> None:
             prod.poll(0)
         prod.flush(60)
         base = baseline(settings, args.jobs)
-        sched = scheduler_rate(settings, tmp, args.jobs)
+        sched = scheduler_rate(settings, tmp, args.jobs, args.profile)
         print(f"throughput: scheduler {sched:.0f} commands/s, bare consume-produce loop {base:.0f} records/s, "
               f"ratio {sched / base:.3f} ({args.jobs} SubmitJob -> {2 * args.jobs} events)")
     finally:
         drop_topics(settings)
+    if args.profile:
+        return
     settings = scheduler_settings("benchd" + uuid.uuid4().hex[:8], partitions=6)
     make_topics(settings)
     try:

@@ -201,6 +201,9 @@ class Settings:
     # A summary of a terminal job (outcome, version, request hash; about 0.7 KB) stays this many seconds after
     # its last change, for idempotent resubmission and late DAG children.
     scheduler_summary_retention_s: int = 3 * 86_400
+    # A path: the scheduler runs under cProfile and writes its statistics there when it stops (a diagnostic
+    # for `bench/scheduler_bench.py --profile`; the profiler slows the scheduler). Empty (default): none.
+    scheduler_profile: str = ""
     # The janitor (services/janitor, inside `spotreel webhooks`): how often it sweeps the checkpoint and artifact
     # buckets for what is due only later (failed jobs' checkpoints, expired videos; domain/expiry.py).
     janitor_sweep_every_s: int = 600
