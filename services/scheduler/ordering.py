@@ -31,7 +31,14 @@ REWIND_AGAIN_MS = 1_000  # a rewind whose first record has not come within this 
 
 
 class InOrder:
-    """The order guard, mixed into `app.Scheduler` (which owns `app`, `commands`, `parts` and `metrics`)."""
+    """The order guard: over the owned partitions' states (`parts`), seeking through the Faust app's consumer
+    on the commands topic; counts holes and refusals in `metrics`."""
+
+    def __init__(self, app: Any, commands: str, parts: dict[int, PartitionState], metrics: Any) -> None:
+        self.app = app  # its consumer is built when the app starts: looked up on use
+        self.commands = commands
+        self.parts = parts
+        self.metrics = metrics
 
     async def next_in_order(self, part: PartitionState, msg: Any, rewound: set[int]) -> bool:
         """True if `msg` may be handled: its offset is at most the next expected one, or the hole before it is
