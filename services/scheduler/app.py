@@ -148,7 +148,7 @@ class Scheduler:
             broker_heartbeat_interval=1.0,
             broker_commit_interval=0.5,
             producer_acks=-1,
-            producer_linger=0.0,
+            producer_linger=s.scheduler_producer_linger_ms / 1000,
             stream_wait_empty=True,
             table_cleanup_interval=3600.0,
         )
