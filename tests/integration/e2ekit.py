@@ -26,7 +26,7 @@ from spotreel.platform.topics import assignments_topic, events_topic, pool_stats
 from spotreel.settings import Settings
 
 from tests.integration.schedkit import GPU, MODEL, SchedulerProc, submit
-from tests.integration.timerkit import _cpu_s
+from tests.integration.timerkit import cpu_s, print_tails
 
 ASK_AGAIN_S = 0.05  # a refused worker's pause before it asks again (a real worker backs off longer)
 
@@ -179,7 +179,7 @@ def run_jobs(settings: Settings, tmp: Path, schedulers: int, rates: list[float],
         if kafka is not None:
             pids["kafka"] = kafka
         pids["bench (submitter + fleet)"] = os.getpid()
-        cpu0 = {k: _cpu_s(pid) for k, pid in pids.items()}
+        cpu0 = {k: cpu_s(pid) for k, pid in pids.items()}
         t0 = time.time()
         tag = uuid.uuid4().hex[:6]
         for rate in rates:
@@ -208,15 +208,14 @@ def run_jobs(settings: Settings, tmp: Path, schedulers: int, rates: list[float],
             fleet.step()
             _read_events(events, codec, run)
         run.wall_s = time.time() - t0
-        run.cpu_s = {k: _cpu_s(pid) - cpu0[k] for k, pid in pids.items()}
+        run.cpu_s = {k: cpu_s(pid) - cpu0[k] for k, pid in pids.items()}
         settle = time.time() + 2.0
         while time.time() < settle:  # a second JobSucceeded would land within moments
             _read_events(events, codec, run)
         events.close()
         return run
     except BaseException:
-        for p in procs:
-            print(f"----- tail of {p.log_path.name} -----\n{p.log()[-3000:]}")
+        print_tails(procs)
         raise
     finally:
         fleet.close()

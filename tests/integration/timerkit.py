@@ -63,7 +63,7 @@ class TimerRun:
                 "scheduler_cpu_s": round(self.scheduler_cpu_s, 2)}
 
 
-def _cpu_s(pid: int) -> float:
+def cpu_s(pid: int) -> float:
     """User + system CPU seconds of a live process (its /proc stat), 0 once it is gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -110,7 +110,7 @@ def run_at_volume(settings: Settings, tmp: Path, spread: int, spread_s: float, b
         while time.time() < end:
             now = time.time()
             if kill_ms is not None and killed_at is None and now * 1000 >= kill_ms:
-                cpu[procs[-1].proc.pid] = _cpu_s(procs[-1].proc.pid)
+                cpu[procs[-1].proc.pid] = cpu_s(procs[-1].proc.pid)
                 procs[-1].kill9()
                 killed_at = time.time()
                 procs.append(SchedulerProc(settings, tmp, "t2"))
@@ -139,14 +139,19 @@ def run_at_volume(settings: Settings, tmp: Path, spread: int, spread_s: float, b
                 break  # every job fired; read on `settle_s` longer for a second firing
         for p in procs:
             if p.proc.poll() is None:
-                cpu[p.proc.pid] = _cpu_s(p.proc.pid)
+                cpu[p.proc.pid] = cpu_s(p.proc.pid)
         run.scheduler_cpu_s = sum(cpu.values())
         return run
     except BaseException:
-        for p in procs:
-            print(f"----- tail of {p.log_path.name} -----\n{p.log()[-3000:]}")
+        print_tails(procs)
         raise
     finally:
         cons.close()
         for p in procs:
             p.stop()
+
+
+def print_tails(procs: list[SchedulerProc]) -> None:
+    """On a failure: the end of every scheduler process's log."""
+    for p in procs:
+        print(f"----- tail of {p.log_path.name} -----\n{p.log()[-3000:]}")
