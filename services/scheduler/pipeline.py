@@ -57,26 +57,26 @@ class _Outputs:
     marked: set[int] = field(default_factory=set)
 
 
+@dataclass(eq=False, repr=False)
 class Pipeline:
     """The command path: commands judged by `handler` against the store's cache, in order (`order`), their
     events sent through the Faust app's producer, the states written through the store, the rest published
     through `publisher`. The agent calls `on_batch` under the scheduler's batch lock."""
 
-    def __init__(self, app: Any, settings: Settings, codec: Codec, handler: Handler,
-                 parts: dict[int, PartitionState], store: Store, order: InOrder, publisher: Publisher,
-                 metrics: Any, traces: JobTraces) -> None:
-        self.app = app  # its producer is built when the app starts: looked up on use
-        self.settings = settings
-        self.codec = codec
-        self.commands = commands_topic(settings)
-        self.events = events_topic(settings)
-        self.handler = handler
-        self.parts = parts
-        self.store = store
-        self.order = order
-        self.publisher = publisher
-        self.metrics = metrics
-        self.traces = traces
+    app: Any  # its producer is built when the app starts: looked up on use
+    settings: Settings
+    codec: Codec
+    handler: Handler
+    parts: dict[int, PartitionState]
+    store: Store
+    order: InOrder
+    publisher: Publisher
+    metrics: Any
+    traces: JobTraces
+
+    def __post_init__(self) -> None:
+        self.commands = commands_topic(self.settings)
+        self.events = events_topic(self.settings)
 
     async def on_batch(self, batch: list[Any]) -> None:
         """The commands Faust had buffered (several partitions), in 4 phases; nothing is awaited per command:

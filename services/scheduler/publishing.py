@@ -4,6 +4,8 @@ stats (`<prefix>.pool-stats`, poolstats.py), and the plain "send these records, 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from typing import Any
 
 from spotreel.adapters.partitioning import partition_for
@@ -19,21 +21,20 @@ from spotreel.services.scheduler.preempting import preemptible_by_tier
 from spotreel.services.scheduler.workerleases import WorkerLeaseIndex, record_key
 
 
+@dataclass(eq=False, repr=False)
 class Publisher:
     """Sends through the Faust app's producer; applies what it publishes to the local views (the worker-lease
     index, the fair-share view) at once, so the next decision of this process sees it without reading it
     back; pool stats are judged with `usage` and the preemption `budget`."""
 
-    def __init__(self, app: Any, settings: Settings, codec: Codec, metrics: Any, fair: FairShareView,
-                 worker_leases: WorkerLeaseIndex, usage: UsageOfAll, budget: Any) -> None:
-        self.app = app  # its producer is built when the app starts: looked up on use
-        self.settings = settings
-        self.codec = codec
-        self.metrics = metrics
-        self.fair = fair
-        self.worker_leases = worker_leases
-        self.usage = usage
-        self.budget = budget
+    app: Any  # its producer is built when the app starts: looked up on use
+    settings: Settings
+    codec: Codec
+    metrics: Any
+    fair: FairShareView
+    worker_leases: WorkerLeaseIndex
+    usage: UsageOfAll
+    budget: Any
 
     async def send_all(self, records: list[tuple]) -> None:
         """Send (topic, key, value, partition[, headers]) records, then await every ack."""

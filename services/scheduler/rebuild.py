@@ -10,6 +10,8 @@ gives every held lease a full TTL from now, and republishes worker leases and te
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import asyncio
 import json
 import logging
@@ -36,30 +38,30 @@ from spotreel.services.scheduler.workerleases import WorkerLeaseIndex
 log = logging.getLogger("spotreel.scheduler")
 
 
+@dataclass(eq=False, repr=False)
 class Rebuild:
     """The assignment path: rebuilds the owned partitions' states (`parts`, shared with every part) from the
     store's table and the events topic, starting the worker-lease index, the fair-share view and the
     pool-stats view (if preemption is on) first; writes through the store and publishes through `publisher`.
     `rebuilding` is true while it runs (the eviction tick waits)."""
 
-    def __init__(self, app: Any, settings: Settings, codec: Codec, parts: dict[int, PartitionState], store: Store,
-                 publisher: Publisher, metrics: Any, worker_leases: WorkerLeaseIndex, fair: FairShareView,
-                 pool_view: PoolStatsView, budget: Any, retention: Retention, half_life_ms: int | None) -> None:
-        self.app = app  # its consumer is built when the app starts: looked up on use
-        self.settings = settings
-        self.codec = codec
-        self.commands = commands_topic(settings)
-        self.events = events_topic(settings)
-        self.parts = parts
-        self.store = store
-        self.publisher = publisher
-        self.metrics = metrics
-        self.worker_leases = worker_leases
-        self.fair = fair
-        self.pool_view = pool_view
-        self.budget = budget
-        self.retention = retention
-        self.half_life_ms = half_life_ms
+    app: Any  # its consumer is built when the app starts: looked up on use
+    settings: Settings
+    codec: Codec
+    parts: dict[int, PartitionState]
+    store: Store
+    publisher: Publisher
+    metrics: Any
+    worker_leases: WorkerLeaseIndex
+    fair: FairShareView
+    pool_view: PoolStatsView
+    budget: Any
+    retention: Retention
+    half_life_ms: int | None
+
+    def __post_init__(self) -> None:
+        self.commands = commands_topic(self.settings)
+        self.events = events_topic(self.settings)
         self.rebuilding = False
 
     async def restored(self) -> None:

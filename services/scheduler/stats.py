@@ -9,6 +9,8 @@ eviction.py), between batches and never during a rebuild."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import asyncio
 import logging
 from typing import Any, Callable
@@ -35,26 +37,24 @@ log = logging.getLogger("spotreel.scheduler")
 EVICT_PER_TICK = 5000
 
 
+@dataclass(eq=False, repr=False)
 class Stats:
     """The stats tick over the owned partitions (`parts`): metrics, pool stats (through `publisher`), the
     double-grant check against the worker-lease index, and preemption judged with `usage`, the fair-share
     view's policies and the other instances' pool stats (`pool_view`), within `budget`."""
 
-    def __init__(self, app: Any, settings: Settings, codec: Codec, commands: str, parts: dict[int, PartitionState],
-                 metrics: Any, publisher: Publisher, usage: UsageOfAll, fair: FairShareView,
-                 pool_view: PoolStatsView, worker_leases: WorkerLeaseIndex, budget: Any) -> None:
-        self.app = app  # its producer and consumer are built when the app starts: looked up on use
-        self.settings = settings
-        self.codec = codec
-        self.commands = commands
-        self.parts = parts
-        self.metrics = metrics
-        self.publisher = publisher
-        self.usage = usage
-        self.fair = fair
-        self.pool_view = pool_view
-        self.worker_leases = worker_leases
-        self.budget = budget
+    app: Any  # its producer and consumer are built when the app starts: looked up on use
+    settings: Settings
+    codec: Codec
+    commands: str
+    parts: dict[int, PartitionState]
+    metrics: Any
+    publisher: Publisher
+    usage: UsageOfAll
+    fair: FairShareView
+    pool_view: PoolStatsView
+    worker_leases: WorkerLeaseIndex
+    budget: Any
 
     async def publish_stats(self) -> None:
         now = clock.now_ms()
@@ -125,19 +125,18 @@ class Stats:
 
 
 
+@dataclass(eq=False, repr=False)
 class Eviction:
     """The eviction tick over the owned partitions (`parts`), writing through the store, between batches
     (`batch_lock`) and never while `rebuilding()`."""
 
-    def __init__(self, app: Any, commands: str, parts: dict[int, PartitionState], store: Store, metrics: Any,
-                 batch_lock: asyncio.Lock, rebuilding: Callable[[], bool]) -> None:
-        self.app = app  # its consumer is built when the app starts: looked up on use
-        self.commands = commands
-        self.parts = parts
-        self.store = store
-        self.metrics = metrics
-        self.batch_lock = batch_lock
-        self.rebuilding = rebuilding
+    app: Any  # its consumer is built when the app starts: looked up on use
+    commands: str
+    parts: dict[int, PartitionState]
+    store: Store
+    metrics: Any
+    batch_lock: asyncio.Lock
+    rebuilding: Callable[[], bool]
 
     async def evict(self) -> None:
         """Bounded state (domain/retention.py): terminal jobs past their retention leave the table (summary

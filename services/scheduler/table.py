@@ -8,6 +8,8 @@ changelog (`put`, `delete`): the pipeline, the rebuild and the eviction tick wri
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import json
 from typing import Any
 
@@ -51,14 +53,16 @@ class JobTable(faust.Table):
             await self.on_restored()
 
 
+@dataclass(eq=False, repr=False)
 class Store:
     """The scheduler's read-through cache over the job table and the only code that sends to its changelog
     (`put`, `delete`). `cache` (job id -> state) is what the pipeline decides against; the pipeline, the
     rebuild and the eviction tick write through here. Depends on the table and the partition count only."""
 
-    def __init__(self, table: Any, partitions: int) -> None:
-        self.table = table
-        self.partitions = partitions
+    table: Any
+    partitions: int
+
+    def __post_init__(self) -> None:
         self.cache: dict[str, JobState | None] = {}
         self.schedule_cache: dict[str, ScheduleState | None] = {}
 

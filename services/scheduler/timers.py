@@ -6,6 +6,8 @@ horizon), so a backlog never expires a lease whose renewal is still unread."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import time
 from typing import Any
 
@@ -17,18 +19,19 @@ from spotreel.services.scheduler.partition import PartitionState
 from spotreel.services.scheduler.table import Store
 
 
+@dataclass(eq=False, repr=False)
 class Timers:
     """The timer tick over the owned partitions (`parts`): due timers read against the store, their commands
     sent through the Faust app's producer, a stalled rewind sought again by the order guard."""
 
-    def __init__(self, app: Any, commands: str, codec: Codec, parts: dict[int, PartitionState], store: Store,
-                 order: InOrder) -> None:
-        self.app = app  # its producer and consumer are built when the app starts: looked up on use
-        self.commands = commands
-        self.codec = codec
-        self.parts = parts
-        self.store = store
-        self.order = order
+    app: Any  # its producer and consumer are built when the app starts: looked up on use
+    commands: str
+    codec: Codec
+    parts: dict[int, PartitionState]
+    store: Store
+    order: InOrder
+
+    def __post_init__(self) -> None:
         self._last_tick = time.monotonic()  # of the previous tick
 
     async def fire_timers(self) -> None:
