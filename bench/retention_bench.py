@@ -95,7 +95,7 @@ def main() -> None:
     sched = sched_app.Scheduler(settings, data_dir=Path(tempfile.mkdtemp(prefix="retention-bench-")))
     log = Changelog(lambda: clock[0], args.delete_retention_s * 1000)
     sched.table.send_changelog = log.send
-    sched._owned = lambda: {0}  # noqa: SLF001 - one partition, owned
+    sched.eviction.owned = lambda: {0}  # one partition, owned
     part = PartitionState(0)
     part.evictions.policy = sched.retention
     sched.parts[0] = part
@@ -111,9 +111,9 @@ def main() -> None:
         assert out.deadletter is None, out.deadletter
         # What on_batch does with a command's outcome, less the Kafka sends (pipeline.py, phases 1 and 4).
         for before, after in out.states.values():
-            sched.cache[after.job_id] = after
+            sched.store.cache[after.job_id] = after
             part.observe(before, after)
-            sched._put_job(0, after)  # noqa: SLF001
+            sched.store.write_job(0, after)
         part.lease_news.clear()
         part.ledger.take_reports(0, clock[0])
 

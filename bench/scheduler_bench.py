@@ -7,7 +7,7 @@
 2. Dispatch latency with 100 idle workers and a steady submit rate: per RequestWork that got a lease,
    the time from producing the request to reading the WorkAssigned answer (2 Kafka hops).
 
-    .venv/bin/python bench/scheduler_bench.py [--jobs 2000] [--rate 20] [--seconds 15]
+    .venv/bin/python bench/scheduler_bench.py [--jobs 2000] [--rate 20] [--seconds 15] [--profile FILE]
 """
 
 from __future__ import annotations
@@ -59,8 +59,9 @@ def baseline(settings, n: int) -> float:
     return n / elapsed
 
 
-def scheduler_rate(settings, tmp: Path, n: int) -> float:
-    proc = SchedulerProc(settings, tmp, "thr")
+def scheduler_rate(settings, tmp: Path, n: int, profile: str = "", env: dict[str, str] | None = None) -> float:
+    env = dict(env or {}, **({"SPOTREEL_SCHEDULER_PROFILE": profile} if profile else {}))
+    proc = SchedulerProc(settings, tmp, f"thr{uuid.uuid4().hex[:4]}", env=env)
     cons = consumer(settings, events_topic(settings))
     try:
         seen, first, last = 0, None, None
@@ -151,29 +152,40 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2000)
     ap.add_argument("--rate", type=float, default=20.0)
     ap.add_argument("--seconds", type=float, default=15.0)
+    ap.add_argument("--linger-ms", default="",
+                    help="comma-separated producer lingers (SPOTREEL_SCHEDULER_PRODUCER_LINGER_MS): the throughput "
+                         "run once per value, back to back, each against its own bare loop")
+    ap.add_argument("--profile", default="", help="cProfile the scheduler of the throughput run into this file "
+                    "(pstats format) and skip the dispatch run")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp())
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}")
-    settings = scheduler_settings("bench" + uuid.uuid4().hex[:8], partitions=6)
-    make_topics(settings)
-    try:
-        from confluent_kafka.admin import AdminClient, NewTopic
-        admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
-        admin.create_topics([NewTopic(f"{settings.topic_prefix}.sink", 6, 1)])[f"{settings.topic_prefix}.sink"].result(30)
-        prod = Producer({"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 5})
-        from spotreel.codec import Codec
-        codec = Codec.default()
-        for i in range(args.jobs):
-            produce_command(prod, settings, codec, submit("bench", f"k{i}"))
-            prod.poll(0)
-        prod.flush(60)
-        base = baseline(settings, args.jobs)
-        sched = scheduler_rate(settings, tmp, args.jobs)
-        print(f"throughput: scheduler {sched:.0f} commands/s, bare consume-produce loop {base:.0f} records/s, "
-              f"ratio {sched / base:.3f} ({args.jobs} SubmitJob -> {2 * args.jobs} events)")
-    finally:
-        drop_topics(settings)
+    for linger in (args.linger_ms.split(",") if args.linger_ms else [None]):
+        env = {"SPOTREEL_SCHEDULER_PRODUCER_LINGER_MS": linger} if linger is not None else None
+        settings = scheduler_settings("bench" + uuid.uuid4().hex[:8], partitions=6)
+        make_topics(settings)
+        try:
+            from confluent_kafka.admin import AdminClient, NewTopic
+            admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+            sink = f"{settings.topic_prefix}.sink"
+            admin.create_topics([NewTopic(sink, 6, 1)])[sink].result(30)
+            prod = Producer({"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 5})
+            from spotreel.codec import Codec
+            codec = Codec.default()
+            for i in range(args.jobs):
+                produce_command(prod, settings, codec, submit("bench", f"k{i}"))
+                prod.poll(0)
+            prod.flush(60)
+            base = baseline(settings, args.jobs)
+            sched = scheduler_rate(settings, tmp, args.jobs, args.profile, env)
+            print(f"throughput{'' if linger is None else f' (linger {linger} ms)'}: scheduler {sched:.0f} "
+                  f"commands/s, bare consume-produce loop {base:.0f} records/s, ratio {sched / base:.3f} "
+                  f"({args.jobs} SubmitJob -> {2 * args.jobs} events)", flush=True)
+        finally:
+            drop_topics(settings)
+    if args.profile:
+        return
     settings = scheduler_settings("benchd" + uuid.uuid4().hex[:8], partitions=6)
     make_topics(settings)
     try:

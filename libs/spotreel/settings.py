@@ -212,6 +212,13 @@ class Settings:
     # A summary of a terminal job (outcome, version, request hash; about 0.7 KB) stays this many seconds after
     # its last change, for idempotent resubmission and late DAG children.
     scheduler_summary_retention_s: int = 3 * 86_400
+    # Milliseconds the scheduler's producer waits to fill a batch per partition before sending it (aiokafka's
+    # linger). 0: each send goes at once; more: fewer, larger produce requests, each batch's acks that much
+    # later (bench/README.md, "Scheduler: commands through the batch loop").
+    scheduler_producer_linger_ms: int = 0
+    # A path: the scheduler runs under cProfile and writes its statistics there when it stops (a diagnostic
+    # for `bench/scheduler_bench.py --profile`; the profiler slows the scheduler). Empty (default): none.
+    scheduler_profile: str = ""
     # The janitor (services/janitor, inside `spotreel webhooks`): how often it sweeps the checkpoint and artifact
     # buckets for what is due only later (failed jobs' checkpoints, expired videos; domain/expiry.py).
     janitor_sweep_every_s: int = 600

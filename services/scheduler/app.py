@@ -3,19 +3,20 @@
 One agent reads `<prefix>.commands` and hands each batch to the pipeline; timers drive the timer tick, the
 stats and eviction ticks and the recovery watch; the job table tells the scheduler when Faust restored it
 after a rebalance.
-The work itself lives in modules named for it, mixed into `Scheduler`, which owns the shared state:
-  table.py     the job table (JobTable, keys, reads through the cache, writes, markers);
-  rebuild.py   on assignment: a partition's state from the table and the events topic's tail;
-  pipeline.py  `on_batch`: the per-command I/O order that makes the scheduler exactly-once;
-  timers.py    the timer tick (lease deadlines, queue timeouts, schedules);
-  stats.py     pool stats, tenant usage, preemption, eviction;
+The work itself lives in parts named for it, each built by `Scheduler` with what it depends on:
+  table.py       Store: the job table's read-through cache, writes and markers (JobTable, keys);
+  ordering.py    InOrder: commands applied in offset order, a hole read again;
+  publishing.py  Publisher: worker leases, tenant usage, pool stats, "send these and await the acks";
+  pipeline.py    Pipeline: `on_batch`, the per-command I/O order that makes the scheduler exactly-once;
+  timers.py      Timers: the timer tick (lease deadlines, queue timeouts, schedules);
+  stats.py       Stats and Eviction: the stats tick (pool stats, double grants, preemption), the eviction tick;
+  rebuild.py     Rebuild: on assignment, a partition's state from the table and the events topic's tail;
   recoverywatch.py  a changelog partition Faust's recovery stopped reading is sought again.
 README.md says why the order is what it is."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +25,12 @@ from faust.transport.drivers.aiokafka import Producer as AIOKafkaProducer
 
 from spotreel.codec import Codec
 from spotreel.domain.retention import Retention
-from spotreel.domain.schedules import ScheduleState
 from spotreel.domain.state import JobState
 from spotreel.platform.topics import commands_topic, events_topic, scheduler_app_id
 from spotreel.settings import Settings
 
 from spotreel.services.scheduler import taskdump
-from spotreel.services.scheduler.fairshare import FairShareView, half_life_ms
+from spotreel.services.scheduler.fairshare import FairShareView, UsageOfAll, half_life_ms
 from spotreel.services.scheduler.handler import Handler
 from spotreel.services.scheduler.metrics import Metrics
 from spotreel.services.scheduler.ordering import InOrder
@@ -40,8 +40,9 @@ from spotreel.services.scheduler.policies import dispatch_config, resume_hold_ms
 from spotreel.services.scheduler.preempting import PoolStatsView, budget_of
 from spotreel.services.scheduler.rebuild import Rebuild
 from spotreel.services.scheduler.recoverywatch import INTERVAL_S, RecoveryWatch
-from spotreel.services.scheduler.stats import Stats
-from spotreel.services.scheduler.table import JobTable, TableAccess
+from spotreel.services.scheduler.publishing import Publisher
+from spotreel.services.scheduler.stats import Eviction, Stats
+from spotreel.services.scheduler.table import JobTable, Store
 from spotreel.services.scheduler.timers import Timers
 from spotreel.services.scheduler.traces import JobTraces
 from spotreel.services.scheduler.workerleases import WorkerLeaseIndex
@@ -59,8 +60,11 @@ class IdempotentProducer(AIOKafkaProducer):
         return {**super()._settings_extra(), "acks": "all", "enable_idempotence": True}
 
 
-class Scheduler(TableAccess, Rebuild, Pipeline, InOrder, Timers, Stats):
-    """One scheduler process: the Faust app (`self.app`), its job table and the state every part shares."""
+class Scheduler:
+    """One scheduler process: the Faust app (`self.app`), its job table, and the parts that do the work, each
+    given what it depends on (table.py, ordering.py, publishing.py, pipeline.py, timers.py, stats.py,
+    rebuild.py). `parts` (partition -> PartitionState, the owned partitions) is the one mutable map they
+    share; only `Rebuild` adds and removes partitions in it."""
 
     def __init__(self, settings: Settings, *, data_dir: Path | None = None, metrics_port: int = 0,
                  timer_interval: float = 0.05, stats_interval: float = 1.0, batch_max: int = 500,
@@ -70,37 +74,61 @@ class Scheduler(TableAccess, Rebuild, Pipeline, InOrder, Timers, Stats):
         self.metrics = Metrics()
         self.metrics_port = metrics_port
         self.parts: dict[int, PartitionState] = {}
-        self._last_tick = time.monotonic()
-        self.cache: dict[str, JobState | None] = {}
-        self.schedule_cache: dict[str, ScheduleState | None] = {}
         self.batch_max = batch_max
         self.batch_within = batch_within
+        self.commands = commands_topic(settings)
+        self.events = events_topic(settings)
+        self.batch_lock = asyncio.Lock()
+        self.app = self._new_app(data_dir)
+        self.table = JobTable(self.app, name="jobs", partitions=settings.partitions, key_type=bytes,
+                              value_type=bytes, beacon=self.app.tables.beacon)
+        self.app.tables.add(self.table)
+        self.store = Store(self.table, settings.partitions)
         self.worker_leases = WorkerLeaseIndex(settings, self.codec)
         # Usage of every partition and every tenant's plan (fairshare.py): DRF across the whole pool.
         self.fair = FairShareView(settings, self.codec)
-        self.half_life_ms = half_life_ms(settings)
+        self.usage = UsageOfAll(self.fair, self.parts, half_life_ms(settings))
         # Priority preemption (preempting.py): the other partitions' pool-stats, and the budget.
         self.pool_view = PoolStatsView(settings, self.codec)
-        self.preempt_budget = budget_of(settings)
+        budget = budget_of(settings)
         # Tracing (traces.py): traced jobs only; empty, and never looked at, while nothing is traced.
         self.traces = JobTraces()
-        self.handler = Handler(self.codec, settings.partitions, self.get, get_schedule=self.get_schedule,
+        self.handler = Handler(self.codec, settings.partitions, self.store.get, get_schedule=self.store.get_schedule,
                                absorb_renewals=not settings.scheduler_persist_renewals,
                                progress_persist_ms=settings.scheduler_progress_persist_s * 1000,
                                worker_busy=lambda w: bool(self.worker_leases.held_by(w)),
-                               usage=self.global_usage, policies=self.fair.policies,
+                               usage=self.usage, policies=self.fair.policies,
                                dispatch_config=dispatch_config(settings), resume_hold_ms=resume_hold_ms(settings))
-        self.commands = commands_topic(settings)
-        self.events = events_topic(settings)
         # Bounded state (domain/retention.py, eviction.py): the sweep never runs inside a batch or a rebuild.
         self.retention = Retention(settings.scheduler_retention_s * 1000, settings.scheduler_summary_retention_s * 1000)
-        self.batch_lock = asyncio.Lock()
-        self.rebuilding = False
-        self.app = self._build_app(data_dir, timer_interval, stats_interval)
+        self.order = InOrder(self.app, self.commands, self.parts, self.metrics)
+        self.publisher = Publisher(self.app, settings, self.codec, self.metrics, self.fair, self.worker_leases,
+                                   self.usage, budget)
+        self.pipeline = Pipeline(self.app, settings, self.codec, self.handler, self.parts, self.store, self.order,
+                                 self.publisher, self.metrics, self.traces)
+        self.timers = Timers(self.app, self.commands, self.codec, self.parts, self.store, self.order)
+        self.stats = Stats(self.app, settings, self.codec, self.commands, self.parts, self.metrics, self.publisher,
+                           self.usage, self.fair, self.pool_view, self.worker_leases, budget)
+        self.rebuild = Rebuild(self.app, settings, self.codec, self.parts, self.store, self.publisher, self.metrics,
+                               self.worker_leases, self.fair, self.pool_view, budget, self.retention,
+                               half_life_ms(settings))
+        self.eviction = Eviction(self.app, self.commands, self.parts, self.store, self.metrics, self.batch_lock,
+                                 lambda: self.rebuild.rebuilding)
+        self._wire(timer_interval, stats_interval)
+
+    # The parts' entry points, for the agent, the timers and the tests that drive one process's loop.
+    async def on_batch(self, batch: list[Any]) -> None:
+        await self.pipeline.on_batch(batch)
+
+    def get(self, job_id: str) -> JobState | None:
+        return self.store.get(job_id)
+
+    async def evict(self) -> None:
+        await self.eviction.evict()
 
     # -- Faust wiring --------------------------------------------------------------------------------------
 
-    def _build_app(self, data_dir: Path | None, timer_interval: float, stats_interval: float) -> faust.App:
+    def _new_app(self, data_dir: Path | None) -> faust.App:
         s = self.settings
         app = faust.App(
             scheduler_app_id(s),
@@ -120,15 +148,16 @@ class Scheduler(TableAccess, Rebuild, Pipeline, InOrder, Timers, Stats):
             broker_heartbeat_interval=1.0,
             broker_commit_interval=0.5,
             producer_acks=-1,
-            producer_linger=0.0,
+            producer_linger=s.scheduler_producer_linger_ms / 1000,
             stream_wait_empty=True,
             table_cleanup_interval=3600.0,
         )
         app.transport.Producer = IdempotentProducer  # before anything asks for app.producer
-        self.table = JobTable(app, name="jobs", partitions=s.partitions, key_type=bytes,
-                              value_type=bytes, beacon=app.tables.beacon)
-        app.tables.add(self.table)
-        self.table.on_restored = self._restored
+        return app
+
+    def _wire(self, timer_interval: float, stats_interval: float) -> None:
+        app, s = self.app, self.settings
+        self.table.on_restored = self.rebuild.restored
         topic = app.topic(self.commands, key_type=bytes, value_type=bytes, partitions=s.partitions)
 
         async def process(stream):
@@ -137,12 +166,12 @@ class Scheduler(TableAccess, Rebuild, Pipeline, InOrder, Timers, Stats):
             # scheduler CPU for no gain in dispatch latency (bench/results/history.md, "scheduler idle cost").
             async for batch in stream.take_events(self.batch_max, within=self.batch_within):
                 async with self.batch_lock:
-                    await self.on_batch(batch)
+                    await self.pipeline.on_batch(batch)
 
         app.agent(topic, name=f"{scheduler_app_id(s)}.commands")(process)
-        app.timer(timer_interval)(self.fire_timers)
-        app.timer(stats_interval)(self.publish_stats)
-        app.timer(stats_interval)(self.evict)
+        app.timer(timer_interval)(self.timers.fire_timers)
+        app.timer(stats_interval)(self.stats.publish_stats)
+        app.timer(stats_interval)(self.eviction.evict)
         self.recovery_watch = RecoveryWatch(app, self.flow_state, self.metrics.recovery_nudges.inc)
         app.timer(INTERVAL_S)(self.recovery_watch.check)
 
@@ -152,7 +181,6 @@ class Scheduler(TableAccess, Rebuild, Pipeline, InOrder, Timers, Stats):
                 self.metrics.serve(self.metrics_port)
 
         app.task(start_metrics)
-        return app
 
     def flow_state(self) -> str:
         """One line for the task dump (taskdump.py, `kill -USR2`): what each owned partition applied, and where

@@ -43,9 +43,22 @@ def _run(args: argparse.Namespace, settings) -> int:
     from spotreel import gctune
 
     gctune.install(settings.gc_threshold)
+    if settings.scheduler_profile:
+        _profile(settings.scheduler_profile)
     logging.getLogger("spotreel").setLevel(args.loglevel.upper())
     worker.execute_from_commandline()
     return 0
+
+
+def _profile(path: str) -> None:
+    """cProfile for the whole process, its statistics written to `path` at exit (Faust's worker exits on
+    SIGTERM through `sys.exit`, so atexit runs)."""
+    import atexit
+    import cProfile
+
+    profiler = cProfile.Profile()
+    atexit.register(lambda: (profiler.disable(), profiler.dump_stats(path)))
+    profiler.enable()
 
 
 def _replay(args: argparse.Namespace, settings) -> int:

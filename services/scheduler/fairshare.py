@@ -251,3 +251,18 @@ class GlobalUsage(Mapping[str, TenantUsage]):
 
     def __len__(self) -> int:
         return len(self.view.tenants())
+
+
+class UsageOfAll:
+    """`usage(part, now)`: each tenant's usage over all partitions (`GlobalUsage`), the owned partitions'
+    (`parts`) live from their ledgers, the others from the view's latest reports. `part` is the partition
+    asking (dispatch) or None (preemption); the answer is the same for every partition."""
+
+    def __init__(self, view: FairShareView, parts: Mapping[int, Any], half_life_ms: int | None) -> None:
+        self.view = view
+        self.parts = parts
+        self.half_life_ms = half_life_ms
+
+    def __call__(self, part: Any, now: int) -> GlobalUsage:
+        local = {p: (lambda t, ps=ps, p=p: ps.ledger.report(t, p, now)) for p, ps in self.parts.items()}
+        return GlobalUsage(self.view, local, now, self.half_life_ms)

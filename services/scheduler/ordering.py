@@ -18,6 +18,8 @@ the wait expires no lease."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import logging
 from typing import Any
 
@@ -30,8 +32,15 @@ MAX_REWINDS = 20  # rewinds to the same offset with nothing read there, before a
 REWIND_AGAIN_MS = 1_000  # a rewind whose first record has not come within this is sought again (timer tick)
 
 
+@dataclass(eq=False, repr=False)
 class InOrder:
-    """The order guard, mixed into `app.Scheduler` (which owns `app`, `commands`, `parts` and `metrics`)."""
+    """The order guard: over the owned partitions' states (`parts`), seeking through the Faust app's consumer
+    on the commands topic; counts holes and refusals in `metrics`."""
+
+    app: Any  # its consumer is built when the app starts: looked up on use
+    commands: str
+    parts: dict[int, PartitionState]
+    metrics: Any
 
     async def next_in_order(self, part: PartitionState, msg: Any, rewound: set[int]) -> bool:
         """True if `msg` may be handled: its offset is at most the next expected one, or the hole before it is

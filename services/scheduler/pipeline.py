@@ -28,14 +28,19 @@ from spotreel.domain import events as ev
 from spotreel.domain.commands import CompleteJob, FailJob, RenewalBatch, RequestWork
 from spotreel.domain.leases import PREEMPTED_FOR
 from spotreel.domain.state import JobState
-from spotreel.platform.topics import assignments_topic, commands_deadletter_topic, replies_topic, worker_leases_topic
+from spotreel.codec import Codec
+from spotreel.platform.topics import (assignments_topic, commands_deadletter_topic, commands_topic, events_topic,
+                                      replies_topic)
+from spotreel.settings import Settings
 from spotreel.tracing import TRACEPARENT
 
-from spotreel.services.scheduler import clock, followups, statecodec
-from spotreel.services.scheduler.handler import HandlerResult, dead_letter
+from spotreel.services.scheduler import clock, followups
+from spotreel.services.scheduler.handler import Handler, HandlerResult, dead_letter
+from spotreel.services.scheduler.ordering import InOrder
 from spotreel.services.scheduler.partition import PartitionState
-from spotreel.services.scheduler.table import schedule_key
-from spotreel.services.scheduler.workerleases import record_key
+from spotreel.services.scheduler.publishing import Publisher
+from spotreel.services.scheduler.table import Store
+from spotreel.services.scheduler.traces import JobTraces
 
 log = logging.getLogger("spotreel.scheduler")
 
@@ -52,9 +57,26 @@ class _Outputs:
     marked: set[int] = field(default_factory=set)
 
 
+@dataclass(eq=False, repr=False)
 class Pipeline:
-    """The command path, mixed into `app.Scheduler` (which owns `app`, `handler`, `parts`, the caches,
-    `metrics`, `traces` and the worker-lease index); the agent calls `on_batch` under `batch_lock`."""
+    """The command path: commands judged by `handler` against the store's cache, in order (`order`), their
+    events sent through the Faust app's producer, the states written through the store, the rest published
+    through `publisher`. The agent calls `on_batch` under the scheduler's batch lock."""
+
+    app: Any  # its producer is built when the app starts: looked up on use
+    settings: Settings
+    codec: Codec
+    handler: Handler
+    parts: dict[int, PartitionState]
+    store: Store
+    order: InOrder
+    publisher: Publisher
+    metrics: Any
+    traces: JobTraces
+
+    def __post_init__(self) -> None:
+        self.commands = commands_topic(self.settings)
+        self.events = events_topic(self.settings)
 
     async def on_batch(self, batch: list[Any]) -> None:
         """The commands Faust had buffered (several partitions), in 4 phases; nothing is awaited per command:
@@ -80,7 +102,7 @@ class Pipeline:
             part = self.parts.get(p)
             if part is None:  # cannot happen after on_assigned; refuse to write without the catch-up
                 raise RuntimeError(f"command on partition {p} before its state was rebuilt")
-            if not await self.next_in_order(part, msg, rewound):
+            if not await self.order.next_in_order(part, msg, rewound):
                 continue  # past a hole: read again in order after the rewind (ordering.py)
             appended = clock.appended_ms(msg)
             part.read_log(msg.offset, appended)
@@ -138,14 +160,14 @@ class Pipeline:
             meta = await fut
             part = self.parts[p]
             part.events_offset = max(part.events_offset, meta.offset)
-        await self._send_all(outs.after_acks)
+        await self.publisher.send_all(outs.after_acks)
         for p, state in outs.writes:
             if isinstance(state, JobState):
-                self._put_job(p, state)
+                self.store.write_job(p, state)
             else:
-                self._put(p, schedule_key(state.schedule_id), statecodec.dumps_schedule(state))
+                self.store.write_schedule(p, state)
         for p in outs.marked:
-            self.put_marker(self.parts[p])
+            self.store.put_marker(self.parts[p])
         answered = []
         for answer, msg, traced in outs.answers:
             worker = answer.worker_id
@@ -158,16 +180,16 @@ class Pipeline:
         for produced in outs.refused:  # a batch's refusals were sent with its replies, awaited just above
             self.metrics.dispatch_latency.observe(max(0.0, time.time() - produced))
         for part in self.parts.values():
-            await self._publish_leases(part)
-            await self._publish_usage(part)
-        await self.publish_fresh_work()
+            await self.publisher.publish_leases(part)
+            await self.publisher.publish_usage(part)
+        await self.publisher.publish_fresh_work(self.parts)
         for answer, msg, fut in answered:
             await fut
             part = self.parts.get(msg.partition)
             if isinstance(answer, ev.WorkAssigned) and part is not None:
                 # A pause between the grant and this ack (a frozen or starved scheduler) is not the holder's:
                 # its lease runs a full TTL from the answer (domain/renewals.py, `after_answer`).
-                part.answered(self.cache.get(answer.job_id), answer.epoch, clock.now_ms())
+                part.answered(self.store.cache.get(answer.job_id), answer.epoch, clock.now_ms())
             if msg.timestamp:
                 self.metrics.dispatch_latency.observe(max(0.0, time.time() - msg.timestamp))
 
@@ -244,11 +266,11 @@ class Pipeline:
             self.metrics.observe_job(before, after)
             if after.is_terminal:
                 self.metrics.forget(after.job_id)
-            self.cache[after.job_id] = after
+            self.store.cache[after.job_id] = after
             outs.writes.append((p, after))
             part.observe(before, after)
         for before, sched in out.schedules.values():
-            self.schedule_cache[sched.schedule_id] = sched
+            self.store.schedule_cache[sched.schedule_id] = sched
             outs.writes.append((p, sched))
             part.observe_schedule(before, sched)
         for command in out.followups:
@@ -266,22 +288,3 @@ class Pipeline:
                 # Faust rereads the uncommitted tail after a rebalance: answer it from here again.
                 part.remember_grant(out.answer.request_id,
                                     next(e for e in out.events if isinstance(e, ev.JobLeased)))
-
-    async def _publish_leases(self, part: PartitionState) -> None:
-        """Grants and ends of leases to `<prefix>.worker-leases` (workerleases.py), into the local index at
-        once: the next RequestWork of that worker is judged by it without waiting to read it back."""
-        news, part.lease_news = part.lease_news, []
-        if not news:
-            return
-        topic = worker_leases_topic(self.settings)
-        for rec in news:
-            self.worker_leases.apply(rec)
-        await self._send_all([(topic, record_key(r.worker_id, r.job_id), self.codec.encode_message(r),
-                               partition_for(r.worker_id, self.settings.partitions)) for r in news])
-
-    async def _send_all(self, records: list[tuple]) -> None:
-        """Send (topic, key, value, partition[, headers]) records, then await every ack."""
-        futures = [await self.app.producer.send(r[0], r[1], r[2], r[3], None, r[4] if len(r) > 4 else None)
-                   for r in records]
-        for fut in futures:
-            await fut

@@ -3,27 +3,33 @@
 Stats: each owned partition's pool stats to the compacted `<prefix>.pool-stats` (poolstats.py), per-tenant
 GPU seconds and queue depth and lag to Prometheus, the double-grant check (one worker granted by two
 partitions in one moment: the later grant is handed back), then priority preemption (preempting.py).
-Tenant usage (fairshare.py) is published from here too, after every batch and every rebuild.
+What they publish goes through publishing.py.
 Eviction: terminal jobs and summaries past their retention leave the table (domain/retention.py,
 eviction.py), between batches and never during a rebuild."""
 
 from __future__ import annotations
 
-import logging
+from dataclasses import dataclass
 
-from spotreel.adapters.partitioning import partition_for
+import asyncio
+import logging
+from typing import Any, Callable
+
+from spotreel.codec import Codec
 from spotreel.domain.commands import PreemptLease, ReleaseLease
 from spotreel.domain.events import WorkerLeaseHeld
 from spotreel.domain.fairness import TenantPolicy, share
 from spotreel.domain.leases import UNCLAIMED
-from spotreel.platform.topics import pool_stats_topic, tenant_usage_topic
+from spotreel.settings import Settings
 
 from spotreel.services.scheduler import clock, statecodec
-from spotreel.services.scheduler.fairshare import GlobalUsage, usage_key
+from spotreel.services.scheduler.fairshare import FairShareView, UsageOfAll
 from spotreel.services.scheduler.partition import PartitionState
-from spotreel.services.scheduler.poolstats import pool_stats, share_if_room, standing
-from spotreel.services.scheduler.preempting import decide_pool, note_asked, preemptible_by_tier
-from spotreel.services.scheduler.workerleases import later_grant
+from spotreel.services.scheduler.poolstats import share_if_room
+from spotreel.services.scheduler.preempting import PoolStatsView, decide_pool, note_asked
+from spotreel.services.scheduler.publishing import Publisher
+from spotreel.services.scheduler.table import Store
+from spotreel.services.scheduler.workerleases import WorkerLeaseIndex, later_grant
 
 log = logging.getLogger("spotreel.scheduler")
 # Jobs (and summaries) evicted per partition per stats tick at most (domain/retention.py): a backlog of due
@@ -31,15 +37,24 @@ log = logging.getLogger("spotreel.scheduler")
 EVICT_PER_TICK = 5000
 
 
+@dataclass(eq=False, repr=False)
 class Stats:
-    """The stats and eviction ticks, mixed into `app.Scheduler` (which owns `app`, `parts`, `metrics`, the
-    fair-share and pool-stats views, the worker-lease index, `retention`, `batch_lock` and `rebuilding`)."""
+    """The stats tick over the owned partitions (`parts`): metrics, pool stats (through `publisher`), the
+    double-grant check against the worker-lease index, and preemption judged with `usage`, the fair-share
+    view's policies and the other instances' pool stats (`pool_view`), within `budget`."""
 
-    def global_usage(self, part: PartitionState | None, now: int) -> GlobalUsage:
-        """Each tenant's usage over all partitions: this instance's own partitions live, the others from
-        their latest reports on `<prefix>.tenant-usage`."""
-        local = {p: (lambda t, ps=ps, p=p: ps.ledger.report(t, p, now)) for p, ps in self.parts.items()}
-        return GlobalUsage(self.fair, local, now, self.half_life_ms)
+    app: Any  # its producer and consumer are built when the app starts: looked up on use
+    settings: Settings
+    codec: Codec
+    commands: str
+    parts: dict[int, PartitionState]
+    metrics: Any
+    publisher: Publisher
+    usage: UsageOfAll
+    fair: FairShareView
+    pool_view: PoolStatsView
+    worker_leases: WorkerLeaseIndex
+    budget: Any
 
     async def publish_stats(self) -> None:
         now = clock.now_ms()
@@ -49,7 +64,7 @@ class Stats:
                 self.metrics.tenant_gpu_seconds.labels(tenant, str(p)).set(used)
             for (tenant, pool), wasted in part.ledger.wasted_by_pool.items():
                 self.metrics.tenant_wasted_gpu_seconds.labels(tenant, pool, str(p)).set(wasted)
-            await self._publish_pools(p, part, now)
+            await self.publisher.publish_pools(p, part, now)
             for tp in self.app.consumer.assignment():
                 if tp.topic == self.commands and tp.partition == p:
                     high = self.app.consumer.highwater(tp)
@@ -57,48 +72,20 @@ class Stats:
                         self.metrics.lag.labels(str(p)).set(max(0, high - part.applied_upto - 1))
         await self._preempt(now)
 
-    async def _publish_pools(self, p: int, part: PartitionState, now: int) -> None:
-        """The partition's pool stats, one record per pool."""
-        part.freshly_queued.clear()
-        part.forget_workers(now)
-        usage, policies = self.global_usage(part, now), self.fair.policies()
-        for stats in pool_stats(part, now, lambda t: share_if_room(usage.get(t), policies.get(t)),
-                                lambda t: standing(usage.get(t), policies.get(t)),
-                                lambda pool: preemptible_by_tier(part, pool, now, self.preempt_budget)):
-            self.metrics.queue_depth.labels(stats.pool, str(p)).set(stats.queued)
-            part.published_queued[stats.pool] = stats.queued
-            await self.app.producer.send(pool_stats_topic(self.settings), f"{stats.pool}/{p}".encode(),
-                                         self.codec.encode_message(stats), p, None, None)
-
-    async def publish_fresh_work(self) -> None:
-        """After a batch: a partition where a job was queued in a pool whose last stats showed none queued,
-        or that has idle workers (its roll: they asked, or a gateway's pulse vouched for them), publishes its
-        stats now, so idle workers (who ask where the stats show work, dispatch/asking.py) hear of it within
-        a batch instead of up to a tick later. With a backlog and no idle worker nothing is published here.
-        A gateway's idle workers do not ask their own partition just to be counted (its pulse vouches for
-        them), so no such ask takes a freshly queued job within moments: this record is how they hear of it."""
-        now = clock.now_ms()
-        for p, part in list(self.parts.items()):
-            if part.freshly_queued and any(not part.published_queued.get(pool) or part.workers.idle_count(pool)
-                                           for pool in part.freshly_queued):
-                await self._publish_pools(p, part, now)
-            else:
-                part.freshly_queued.clear()
-
     async def _preempt(self, now: int) -> None:
         """Ask lower-tier leases of the owned partitions back for higher-tier work waiting in a full pool
         (preempting.py, domain/preemption.py). The PreemptLease goes through the commands topic like a timer's
         command: `decide` judges it against the job's state when it is read."""
-        if self.preempt_budget.per_minute <= 0 or not self.parts:
+        if self.budget.per_minute <= 0 or not self.parts:
             return
         parts = dict(self.parts)
         pools = {pool for part in parts.values() for pool in part.holders.values()}
         others = self.pool_view.records()
-        usage, policies = self.global_usage(None, now), self.fair.policies()
+        usage, policies = self.usage(None, now), self.fair.policies()
         for pool in sorted(pools):
             if self.pool_view.settling(pool, parts):
                 continue  # another instance's requests are arriving (preempting.py, SETTLE_S)
-            chosen = decide_pool(pool, parts, others, now, self.preempt_budget, self.worker_leases.holds,
+            chosen = decide_pool(pool, parts, others, now, self.budget, self.worker_leases.holds,
                                  self.settings.preempt_fair_share_ratio,
                                  lambda t: share_if_room(usage.get(t), policies.get(t)),
                                  lambda t: share(usage.get(t), policies.get(t) or TenantPolicy()))
@@ -136,18 +123,20 @@ class Stats:
         await self.app.producer.send(self.commands, job_id.encode(), self.codec.encode_message(command), p,
                                      None, None)
 
-    async def _publish_usage(self, part: PartitionState) -> None:
-        """The partition's changed tenant usage to `<prefix>.tenant-usage` (fairshare.py), into the local view
-        at once. Not awaited: a lost report is replaced by the next one, or by a new owner's after a crash."""
-        reports = part.ledger.take_reports(part.partition, clock.now_ms())
-        if not reports:
-            return
-        topic = tenant_usage_topic(self.settings)
-        for r in reports:
-            self.fair.apply(r)
-            # The send is queued here; its ack is not waited for.
-            await self.app.producer.send(topic, usage_key(r.tenant, r.partition), self.codec.encode_message(r),
-                                         partition_for(r.tenant, self.settings.partitions), None, None)
+
+
+@dataclass(eq=False, repr=False)
+class Eviction:
+    """The eviction tick over the owned partitions (`parts`), writing through the store, between batches
+    (`batch_lock`) and never while `rebuilding()`."""
+
+    app: Any  # its consumer is built when the app starts: looked up on use
+    commands: str
+    parts: dict[int, PartitionState]
+    store: Store
+    metrics: Any
+    batch_lock: asyncio.Lock
+    rebuilding: Callable[[], bool]
 
     async def evict(self) -> None:
         """Bounded state (domain/retention.py): terminal jobs past their retention leave the table (summary
@@ -155,26 +144,27 @@ class Stats:
         event: the table is derived, and catch-up treats a summary as the job's state, so it never folds an
         evicted job's JobSubmitted again. Runs between batches (the lock), never during a rebuild, and only on
         partitions this process owns now; at most `EVICT_PER_TICK` of each per tick."""
-        if self.rebuilding or self.batch_lock.locked() or not self.parts:
+        if self.rebuilding() or self.batch_lock.locked() or not self.parts:
             return
         async with self.batch_lock:
-            owned = self._owned()
+            owned = self.owned()
             for p, part in list(self.parts.items()):
                 if p in owned:
                     self._evict_partition(p, part, clock.now_ms())
 
-    def _owned(self) -> set[int]:
+    def owned(self) -> set[int]:
         return {tp.partition for tp in self.app.consumer.assignment() if tp.topic == self.commands}
 
     def _evict_partition(self, p: int, part: PartitionState, now: int) -> None:
-        stubs, forgotten = part.evictions.sweep(self.get, now, EVICT_PER_TICK)
+        store = self.store
+        stubs, forgotten = part.evictions.sweep(store.get, now, EVICT_PER_TICK)
         for stub in stubs:
-            self._put(p, statecodec.summary_key(stub.job_id), statecodec.dumps_summary(stub))
-            self._delete(p, stub.job_id.encode())
-            self.cache.pop(stub.job_id, None)
+            store.put(p, statecodec.summary_key(stub.job_id), statecodec.dumps_summary(stub))
+            store.delete(p, stub.job_id.encode())
+            store.cache.pop(stub.job_id, None)
             part.fired.pop(stub.job_id, None)
         for job_id in forgotten:
-            self._delete(p, statecodec.summary_key(job_id))
-            self.cache.pop(job_id, None)
+            store.delete(p, statecodec.summary_key(job_id))
+            store.cache.pop(job_id, None)
         self.metrics.evicted.labels("job").inc(len(stubs))
         self.metrics.evicted.labels("summary").inc(len(forgotten))

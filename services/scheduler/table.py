@@ -3,10 +3,12 @@ commands partition, the job states, evicted jobs' summaries (`~e:<job>`, domain/
 (`~s:<schedule>`) and one marker (`~meta:<p>`: the events-topic offset the table reflects, README.md
 "Exactly-once"). Every key lives in the changelog partition of its job, schedule or marker.
 
-`TableAccess` is the Scheduler's read-through cache over the table and the only code that sends to its
-changelog (`_put`, `_delete`): the pipeline, the rebuild and the eviction tick write through it."""
+`Store` is the scheduler's read-through cache over the table and the only code that sends to its
+changelog (`put`, `delete`): the pipeline, the rebuild and the eviction tick write through it."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import json
 from typing import Any
@@ -51,9 +53,18 @@ class JobTable(faust.Table):
             await self.on_restored()
 
 
-class TableAccess:
-    """Reads and writes of the job table, mixed into `app.Scheduler`, which owns `table` (a `JobTable`),
-    `cache` (job id -> state, what the pipeline decides against), `schedule_cache` and `settings`."""
+@dataclass(eq=False, repr=False)
+class Store:
+    """The scheduler's read-through cache over the job table and the only code that sends to its changelog
+    (`put`, `delete`). `cache` (job id -> state) is what the pipeline decides against; the pipeline, the
+    rebuild and the eviction tick write through here. Depends on the table and the partition count only."""
+
+    table: Any
+    partitions: int
+
+    def __post_init__(self) -> None:
+        self.cache: dict[str, JobState | None] = {}
+        self.schedule_cache: dict[str, ScheduleState | None] = {}
 
     def get(self, job_id: str) -> JobState | None:
         if job_id in self.cache:
@@ -73,38 +84,47 @@ class TableAccess:
             self.schedule_cache[schedule_id] = statecodec.loads_schedule(self.table.data.get(schedule_key(schedule_id)))
         return self.schedule_cache[schedule_id]
 
+    def clear_caches(self) -> None:
+        self.cache.clear()
+        self.schedule_cache.clear()
+
     def put_schedule(self, p: int, state: ScheduleState) -> None:
         self.schedule_cache[state.schedule_id] = state
-        self._put(p, schedule_key(state.schedule_id), statecodec.dumps_schedule(state))
+        self.write_schedule(p, state)
 
-    def _put(self, p: int, key: bytes, value: bytes) -> None:
+    def write_schedule(self, p: int, state: ScheduleState) -> None:
+        """The schedule to the table and its changelog, its cache entry as it is."""
+        self.put(p, schedule_key(state.schedule_id), statecodec.dumps_schedule(state))
+
+    def put(self, p: int, key: bytes, value: bytes) -> None:
         self.table.data[key] = value
         self.table.send_changelog(p, key, value)
 
     def put_state(self, p: int, state: JobState) -> None:
         self.cache[state.job_id] = state
-        self._put_job(p, state)
+        self.write_job(p, state)
 
-    def _put_job(self, p: int, state: JobState) -> None:
+    def write_job(self, p: int, state: JobState) -> None:
+        """The job to the table and its changelog, its cache entry as it is."""
         if state.evicted:  # a summary that a late command changed (its version): it stays a summary
-            self._put(p, statecodec.summary_key(state.job_id), statecodec.dumps_summary(state))
+            self.put(p, statecodec.summary_key(state.job_id), statecodec.dumps_summary(state))
         else:
-            self._put(p, state.job_id.encode(), statecodec.dumps(state))
+            self.put(p, state.job_id.encode(), statecodec.dumps(state))
 
-    def _delete(self, p: int, key: bytes) -> None:
+    def delete(self, p: int, key: bytes) -> None:
         """Remove a key from the table: a tombstone in the compacted changelog."""
         self.table.data.pop(key, None)
         getattr(self.table.data, "_key_partition", {}).pop(key, None)  # the memory store's restore index
         self.table.send_changelog(p, key, None)
 
     def put_marker(self, part: PartitionState) -> None:
-        self._put(part.partition, meta_key(part.partition), json.dumps({"events_offset": part.events_offset}).encode())
+        self.put(part.partition, meta_key(part.partition), json.dumps({"events_offset": part.events_offset}).encode())
 
-    def _forget_unowned(self, assigned: set[int]) -> None:
+    def forget_unowned(self, assigned: set[int]) -> None:
         """Drop the keys of partitions this process does not own from its memory. Faust's memory store forgets
         only the keys it restored, not those this process wrote; a stale copy kept while another owner
         evicted the job would outlive the tombstone once compaction drops it (delete.retention.ms), and come
         back to life if the partition returns here. The changelog restores an owned partition whole."""
-        n = self.settings.partitions
+        n = self.partitions
         for key in [k for k in self.table.data.keys() if key_partition(k, n) not in assigned]:
             self.table.data.pop(key, None)

@@ -6,15 +6,33 @@ horizon), so a backlog never expires a lease whose renewal is still unread."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import time
+from typing import Any
+
+from spotreel.codec import Codec
 
 from spotreel.services.scheduler import clock
+from spotreel.services.scheduler.ordering import InOrder
 from spotreel.services.scheduler.partition import PartitionState
+from spotreel.services.scheduler.table import Store
 
 
+@dataclass(eq=False, repr=False)
 class Timers:
-    """The timer tick, mixed into `app.Scheduler` (which owns `app`, `parts`, `commands`, `codec` and
-    `_last_tick`, the monotonic time of the previous tick)."""
+    """The timer tick over the owned partitions (`parts`): due timers read against the store, their commands
+    sent through the Faust app's producer, a stalled rewind sought again by the order guard."""
+
+    app: Any  # its producer and consumer are built when the app starts: looked up on use
+    commands: str
+    codec: Codec
+    parts: dict[int, PartitionState]
+    store: Store
+    order: InOrder
+
+    def __post_init__(self) -> None:
+        self._last_tick = time.monotonic()  # of the previous tick
 
     async def fire_timers(self) -> None:
         now = clock.now_ms()
@@ -23,10 +41,10 @@ class Timers:
         tick = time.monotonic()
         paused = tick - self._last_tick > 1.0
         self._last_tick = tick
-        await self.rewind_stalled(now)
+        await self.order.rewind_stalled(now)
         for p, part in list(self.parts.items()):
             horizon = part.log_ms if paused else self._lease_horizon(p, part)
-            for timer in part.due(now, self.get, self.get_schedule, horizon):
+            for timer in part.due(now, self.store.get, self.store.get_schedule, horizon):
                 command = timer.command()
                 await self.app.producer.send(self.commands, timer.key.encode(), self.codec.encode_message(command),
                                              p, None, None)

@@ -165,8 +165,7 @@ def test_a_process_forgets_the_keys_of_partitions_it_no_longer_owns():
     from types import SimpleNamespace
 
     from spotreel.adapters.partitioning import partition_for
-    from spotreel.services.scheduler.app import Scheduler
-    from spotreel.services.scheduler.table import key_partition
+    from spotreel.services.scheduler.table import Store, key_partition
 
     n = 6
     jobs = [f"j{i}" for i in range(40)]
@@ -178,7 +177,7 @@ def test_a_process_forgets_the_keys_of_partitions_it_no_longer_owns():
         assert key_partition(key, n) in range(n)
     assert key_partition(statecodec.summary_key("jx"), n) == partition_for("jx", n) == key_partition(b"jx", n)
     assert key_partition(b"~meta:4", n) == 4
-    owner = SimpleNamespace(settings=SimpleNamespace(partitions=n), table=SimpleNamespace(data=dict(data)))
-    Scheduler._forget_unowned(owner, {1, 4})
+    owner = Store(SimpleNamespace(data=dict(data)), n)
+    owner.forget_unowned({1, 4})
     assert owner.table.data and {key_partition(k, n) for k in owner.table.data} == {1, 4}
     assert len(owner.table.data) == sum(key_partition(k, n) in {1, 4} for k in data)

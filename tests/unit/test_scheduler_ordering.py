@@ -45,12 +45,9 @@ class Consumer:
         return self.high
 
 
-class Guard(InOrder):
-    def __init__(self, consumer: Consumer) -> None:
-        self.app = SimpleNamespace(consumer=consumer)
-        self.commands = TOPIC
-        self.parts = {0: PartitionState(0)}
-        self.metrics = Metrics()
+def guard_on(consumer: Consumer) -> InOrder:
+    """The real order guard on one partition, its consumer a stand-in (the part's only I/O)."""
+    return InOrder(SimpleNamespace(consumer=consumer), TOPIC, {0: PartitionState(0)}, Metrics())
 
 
 
@@ -59,7 +56,7 @@ def msg(offset: int) -> Any:
     return SimpleNamespace(offset=offset, tp=_TP, acked=False)
 
 
-async def read(guard: Guard, offsets: list[int]) -> list[int]:
+async def read(guard: InOrder, offsets: list[int]) -> list[int]:
     """One batch through the guard; the offsets it lets through are read (read_upto moves as the pipeline's)."""
     part = guard.parts[0]
     rewound: set[int] = set()
@@ -75,7 +72,7 @@ async def read(guard: Guard, offsets: list[int]) -> list[int]:
 
 
 async def test_commands_in_order_pass_and_redelivered_ones_too() -> None:
-    guard = Guard(Consumer())
+    guard = guard_on(Consumer())
     assert await read(guard, [0, 1, 2, 3]) == [0, 1, 2, 3]
     assert await read(guard, [1, 2, 3, 4]) == [1, 2, 3, 4]  # a redelivery after a seek to the committed offset
     assert guard.app.consumer.seeks == []
@@ -83,7 +80,7 @@ async def test_commands_in_order_pass_and_redelivered_ones_too() -> None:
 
 async def test_a_stale_record_past_a_hole_is_refused_and_the_partition_read_again_from_the_hole() -> None:
     consumer = Consumer()
-    guard = Guard(consumer)
+    guard = guard_on(consumer)
     assert await read(guard, [0, 1, 2]) == [0, 1, 2]
     # After a rebalance: a record fetched before the seek (9), then the ones after it in the same fetch.
     assert await read(guard, [9, 10, 11]) == []
@@ -96,7 +93,7 @@ async def test_a_stale_record_past_a_hole_is_refused_and_the_partition_read_agai
 
 async def test_a_hole_left_by_retention_is_read_past_with_no_rewind() -> None:
     consumer = Consumer(log_start=50)
-    guard = Guard(consumer)
+    guard = guard_on(consumer)
     assert await read(guard, [0, 1]) == [0, 1]
     assert await read(guard, [50, 51]) == [50, 51]
     assert consumer.seeks == []
@@ -107,7 +104,7 @@ async def test_a_hole_left_by_retention_is_read_past_with_no_rewind() -> None:
 
 async def test_a_hole_every_rewind_comes_back_past_is_taken_as_real_in_the_end() -> None:
     consumer = Consumer()
-    guard = Guard(consumer)
+    guard = guard_on(consumer)
     assert await read(guard, [0]) == [0]
     for _ in range(MAX_REWINDS):
         assert await read(guard, [5]) == []
@@ -120,7 +117,7 @@ async def test_a_rewind_whose_records_never_came_is_sought_again_unless_nothing_
     now = [1_000_000]
     monkeypatch.setattr(ordering.clock, "now_ms", lambda: now[0])
     consumer = Consumer(high=20)
-    guard = Guard(consumer)
+    guard = guard_on(consumer)
     await read(guard, [0, 1, 2, 9])
     assert consumer.seeks == [(0, 3)]
     await guard.rewind_stalled(now[0] + ordering.REWIND_AGAIN_MS - 1)
