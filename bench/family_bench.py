@@ -44,7 +44,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -579,10 +579,34 @@ def run_family(family: str, args, device: torch.device, tmp: Path) -> dict[str, 
         }
         print(f"   figures {out['figures']}", flush=True)
     del r, pipe, final
+    free_memory(device)
+    return out
+
+
+def free_memory(device: torch.device) -> None:
+    """Give back what the last family held, so the next one is measured on an empty GPU."""
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
-    return out
+
+
+def record_family(results: dict[str, Any], family: str, measure: Callable[[], dict[str, Any]],
+                  device: torch.device, json_path: Path | None) -> bool:
+    """One family's figures into results["families"], or its error (the next family still runs), with its wall
+    time; all results so far written to `json_path`, so a crash in a later family keeps them. True if it failed."""
+    t0 = time.perf_counter()
+    try:
+        results["families"][family] = measure()
+    except Exception as exc:
+        results["families"][family] = {"error": f"{type(exc).__name__}: {exc}"[:2000],
+                                       "traceback": traceback.format_exc()[-3000:]}
+        print(f"   {family} FAILED: {exc}", flush=True)
+        free_memory(device)
+    results["families"][family]["wall_s"] = round(time.perf_counter() - t0, 1)
+    if json_path:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(results, indent=1))
+    return "error" in results["families"][family]
 
 
 def environment(device: torch.device) -> dict[str, Any]:
@@ -630,20 +654,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(results["environment"]), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         for family in families:
-            t0 = time.perf_counter()
-            try:
-                results["families"][family] = run_family(family, args, device, Path(tmp))
-            except Exception as exc:
-                results["families"][family] = {"error": f"{type(exc).__name__}: {exc}"[:2000],
-                                               "traceback": traceback.format_exc()[-3000:]}
-                print(f"   {family} FAILED: {exc}", flush=True)
-                gc.collect()
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
-            results["families"][family]["wall_s"] = round(time.perf_counter() - t0, 1)
-            if args.json:
-                args.json.parent.mkdir(parents=True, exist_ok=True)
-                args.json.write_text(json.dumps(results, indent=1))
+            record_family(results, family, lambda: run_family(family, args, device, Path(tmp)), device, args.json)
     failed = [f for f, v in results["families"].items()
               if "error" in v or any("error" in x for x in v.get("resume", []))]
     print(f"done; failed: {failed or 'none'}", flush=True)

@@ -28,7 +28,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from family_bench import (  # noqa: E402  (bench/ is no package: the script's own folder)
-    REAL, TINY_SHAPES, _DTYPES, build_real, build_tiny, cast, environment, random_init, renderer_around, sync,
+    REAL, TINY_SHAPES, _DTYPES, build_real, build_tiny, cast, environment, free_memory, random_init, record_family,
+    renderer_around, sync,
 )
 
 from spotreel.worker.hf_logging import quietly  # noqa: E402
@@ -124,9 +125,7 @@ def run_family(family: str, args, device: torch.device, t_start: float) -> dict[
         print(f"   {family} {w}x{h}x{f}: {rows}", flush=True)
         del state, latents
     del r, pipe
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
+    free_memory(device)
     return out
 
 
@@ -139,20 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(results["environment"]), flush=True)
     failed = []
     for family in [f for f in args.families.split(",") if f]:
-        t0 = time.perf_counter()
-        try:
-            results["families"][family] = run_family(family, args, device, t_start)
-        except Exception as exc:  # recorded; the next family runs
-            results["families"][family] = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+        if record_family(results, family, lambda: run_family(family, args, device, t_start), device, args.json):
             failed.append(family)
-            print(f"   {family} FAILED: {exc}", flush=True)
-            gc.collect()
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
-        results["families"][family]["wall_s"] = round(time.perf_counter() - t0, 1)
-        if args.json:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps(results, indent=1))
     print(f"done in {time.perf_counter() - t_start:.1f} s; failed: {failed or 'none'}", flush=True)
     return 1 if failed else 0
 

@@ -18,7 +18,6 @@ only when the instance's `spotreel:drain` tag names that command, which the prov
 from __future__ import annotations
 
 import base64
-import json
 import os
 import signal
 import subprocess
@@ -31,6 +30,7 @@ from typing import Any, Callable
 
 from spotreel.services.capacity.ec2_userdata import read
 from spotreel.services.capacity.provider_ec2 import DRAIN_COMMAND, TAG_DRAIN, TAG_POOL
+from tests.integration.prockit import json_lines
 
 
 @dataclass
@@ -50,14 +50,7 @@ class Machine:
     stopping: bool = False  # SIGTERM sent: a second one could end the worker mid-exit instead of cleanly
 
     def lines(self) -> list[dict]:
-        out = []
-        for raw in self.log.read_text(errors="replace").splitlines() if self.log.exists() else []:
-            if raw.startswith("{"):
-                try:
-                    out.append(json.loads(raw))
-                except ValueError:
-                    pass
-        return out
+        return json_lines(self.log)
 
 
 class Instances(threading.Thread):

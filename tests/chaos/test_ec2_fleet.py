@@ -26,10 +26,11 @@ from spotreel.devstack.services import settings_env
 from spotreel.domain import events as ev
 from spotreel.services.capacity.provider_ec2 import TAG_TERMINATED_BY
 from tests.chaos.ec2kit import Instances
-from tests.integration.capacitykit import held_at, leases, private_plane, wait_until
+from tests.integration.capacitykit import held_at, leases, wait_until
 from tests.integration.motokit import TEMPLATE, fresh_account, instances, running_moto, tags
 from tests.integration.schedkit import Bus
-from tests.integration.test_capacity_workers import CapacityProc, post_video
+from tests.integration import test_capacity_workers
+from tests.integration.test_capacity_workers import BODY, STRIKE_STEP, CapacityProc, post_video
 from tests.integration.workerkit import reference_checksum
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(420)]
@@ -37,13 +38,8 @@ pytestmark = [pytest.mark.chaos, pytest.mark.timeout(420)]
 POOL = "tiny-t2v@any"
 DEPLOYMENT = "chaos"
 JOBS = 3
-BODY = {"resolution": "32x32", "duration": 0.5, "fps": 8, "num_steps": 30}
-STRIKE_STEP = 4
-
-
-@pytest.fixture
-def plane(settings, stack):
-    yield from private_plane(settings, buckets=True)
+# The jobs (BODY, STRIKE_STEP) and the private plane of the capacity test with local workers.
+plane = test_capacity_workers.plane
 
 
 @pytest.fixture

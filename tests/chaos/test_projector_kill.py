@@ -8,8 +8,8 @@ import subprocess
 import sys
 import time
 
-from tests.integration.projector_kit import (assert_tables_are_the_fold, interleave, isolated, make_histories,
-                                             prepare_keyspace, produce)
+from tests.integration.projector_kit import (assert_tables_are_the_fold, interleave, make_histories, produce,
+                                             projector_lane)
 
 # Fixtures live with the integration tests.
 from tests.integration.conftest import cassandra_cluster, cql, kafka_admin, make_topic  # noqa: F401
@@ -22,10 +22,7 @@ def _projector(s, *args: str) -> subprocess.Popen:
 
 
 def test_kill_9_mid_stream_then_restart_gives_the_same_tables(stack, settings, make_topic, cql, unique):  # noqa: F811
-    s = isolated(settings, unique)
-    prepare_keyspace(cql, unique)
-    topic = make_topic("events", partitions=3)
-    make_topic("events.deadletter")
+    s, topic = projector_lane(settings, unique, cql, make_topic, 3)
     histories = make_histories(n_jobs=150, events_per_job=25, seed=11)
     produce(stack.kafka_bootstrap, topic, interleave(histories))
 

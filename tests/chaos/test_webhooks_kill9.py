@@ -13,7 +13,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from aiohttp import web
-from aiohttp.test_utils import TestServer
 
 from spotreel.adapters.kafka import delete_topics
 from spotreel.platform.migrate import migrate
@@ -22,7 +21,7 @@ from spotreel.tenancy import create_tenant, create_webhook_secret
 from spotreel import webhook_signing as signing
 from spotreel.services.webhooks.payload import event_id
 from tests.integration.conftest import cassandra_cluster, cql  # noqa: F401
-from tests.integration.test_webhooks import produce
+from tests.integration.test_webhooks import produce, serve_hook
 from tests.unit.projection_histories import history
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,11 +62,7 @@ async def test_kill_9_mid_delivery_then_restart_delivers_everything_once_recorde
         received.append(request.headers[signing.EVENT_ID_HEADER])
         return web.Response(status=200)
 
-    app = web.Application()
-    app.router.add_post("/hook", hook)
-    server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
-    url = str(server.make_url("/hook"))
+    server, url = await serve_hook(hook)
     jobs = [history(f"k{i}", [("cancel", 0, 0)], tenant="hooks", callback_url=url) for i in range(N_JOBS)]
     expected = {event_id(h[-1].job_id, h[-1].version) for h in jobs}
     produce(s, [e for h in jobs for e in h])

@@ -23,8 +23,8 @@ import uuid
 import pytest
 
 from spotreel.domain import events as ev
-from tests.integration.workerkit import (STEPS, artifact_keys, events_of, reference_checksum, start_plane,
-                                         video_frames_checksum, wait_done)
+from tests.integration.workerkit import (STEPS, artifact_keys, events_of, finished_by, reference_checksum, start_plane,
+                                         stop_all, video_frames_checksum, wait_done)
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(300)]
 
@@ -80,8 +80,7 @@ def test_kill9_at_a_random_step_then_another_worker_resumes_bit_identical(plane,
         a.signal(signal.SIGKILL)
         a.wait_exit(30)
         killed_at = last_step(a)
-        done = wait_done(plane.bus, job.job_id)
-        assert b.wait_exit(60) == 0, b.logs()
+        done = finished_by(plane, job.job_id, b)
     finally:
         a.stop()
         b.stop()
@@ -125,12 +124,9 @@ def test_kill9_of_a_diffusion_transformer_family_resumes_bit_identical(plane, se
                              "--lease-ttl-ms", "5000")
         a.signal(signal.SIGKILL)
         a.wait_exit(30)
-        done = wait_done(plane.bus, job.job_id)
-        assert b.wait_exit(60) == 0, b.logs()
+        done = finished_by(plane, job.job_id, b)
     finally:
-        a.stop()
-        if b is not None:
-            b.stop()
+        stop_all(a, b)
     leases = events_of(plane.bus, job.job_id, ev.JobLeased)
     assert [le.worker_id for le in leases] == [a.worker_id, b.worker_id]
     assert leases[1].resume_checkpoint_key and 0 < leases[1].resume_step <= 8
@@ -148,8 +144,7 @@ def test_sigterm_checkpoints_and_releases_so_the_job_is_requeued_at_once(plane):
         a.signal(signal.SIGTERM)
         assert a.wait_exit(30) == 0, a.logs()
         requeued = plane.bus.wait_event(job.job_id, ev.JobRequeued, timeout=30)
-        done = wait_done(plane.bus, job.job_id)
-        assert b.wait_exit(60) == 0, b.logs()
+        done = finished_by(plane, job.job_id, b)
     finally:
         a.stop()
         b.stop()
@@ -174,8 +169,7 @@ def test_a_paused_worker_past_its_lease_writes_nothing_referenced_and_exits(plan
         at_step(a, job.job_id, strike_step())
         plane.bus.wait_event(job.job_id, ev.CheckpointRecorded, timeout=60)
         a.signal(signal.SIGSTOP)
-        done = wait_done(plane.bus, job.job_id)
-        assert b.wait_exit(60) == 0, b.logs()
+        done = finished_by(plane, job.job_id, b)
         a.signal(signal.SIGCONT)
         assert a.wait_exit(90) == 0, a.logs()
     finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 from confluent_kafka import Producer
 
@@ -68,6 +68,17 @@ def isolated(settings: Settings, unique: str) -> Settings:
 
 def prepare_keyspace(cql, keyspace: str) -> None:
     migrate(cql, keyspace, say=lambda *_: None)
+
+
+def projector_lane(settings: Settings, unique: str, cql, make_topic: Callable[..., str],
+                   partitions: int) -> tuple[Settings, str]:
+    """The test's own settings, its migrated keyspace and its events topic with the dead-letter topic beside
+    it; the settings and the events topic's name."""
+    s = isolated(settings, unique)
+    prepare_keyspace(cql, unique)
+    topic = make_topic("events", partitions=partitions)
+    make_topic("events.deadletter")
+    return s, topic
 
 
 def _plain(value: Any) -> Any:

@@ -270,3 +270,15 @@ def teardown(settings: Settings, procs: list[SchedulerProc], bus: Bus, tail: int
         for proc in procs:
             proc.stop()
         drop_topics(settings)
+
+
+@contextmanager
+def scheduler_plane(settings: Settings, run_dir: Path, tail: int = 5000) -> Iterator[tuple[SchedulerProc, Bus]]:
+    """The run's topics made, one scheduler process that owns every partition, and a bus to it; torn down
+    as `teardown` says."""
+    make_topics(settings)
+    proc = SchedulerProc(settings, run_dir)
+    bus = Bus(settings)
+    with teardown(settings, [proc], bus, tail):
+        proc.wait_owning(set(range(settings.partitions)))
+        yield proc, bus

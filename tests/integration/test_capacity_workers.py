@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from spotreel.domain import events as ev
 from spotreel.devstack.services import settings_env
 from spotreel.model_registry import DEFAULT_POOL
 from tests.integration.capacitykit import held_at, leases, private_plane, wait_until
+from tests.integration.prockit import json_lines, terminate_group
 from tests.integration.schedkit import ROOT, Bus
 from tests.integration.workerkit import reference_checksum
 
@@ -54,27 +54,13 @@ class CapacityProc:
                                      stdout=self._files[0], stderr=self._files[1], start_new_session=True)
 
     def lines(self) -> list[dict]:
-        out = []
-        for raw in self.out.read_text(errors="replace").splitlines():
-            try:
-                out.append(json.loads(raw))
-            except ValueError:
-                pass
-        return out
+        return json_lines(self.out)
 
     def actions(self, kind: str) -> list[dict]:
         return [line for line in self.lines() if line.get("action") == kind]
 
     def worker_log(self, wid: str) -> list[dict]:
-        path = self.home / "logs" / "workers" / f"{wid}.log"
-        out = []
-        for raw in path.read_text(errors="replace").splitlines() if path.exists() else []:
-            if raw.startswith("{"):
-                try:
-                    out.append(json.loads(raw))
-                except ValueError:
-                    pass
-        return out
+        return json_lines(self.home / "logs" / "workers" / f"{wid}.log")
 
     def logs(self) -> str:
         text = f"--- capacity stdout\n{self.out.read_text(errors='replace')[-4000:]}\n--- capacity stderr\n" \
@@ -84,16 +70,10 @@ class CapacityProc:
         return text
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(90)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(30)
+        code = terminate_group(self.proc, 90)
         for f in self._files:
             f.close()
-        return self.proc.returncode
+        return code
 
 
 def post_video(url: str, key: str, body: dict) -> dict:

@@ -11,18 +11,14 @@ import asyncio
 import hashlib
 import json
 import sys
-from dataclasses import replace
 
 import aiohttp
 import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestServer
 
-from spotreel.adapters.kafka import delete_topics
 from spotreel.domain import commands as c
 from spotreel.domain import ids
-from spotreel.platform.migrate import migrate
-from spotreel.platform.topics import ensure_topics
 from spotreel import sse
 from spotreel.services.gateway.app import create_app
 from spotreel.client.cli import progress_line
@@ -31,6 +27,7 @@ from spotreel.tenancy import create_tenant
 from spotreel.services.gateway.wiring import real_deps
 from spotreel.services.projector.projection import project
 from spotreel.services.projector.store import Store
+from tests.integration.gatewaykit import own_topics_and_keyspace
 from tests.integration.test_gateway_api import commands_for
 from tests.unit.jobkit import Driver
 
@@ -39,11 +36,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 @pytest.fixture
 def cli_settings(settings, unique, cql):
-    s = replace(settings, topic_prefix=f"test.{unique}", cassandra_keyspace=unique, partitions=2)
-    ensure_topics(s, say=lambda *a, **k: None)
-    migrate(cql, unique, say=lambda *_: None)
-    yield s
-    delete_topics(s)
+    with own_topics_and_keyspace(settings, unique, cql) as s:
+        yield s
 
 
 @pytest_asyncio.fixture(loop_scope="function")

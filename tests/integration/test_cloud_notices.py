@@ -33,8 +33,8 @@ from spotreel.worker.cloud_notices.gcp import GcpReader
 from spotreel.worker.cloud_notices.watcher import NoticeWatcher
 from spotreel.worker.signals import PreemptionNotice
 from tests.integration.metadata_servers import AzureMetadata, GcpMetadata
-from tests.integration.workerkit import (STEPS, events_of, reference_checksum, start_plane, video_frames_checksum,
-                                         wait_done)
+from tests.integration.workerkit import (STEPS, events_of, finished_by, reference_checksum, start_plane, stop_all,
+                                         video_frames_checksum)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -275,12 +275,9 @@ def test_a_spot_interruption_mid_render_checkpoints_releases_and_the_job_resumes
         told = a.wait_line(lambda l: l.get("event") == "cloud_notice", timeout=30, what="the cloud notice")
         assert a.wait_exit(60) == 0, a.logs()
         requeued = plane.bus.wait_event(job.job_id, ev.JobRequeued, timeout=30)
-        done = wait_done(plane.bus, job.job_id)
-        assert b.wait_exit(60) == 0, b.logs()
+        done = finished_by(plane, job.job_id, b)
     finally:
-        a.stop()
-        if b is not None:
-            b.stop()
+        stop_all(a, b)
     # The notice's own deadline (two minutes), the grace it gave: the lesser of that less the margin and --grace.
     assert told["cloud"] == "aws" and told["notice"] == "interruption" and 110 <= told["deadline_in_s"] <= 121
     assert 14 <= told["grace_s"] <= 15
@@ -313,8 +310,7 @@ def test_a_rebalance_recommendation_mid_render_checkpoints_finishes_the_job_and_
         rendering(a, job.job_id)
         notice_now(imds_mock, quiet, rebalance_after_s=0)
         told = a.wait_line(lambda l: l.get("event") == "cloud_notice", timeout=30, what="the recommendation")
-        done = wait_done(plane.bus, job.job_id)
-        assert a.wait_exit(60) == 0, a.logs()
+        done = finished_by(plane, job.job_id, a)
     finally:
         a.stop()
     assert told["notice"] == "rebalance"

@@ -10,15 +10,10 @@ import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
 
-from spotreel.adapters.kafka import delete_topics, read_partition
-from spotreel.adapters.partitioning import partition_for
-from spotreel.codec import Codec
 from spotreel.domain import commands as cmd
 from spotreel.domain import ids
 from spotreel.domain.decide import decide
 from spotreel.domain.evolve import fold
-from spotreel.platform.migrate import migrate
-from spotreel.platform.topics import commands_topic, ensure_topics
 from spotreel.services.gateway.app import create_app
 from spotreel.services.gateway.cassandra_store import CassandraReads
 from spotreel.api.config import GatewayConfig
@@ -27,17 +22,15 @@ from spotreel.services.gateway.wiring import real_deps
 from spotreel.services.projector.projection import project
 from spotreel.services.projector.store import Store
 from tests.integration.personalkit import plain
+from tests.integration.gatewaykit import commands_keyed, own_topics_and_keyspace
 
 BODY = {"prompt": "a red fox in snow", "duration": 2, "fps": 8, "seed": 7}
 
 
 @pytest.fixture
 def gw_settings(settings, unique, cql):
-    s = replace(settings, topic_prefix=f"test.{unique}", cassandra_keyspace=unique, partitions=2)
-    ensure_topics(s, say=lambda *a, **k: None)
-    migrate(cql, unique, say=lambda *_: None)
-    yield s
-    delete_topics(s)
+    with own_topics_and_keyspace(settings, unique, cql) as s:
+        yield s
 
 
 @pytest_asyncio.fixture(loop_scope="function")
@@ -60,10 +53,7 @@ def auth(key: str, idem: str | None = None) -> dict[str, str]:
 
 
 def commands_for(settings, job_id: str) -> list[cmd.SubmitJob]:
-    codec = Codec.default()
-    part = partition_for(job_id, settings.partitions)
-    msgs = read_partition(settings.kafka_bootstrap, commands_topic(settings), part, timeout=10)
-    return [codec.decode_message(m.value()) for m in msgs if m.key() == job_id.encode()]
+    return commands_keyed(settings, job_id)
 
 
 def project_into(cql, commands: list, now_ms: int):

@@ -9,17 +9,14 @@ from __future__ import annotations
 import asyncio
 import time
 
-from spotreel.adapters.kafka import read_partition
-from spotreel.adapters.partitioning import partition_for
-from spotreel.codec import Codec
 from spotreel.domain import commands as cmd
 from spotreel.domain import ids
 from spotreel.domain.schedules import decide_schedule, fold_schedule
-from spotreel.platform.topics import commands_topic
 from spotreel.services.projector.projection import project
 from spotreel.services.projector.store import Store
 from tests.integration.personalkit import plain
 from tests.integration import test_gateway_api
+from tests.integration.gatewaykit import commands_keyed
 from tests.integration.test_gateway_api import auth
 
 gw, gw_settings = test_gateway_api.gw, test_gateway_api.gw_settings
@@ -31,10 +28,7 @@ BODY = {"cron": "30 2 * * *", "timezone": "America/New_York", "catch_up": "run_a
 
 
 def schedule_commands(settings, schedule_id: str) -> list:
-    codec = Codec.default()
-    part = partition_for(schedule_id, settings.partitions)
-    msgs = read_partition(settings.kafka_bootstrap, commands_topic(settings), part, timeout=10)
-    return [codec.decode_message(m.value()) for m in msgs if m.key() == schedule_id.encode()]
+    return commands_keyed(settings, schedule_id)
 
 
 def next_command(settings, schedule_id: str, kind: type, within_s: float = 20.0):

@@ -28,7 +28,7 @@ from spotreel.services.gateway.app import create_app, serve_metrics
 from spotreel.api.config import GatewayConfig
 from spotreel.tenancy import create_worker_key
 from spotreel.services.gateway.wiring import real_deps
-from tests.integration.schedkit import GPU, MODEL, Bus, SchedulerProc, drop_topics, make_topics, submit
+from tests.integration.schedkit import GPU, MODEL, scheduler_plane, submit
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -40,20 +40,9 @@ METRICS_URL: dict[str, str] = {}  # gateway URL -> its internal metrics endpoint
 @pytest.fixture
 def plane(settings, unique, cql, tmp_path):
     s = replace(settings, topic_prefix=f"test.{unique}", cassandra_keyspace=unique, partitions=3)
-    make_topics(s)
     migrate(cql, unique, say=lambda *_: None)
-    proc = SchedulerProc(s, tmp_path)
-    bus = Bus(s)
-    try:
-        proc.wait_owning({0, 1, 2})
+    with scheduler_plane(s, tmp_path) as (proc, bus):
         yield s, proc, bus
-    except BaseException:
-        print(f"----- tail of {proc.log_path.name} -----\n{proc.log()[-5000:]}")
-        raise
-    finally:
-        bus.close()
-        proc.stop()
-        drop_topics(s)
 
 
 def _free_port() -> int:

@@ -25,7 +25,7 @@ from spotreel.domain.leases import UNCLAIMED
 from spotreel.platform.topics import commands_topic
 from spotreel.worker.transport import LeaseLost, WorkerProfile
 from spotreel.worker.transport_kafka import KafkaTransport
-from tests.integration.schedkit import GPU, MODEL, Bus, SchedulerProc, drop_topics, make_topics, submit
+from tests.integration.schedkit import GPU, MODEL, scheduler_plane, submit
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -33,19 +33,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 @pytest.fixture
 def plane(settings, unique, tmp_path):
     s = replace(settings, topic_prefix=f"test.{unique}", partitions=3)
-    make_topics(s)
-    proc = SchedulerProc(s, tmp_path)
-    bus = Bus(s)
-    try:
-        proc.wait_owning({0, 1, 2})
+    with scheduler_plane(s, tmp_path) as (proc, bus):
         yield s, proc, bus
-    except BaseException:
-        print(f"----- tail of {proc.log_path.name} -----\n{proc.log()[-5000:]}")
-        raise
-    finally:
-        bus.close()
-        proc.stop()
-        drop_topics(s)
 
 
 def _worker_on(partition: int, partitions: int) -> str:

@@ -11,8 +11,8 @@ from spotreel.domain.evolve import fold
 from spotreel.readmodel.jobs import ReadModels
 from spotreel.services.gateway.cassandra_store import CassandraReads
 from spotreel.services.projector.service import build, events_deadletter_topic
-from tests.integration.projector_kit import (assert_tables_are_the_fold, dump, interleave, isolated,
-                                             make_histories, prepare_keyspace, produce)
+from tests.integration.projector_kit import (assert_tables_are_the_fold, dump, interleave, make_histories, produce,
+                                             projector_lane)
 
 
 def _dead_letters(bootstrap: str, topic: str, expect: int) -> list:
@@ -29,10 +29,7 @@ def _dead_letters(bootstrap: str, topic: str, expect: int) -> list:
 
 def test_tables_are_the_fold_rebuild_changes_nothing_and_garbage_is_dead_lettered(
         stack, settings, make_topic, cql, unique):
-    s = isolated(settings, unique)
-    prepare_keyspace(cql, unique)
-    topic = make_topic("events", partitions=3)
-    make_topic("events.deadletter")
+    s, topic = projector_lane(settings, unique, cql, make_topic, 3)
     histories = make_histories(n_jobs=40, events_per_job=20)
     stream = interleave(histories)
     produce(stack.kafka_bootstrap, topic, stream, garbage_at=(len(stream) // 2,))

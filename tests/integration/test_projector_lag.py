@@ -6,14 +6,11 @@ from __future__ import annotations
 from confluent_kafka import TopicPartition
 
 from spotreel.services.projector.service import build
-from tests.integration.projector_kit import interleave, isolated, make_histories, prepare_keyspace, produce
+from tests.integration.projector_kit import interleave, make_histories, produce, projector_lane
 
 
 def test_lag_before_the_first_fetch_is_the_backlog_not_a_negative_number(stack, settings, make_topic, cql, unique):
-    s = isolated(settings, unique)
-    prepare_keyspace(cql, unique)
-    topic = make_topic("events", partitions=2)
-    make_topic("events.deadletter")
+    s, topic = projector_lane(settings, unique, cql, make_topic, 2)
     n = produce(stack.kafka_bootstrap, topic, interleave(make_histories(n_jobs=5, events_per_job=6)))
 
     with build(s, until_idle=True) as projector:

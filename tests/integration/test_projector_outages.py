@@ -17,8 +17,8 @@ from spotreel.platform.topics import events_topic
 from spotreel.services.projector.consumer import Projector, ProjectorConfig
 from spotreel.services.projector.service import events_deadletter_topic
 from spotreel.services.projector.store import Store
-from tests.integration.projector_kit import (assert_tables_are_the_fold, interleave, isolated, make_histories,
-                                             prepare_keyspace, produce)
+from tests.integration.projector_kit import (assert_tables_are_the_fold, interleave, make_histories, produce,
+                                             projector_lane)
 
 # The broker's least session timeout (group.min.session.timeout.ms, 6 s by default), and librdkafka wants
 # max.poll.interval.ms >= session.timeout.ms: a batch stuck for OUTAGE_S outlives the poll interval.
@@ -59,10 +59,7 @@ def _config(s, stack, unique: str, **kw) -> ProjectorConfig:
 
 def test_a_batch_stuck_past_the_poll_interval_is_projected_after_the_group_dropped_it(
         stack, settings, make_topic, cql, unique):
-    s = isolated(settings, unique)
-    prepare_keyspace(cql, unique)
-    topic = make_topic("events", partitions=2)
-    make_topic("events.deadletter")
+    s, topic = projector_lane(settings, unique, cql, make_topic, 2)
     histories = make_histories(n_jobs=12, events_per_job=10, seed=5)
     produce(stack.kafka_bootstrap, topic, interleave(histories))
 
@@ -75,10 +72,7 @@ def test_a_batch_stuck_past_the_poll_interval_is_projected_after_the_group_dropp
 
 def test_a_projector_restarted_during_an_outage_reads_histories_back_once_cassandra_is_back(
         stack, settings, make_topic, cql, unique):
-    s = isolated(settings, unique)
-    prepare_keyspace(cql, unique)
-    make_topic("events", partitions=2)
-    make_topic("events.deadletter")
+    s, _ = projector_lane(settings, unique, cql, make_topic, 2)
     histories = make_histories(n_jobs=12, events_per_job=10, seed=6)
     half = [h[:len(h) // 2] for h in histories]
     produce(stack.kafka_bootstrap, events_topic(s), interleave(half))

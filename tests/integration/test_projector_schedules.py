@@ -11,16 +11,13 @@ from spotreel.domain import commands as c
 from spotreel.domain import ids
 from spotreel.readmodel.schedules import ScheduleReads
 from spotreel.services.projector.service import build
-from tests.integration.projector_kit import (assert_tables_are_the_fold, interleave, isolated, make_histories,
-                                             prepare_keyspace, produce)
+from tests.integration.projector_kit import (assert_tables_are_the_fold, interleave, make_histories, produce,
+                                             projector_lane)
 from tests.unit.test_job_schedules import HOUR, MIN, T, Sched
 
 
 def test_schedule_events_reach_the_schedule_tables(stack, settings, make_topic, cql, unique):
-    s = isolated(settings, unique)
-    prepare_keyspace(cql, unique)
-    topic = make_topic("events", partitions=2)
-    make_topic("events.deadletter")
+    s, topic = projector_lane(settings, unique, cql, make_topic, 2)
     sched = Sched(overlap_policy="skip", missed_policy="run_all", timezone="Asia/Tokyo")
     sched.fire(T + HOUR)
     sched.fire(T + 2 * HOUR)  # skipped: the first still runs

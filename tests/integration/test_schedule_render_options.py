@@ -29,7 +29,7 @@ from spotreel.services.projector.projection import project
 from spotreel.services.projector.store import Store
 from spotreel.tenancy import create_tenant
 from tests.integration.personalkit import plain
-from tests.integration.schedkit import GPU, MODEL, Bus, SchedulerProc, drop_topics, make_topics
+from tests.integration.schedkit import GPU, MODEL, scheduler_plane
 from tests.integration.test_gateway_api import auth
 from tests.integration.test_gateway_schedules import schedule_commands
 
@@ -45,20 +45,9 @@ MINUTE, HOUR = 60_000, 3_600_000
 @pytest.fixture
 def plane(settings, unique, cql, tmp_path):
     s = replace(settings, topic_prefix=f"test.{unique}", cassandra_keyspace=unique, partitions=2)
-    make_topics(s)
     migrate(cql, unique, say=lambda *_: None)
-    proc = SchedulerProc(s, tmp_path)
-    bus = Bus(s)
-    try:
-        proc.wait_owning({0, 1})
+    with scheduler_plane(s, tmp_path) as (_, bus):
         yield s, bus
-    except BaseException:
-        print(f"----- tail of {proc.log_path.name} -----\n{proc.log()[-5000:]}")
-        raise
-    finally:
-        bus.close()
-        proc.stop()
-        drop_topics(s)
 
 
 @pytest_asyncio.fixture(loop_scope="function")

@@ -15,23 +15,14 @@ from spotreel.domain import events as ev
 from spotreel.domain.spec import RenderSpec
 from spotreel.domain import ids
 from spotreel.domain.state import Status
-from tests.integration.schedkit import (GPU, Bus, SchedulerProc, drop_topics, make_topics, scheduler_settings,
-                                        submit)
+from tests.integration.schedkit import GPU, Bus, scheduler_plane, scheduler_settings, submit
 
 
 @pytest.fixture(scope="module")
 def env(stack, tmp_path_factory):
     settings = scheduler_settings("d" + uuid.uuid4().hex[:10], partitions=3)
-    make_topics(settings)
-    proc = SchedulerProc(settings, tmp_path_factory.mktemp("dag"))
-    try:
-        proc.wait_owning({0, 1, 2})
-        bus = Bus(settings)
+    with scheduler_plane(settings, tmp_path_factory.mktemp("dag")) as (_, bus):
         yield settings, bus
-        bus.close()
-    finally:
-        proc.stop()
-        drop_topics(settings)
 
 
 def _keys_on_distinct_partitions(n: int, partitions: int, tenant: str = "acme") -> list[str]:

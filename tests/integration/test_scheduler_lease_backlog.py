@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 import uuid
 
@@ -22,7 +21,8 @@ from spotreel.domain import commands as c
 from spotreel.domain import events as ev
 from spotreel.devstack.kafka import admin_client
 from spotreel.platform.topics import commands_topic
-from tests.integration.schedkit import Bus, SchedulerProc, drop_topics, make_topics, scheduler_settings, submit
+from tests.integration.leasekit import Renewer, leased
+from tests.integration.schedkit import scheduler_plane, scheduler_settings
 
 TTL_MS = 4_000
 RENEW_EVERY_S = 1.0
@@ -32,52 +32,12 @@ STALL_S = 10.0  # > 2 TTLs
 @pytest.fixture(scope="module")
 def env(stack, tmp_path_factory):
     settings = scheduler_settings("lb" + uuid.uuid4().hex[:10], partitions=1)
-    make_topics(settings)
-    proc = SchedulerProc(settings, tmp_path_factory.mktemp("sched-lb"))
-    try:
-        proc.wait_owning({0})
-        bus = Bus(settings)
-        yield settings, proc, bus
-        bus.close()
-    finally:
-        if proc.proc.poll() is None:
-            os.killpg(proc.proc.pid, signal.SIGCONT)
-        proc.stop()
-        drop_topics(settings)
-
-
-def _leased(bus: Bus, name: str) -> tuple[str, int, str]:
-    worker = f"{name}-{uuid.uuid4().hex[:6]}"
-    job = submit("acme", f"{name}-{uuid.uuid4().hex[:8]}")
-    bus.send(job)
-    bus.wait_event(job.job_id, ev.JobQueued)
-    answer = bus.request_work(worker, ttl_ms=TTL_MS)
-    # Any queued job will do (an earlier test's job may be queued again); each worker holds its own.
-    assert isinstance(answer, ev.WorkAssigned), answer
-    return answer.job_id, answer.epoch, worker
-
-
-class Renewer(threading.Thread):
-    """A live lease holder: a renewal every RENEW_EVERY_S, produced straight to the commands topic."""
-
-    def __init__(self, bus_settings, job_id: str, epoch: int, worker: str) -> None:
-        super().__init__(daemon=True)
-        self.bus = Bus(bus_settings)
-        self.job_id, self.epoch, self.worker = job_id, epoch, worker
-        self.sent: list[str] = []
-        self.halt = threading.Event()
-
-    def run(self) -> None:
-        while not self.halt.is_set():
-            cid = f"renew-{self.worker}-{len(self.sent)}"
-            self.bus.send(c.RenewLease(cid, self.job_id, self.epoch, self.worker))
-            self.sent.append(cid)
-            self.halt.wait(RENEW_EVERY_S)
-
-    def stop(self) -> None:
-        self.halt.set()
-        self.join(10)
-        self.bus.close()
+    with scheduler_plane(settings, tmp_path_factory.mktemp("sched-lb")) as (proc, bus):
+        try:
+            yield settings, proc, bus
+        finally:
+            if proc.proc.poll() is None:  # a test that failed while the scheduler was frozen
+                os.killpg(proc.proc.pid, signal.SIGCONT)
 
 
 def test_the_commands_topic_is_stamped_by_the_broker(env) -> None:
@@ -90,7 +50,7 @@ def test_the_commands_topic_is_stamped_by_the_broker(env) -> None:
 
 def test_a_silent_worker_loses_its_lease_one_ttl_after_its_last_renewal(env) -> None:
     _, _, bus = env
-    job_id, epoch, worker = _leased(bus, "quiet")
+    job_id, epoch, worker = leased(bus, "quiet", TTL_MS)
     bus.send(c.RenewLease(bus.next_id("renew"), job_id, epoch, worker))
     renewed = bus.wait_event(job_id, ev.LeaseRenewed)
     expired = bus.wait_event(job_id, ev.LeaseExpired, timeout=TTL_MS / 1000 + 15)
@@ -101,9 +61,9 @@ def test_a_silent_worker_loses_its_lease_one_ttl_after_its_last_renewal(env) -> 
 
 def test_a_stalled_scheduler_keeps_the_leases_renewed_in_time_and_expires_the_silent_one(env) -> None:
     settings, proc, bus = env
-    live = [_leased(bus, f"live{i}") for i in range(3)]
-    silent_job, silent_epoch, silent_worker = _leased(bus, "silent")
-    renewers = [Renewer(settings, *lease) for lease in live]
+    live = [leased(bus, f"live{i}", TTL_MS) for i in range(3)]
+    silent_job, silent_epoch, silent_worker = leased(bus, "silent", TTL_MS)
+    renewers = [Renewer(settings, *lease, every_s=RENEW_EVERY_S) for lease in live]
     for r in renewers:
         r.start()
     time.sleep(1.5)
@@ -122,8 +82,8 @@ def test_a_stalled_scheduler_keeps_the_leases_renewed_in_time_and_expires_the_si
         r.stop()
     # Every renewal sent during the stall was accepted: the live leases never lapsed.
     for r in renewers:
-        bus.wait_for(lambda r=r: bus.renewals_accepted(r.job_id) >= len(r.sent),
-                     timeout=30, what=f"all {len(r.sent)} renewals of {r.worker} applied")
+        bus.wait_for(lambda r=r: bus.renewals_accepted(r.job_id) >= r.sent,
+                     timeout=30, what=f"all {r.sent} renewals of {r.worker} applied")
         # This lease's part of the job's history (the job may have had an earlier test's lease).
         history = [e for e in bus.job_events(r.job_id) if getattr(e, "epoch", None) == r.epoch
                    or getattr(e, "epoch_given", None) == r.epoch]
@@ -136,7 +96,7 @@ def test_a_stalled_scheduler_keeps_the_leases_renewed_in_time_and_expires_the_si
             (type(e).__name__, e.at_ms - int(stalled_at * 1000), e.causation_id, getattr(e, "lease_expires_at_ms", None))
             for e in history]
         assert bus.state(r.job_id).lease.epoch == r.epoch
-    stall_renewals = sum(1 for r in renewers for cid in r.sent)
+    stall_renewals = sum(r.sent for r in renewers)
     assert stall_renewals >= 3 * STALL_S / RENEW_EVERY_S
     print(f"\nstalled {STALL_S:.0f} s (TTL {TTL_MS} ms) at {stalled_at:.1f}; {stall_renewals} renewals from 3 live "
           f"workers, all accepted; silent lease expired {expired.at_ms / 1000 - resumed_at:+.1f} s after resume")

@@ -19,8 +19,8 @@ from spotreel.adapters.partitioning import partition_for
 from spotreel.domain import commands as c
 from spotreel.domain import events as ev
 from spotreel.domain.state import Status
-from tests.integration.schedkit import (ROOT, Bus, SchedulerProc, drop_topics, make_topics, scheduler_settings,
-                                        submit)
+from tests.integration.schedkit import (ROOT, Bus, SchedulerProc, drop_topics, make_topics, scheduler_plane,
+                                        scheduler_settings, submit)
 
 
 def _free_port() -> int:
@@ -32,16 +32,8 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def env(stack, tmp_path_factory):
     settings = scheduler_settings("m" + uuid.uuid4().hex[:10], partitions=3)
-    make_topics(settings)
-    proc = SchedulerProc(settings, tmp_path_factory.mktemp("sched"))
-    try:
-        proc.wait_owning({0, 1, 2})
-        bus = Bus(settings)
+    with scheduler_plane(settings, tmp_path_factory.mktemp("sched")) as (proc, bus):
         yield settings, proc, bus, None
-        bus.close()
-    finally:
-        proc.stop()
-        drop_topics(settings)
 
 
 @pytest.fixture(scope="module")

@@ -14,8 +14,7 @@ from spotreel.adapters.partitioning import partition_for
 from spotreel.domain import commands as c
 from spotreel.domain import events as ev
 from spotreel.domain.state import Status
-from tests.integration.schedkit import (GPU, MODEL, Bus, SchedulerProc, drop_topics, make_topics,
-                                        scheduler_settings, submit)
+from tests.integration.schedkit import GPU, MODEL, Bus, scheduler_plane, scheduler_settings, submit
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -23,19 +22,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 @pytest.fixture
 def env(stack, tmp_path):
     settings = scheduler_settings("ow" + uuid.uuid4().hex[:10], partitions=2)
-    make_topics(settings)
-    proc = SchedulerProc(settings, tmp_path)
-    bus = Bus(settings)
-    try:
-        proc.wait_owning({0, 1})
+    with scheduler_plane(settings, tmp_path, tail=4000) as (_, bus):
         yield settings, bus
-    except BaseException:
-        print(f"----- tail of {proc.log_path.name} -----\n{proc.log()[-4000:]}")
-        raise
-    finally:
-        bus.close()
-        proc.stop()
-        drop_topics(settings)
 
 
 def _job_on(partition: int, tag: str):

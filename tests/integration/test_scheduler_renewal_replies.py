@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import time
 import uuid
 
@@ -16,7 +15,8 @@ import pytest
 
 from spotreel.domain import commands as c
 from spotreel.domain import events as ev
-from tests.integration.schedkit import Bus, SchedulerProc, drop_topics, make_topics, scheduler_settings, submit
+from tests.integration.leasekit import Renewer, leased
+from tests.integration.schedkit import Bus, SchedulerProc, drop_topics, make_topics, scheduler_settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -45,39 +45,9 @@ def env(stack, tmp_path):
         drop_topics(settings)
 
 
-def _leased(bus: Bus, name: str) -> tuple[str, int, str]:
-    worker = f"{name}-{uuid.uuid4().hex[:6]}"
-    job = submit("acme", f"{name}-{uuid.uuid4().hex[:8]}")
-    bus.send(job)
-    bus.wait_event(job.job_id, ev.JobQueued)
-    answer = bus.request_work(worker, ttl_ms=TTL_MS)
-    assert isinstance(answer, ev.WorkAssigned), answer
-    return answer.job_id, answer.epoch, worker
-
-
-class Renewer(threading.Thread):
-    def __init__(self, settings, job_id: str, epoch: int, worker: str, every_s: float = 1.0) -> None:
-        super().__init__(daemon=True)
-        self.bus = Bus(settings)
-        self.job_id, self.epoch, self.worker, self.every_s = job_id, epoch, worker, every_s
-        self.sent = 0
-        self.halt = threading.Event()
-
-    def run(self) -> None:
-        while not self.halt.is_set():
-            self.bus.send(c.RenewLease(f"renew-{self.worker}-{self.sent}", self.job_id, self.epoch, self.worker))
-            self.sent += 1
-            self.halt.wait(self.every_s)
-
-    def stop(self) -> None:
-        self.halt.set()
-        self.join(10)
-        self.bus.close()
-
-
 def test_absorbed_renewals_keep_the_lease_without_events_and_it_expires_after_the_last(env) -> None:
     settings, _, bus, _ = env
-    job_id, epoch, worker = _leased(bus, "live")
+    job_id, epoch, worker = leased(bus, "live", TTL_MS)
     r = Renewer(settings, job_id, epoch, worker)
     r.start()
     time.sleep(3 * TTL_MS / 1000)
@@ -99,11 +69,11 @@ def test_absorbed_renewals_keep_the_lease_without_events_and_it_expires_after_th
 
 def test_a_new_owner_keeps_the_live_lease_it_never_saw_renewed_and_expires_the_silent_one(env) -> None:
     settings, procs, bus, tmp = env
-    live = _leased(bus, "live")
+    live = leased(bus, "live", TTL_MS)
     r = Renewer(settings, *live)
     r.start()
     time.sleep(2 * TTL_MS / 1000)  # the stored deadline (the confirmation's) is long past
-    silent_job, silent_epoch, silent_worker = _leased(bus, "silent")
+    silent_job, silent_epoch, silent_worker = leased(bus, "silent", TTL_MS)
     bus.send(c.RenewLease("silent-confirm", silent_job, silent_epoch, silent_worker))
     bus.wait_for(lambda: bus.renewals_accepted(silent_job) >= 1, 20, "the silent lease's confirmation")
     procs[0].kill9()

@@ -16,12 +16,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from confluent_kafka import Producer
 
-from spotreel.adapters.kafka import delete_topics
 from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
-from spotreel.platform.migrate import migrate
-from spotreel.platform.topics import ensure_topics, events_topic
+from spotreel.platform.topics import events_topic
 from spotreel.platform.seed import api_key_hash
 from spotreel.services.gateway.cassandra_store import CassandraAuth, CassandraReads
 from spotreel.tenancy import create_tenant, create_webhook_secret
@@ -30,6 +28,7 @@ from spotreel.services.webhooks.backoff import RetryPolicy
 from spotreel.services.webhooks.payload import event_id
 from spotreel.services.webhooks.service import build
 from spotreel.services.webhooks.store import WebhookStore
+from tests.integration.gatewaykit import own_topics_and_keyspace
 from tests.unit.projection_histories import history
 
 FAST = RetryPolicy(max_attempts=5, base_s=0.05, cap_s=0.3, timeout_s=5)
@@ -37,12 +36,8 @@ FAST = RetryPolicy(max_attempts=5, base_s=0.05, cap_s=0.3, timeout_s=5)
 
 @pytest.fixture
 def wh_settings(settings, unique, cql):
-    s = replace(settings, topic_prefix=f"test.{unique}", cassandra_keyspace=unique, partitions=2,
-                webhook_allow_private=1)
-    ensure_topics(s, say=lambda *a, **k: None)
-    migrate(cql, unique, say=lambda *_: None)
-    yield s
-    delete_topics(s)
+    with own_topics_and_keyspace(settings, unique, cql, webhook_allow_private=1) as s:
+        yield s
 
 
 @pytest.fixture
@@ -82,6 +77,15 @@ class Receiver:
 
     def ids(self) -> list[str]:
         return [c["id"] for c in self.calls]
+
+
+async def serve_hook(handler) -> tuple[TestServer, str]:
+    """`handler` served at /hook on a loopback port: the server (to close) and the URL to give as callback."""
+    app = web.Application()
+    app.router.add_post("/hook", handler)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    return server, str(server.make_url("/hook"))
 
 
 def produce(settings, events) -> None:
@@ -287,11 +291,7 @@ async def test_openai_style_webhooks_verify_with_the_sdk_and_standardwebhooks_ac
         got.append((await request.read(), dict(request.headers)))
         return web.Response(status=204)
 
-    app = web.Application()
-    app.router.add_post("/hook", handle)
-    server = TestServer(app, host="127.0.0.1")
-    await server.start_server()
-    url = str(server.make_url("/hook"))
+    server, url = await serve_hook(handle)
     done = history("oa-ok", [("grant", 0, 0), ("progress", 50, 10), ("complete", 0, 0)], tenant="hooks",
                    callback_url=url)
     failed = history("oa-bad", [("grant", 0, 0), ("fail_final", 0, 0)], tenant="hooks", callback_url=url)

@@ -18,7 +18,8 @@ import pytest
 
 from spotreel.domain import events as ev
 from spotreel.domain import resume_match as rm
-from tests.integration.workerkit import events_of, reference_checksum, start_plane, video_frames_checksum, wait_done
+from tests.integration.workerkit import (events_of, finished_by, reference_checksum, start_plane, stop_all,
+                                         video_frames_checksum)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -47,12 +48,9 @@ def test_a_worker_of_another_fingerprint_starts_at_step_0_and_spends_no_attempt(
         a.signal(signal.SIGTERM)
         assert a.wait_exit(60) == 0, a.logs()
         plane.bus.wait_event(job.job_id, ev.JobRequeued, timeout=60)
-        done = wait_done(plane.bus, job.job_id, timeout=180)
-        assert b.wait_exit(60) == 0, b.logs()
+        done = finished_by(plane, job.job_id, b, timeout=180)
     finally:
-        a.stop()
-        if b is not None:
-            b.stop()
+        stop_all(a, b)
     leased = events_of(plane.bus, job.job_id, ev.JobLeased)
     assert [x.worker_id for x in leased] == [a.worker_id, b.worker_id]
     ours = [e for e in events_of(plane.bus, job.job_id, ev.CheckpointRecorded) if e.epoch == 1]

@@ -13,8 +13,8 @@ import pytest
 
 from spotreel.domain import events as ev
 from spotreel.domain.evolve import fold
-from tests.integration.workerkit import (artifact_keys, events_of, reference_checksum, start_plane,
-                                         video_frames_checksum, wait_done)
+from tests.integration.workerkit import (artifact_keys, events_of, finished_by, reference_checksum, start_plane,
+                                         stop_all, video_frames_checksum, wait_done)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -39,8 +39,7 @@ def test_worker_renders_a_job_end_to_end(plane, transport):
         # Denoising lasts about 4 s: longer than the quiet time a pacing hint may impose on this lease (a third
         # of its 8 s TTL), so the pulse reports progress whatever the control plane's speed.
         job = plane.submit(model, num_steps=80)
-        done = wait_done(plane.bus, job.job_id)
-        assert w.wait_exit(60) == 0, w.logs()
+        done = finished_by(plane, job.job_id, w)
     finally:
         w.stop()
     leased = events_of(plane.bus, job.job_id, ev.JobLeased)
@@ -82,12 +81,9 @@ def test_corrupted_newest_checkpoint_resumes_from_the_previous_one(plane):
 
         b = plane.worker("b", model, "kafka", "--max-jobs", "2", "--checkpoint-every", "0.25",
                          "--lease-ttl-ms", "5000")
-        done = wait_done(plane.bus, job.job_id)
-        assert b.wait_exit(60) == 0, b.logs()
+        done = finished_by(plane, job.job_id, b)
     finally:
-        a.stop()
-        if b is not None:
-            b.stop()
+        stop_all(a, b)
     # Recorded in the job's history: the failed attempt names the bad checkpoint ...
     failed = events_of(plane.bus, job.job_id, ev.AttemptFailed)
     assert [f.invalid_checkpoint_key for f in failed] == [newest.key], failed

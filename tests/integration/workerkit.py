@@ -8,7 +8,6 @@ render (an uninterrupted run of the same request in this process) is what resume
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -25,6 +24,7 @@ from spotreel.platform.migrate import migrate
 from spotreel.devstack.ports import free_port
 from spotreel.tenancy import create_worker_key
 from spotreel.settings import Settings
+from tests.integration.prockit import json_lines, terminate_group
 from tests.integration.schedkit import ROOT, Bus, SchedulerProc, drop_topics, make_topics, submit
 
 GPU = "cpu"
@@ -83,13 +83,7 @@ class WorkerProc:
                                      stderr=self._files[1], start_new_session=True)
 
     def lines(self) -> list[dict[str, Any]]:
-        out = []
-        for raw in self.out.read_text(errors="replace").splitlines():
-            try:
-                out.append(json.loads(raw))
-            except ValueError:
-                pass
-        return out
+        return json_lines(self.out)
 
     def logs(self) -> str:
         return f"--- stdout\n{self.out.read_text(errors='replace')[-3000:]}\n--- stderr\n" \
@@ -161,13 +155,7 @@ class GatewayProc:
         raise AssertionError(f"gateway not healthy in {timeout}s:\n{self.log_path.read_text(errors='replace')[-4000:]}")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(20)
+        terminate_group(self.proc, 20, 20)
         self._log.close()
 
 
@@ -236,6 +224,20 @@ def events_of(bus: Bus, job_id: str, cls: type) -> list[Any]:
 
 def wait_done(bus: Bus, job_id: str, timeout: float = 150.0) -> ev.JobSucceeded:
     return bus.wait_event(job_id, ev.JobSucceeded, timeout=timeout)
+
+
+def stop_all(*workers: WorkerProc | None) -> None:
+    """Every worker a test started (None: one it did not get to start) stopped, killed if still running."""
+    for worker in workers:
+        if worker is not None:
+            worker.stop()
+
+
+def finished_by(plane: Plane, job_id: str, worker: WorkerProc, timeout: float = 150.0) -> ev.JobSucceeded:
+    """The job's success, once `worker`, the one expected to finish it, has exited cleanly."""
+    done = wait_done(plane.bus, job_id, timeout)
+    assert worker.wait_exit(60) == 0, worker.logs()
+    return done
 
 
 def video_frames_checksum(plane: Plane, key: str) -> str:

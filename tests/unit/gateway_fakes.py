@@ -1,12 +1,20 @@
-"""In-memory stand-ins for the gateway's dependencies, for tests where no server is the subject."""
+"""In-memory stand-ins for the gateway's dependencies, for tests where no server is the subject, and the
+gateway app served on them."""
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from aiohttp.test_utils import TestClient, TestServer
+
+from spotreel.api.config import GatewayConfig
+from spotreel.services.gateway.app import create_app
+from spotreel.settings import Settings
 from spotreel.services.gateway.deps import Claim, Deps, PoolLoad, SinkUnavailable, Tenant
 from spotreel.readmodel.jobs import JobListItem, JobPage, JobView
 from spotreel.readmodel.schedules import OccurrencePage, SchedulePage, ScheduleView
@@ -165,3 +173,15 @@ def fake_deps(**kw: Any) -> Deps:
 
 def with_status(deps: Deps, job_id: str, status: str, **kw: Any) -> None:
     deps.reads.jobs[job_id] = replace(deps.reads.jobs[job_id], status=status, version=3, **kw)
+
+
+@asynccontextmanager
+async def serving(deps: Deps, cfg: GatewayConfig | None = None,
+                  settings: Settings | None = None) -> AsyncIterator[TestClient]:
+    """The gateway app on `deps`, served on a loopback test port for the block, a client to it."""
+    client = TestClient(TestServer(create_app(settings or Settings(), deps, cfg)))
+    await client.start_server()
+    try:
+        yield client
+    finally:
+        await client.close()

@@ -65,3 +65,11 @@ def fake_jar_cache(settings: Settings) -> None:
         bundle.marker(settings).write_text(json.dumps(
             {"bundle": bundle.name, "version": bundle.version, "coordinates": list(bundle.coordinates),
              "jars": jars}))
+
+
+def isolated_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> DevstackSettings:
+    """The launcher's settings on an isolated home and ports, with a jar cache that looks fetched."""
+    isolate(monkeypatch, tmp_path)
+    s = DevstackSettings.from_env()
+    fake_jar_cache(s)
+    return s

@@ -14,7 +14,7 @@ from spotreel.platform.errors import InfraError
 from spotreel.platform.migrate import keyspace_cql
 from spotreel.platform.topics import topic_specs
 from spotreel.devstack.settings import DevstackSettings
-from tests.unit.infra_env import fake_jar_cache, isolate
+from tests.unit.infra_env import isolated_settings
 from tests.unit.test_infra_config import props, yaml_scalars
 
 pytestmark = pytest.mark.unit
@@ -22,10 +22,7 @@ pytestmark = pytest.mark.unit
 
 @pytest.fixture
 def settings(monkeypatch, tmp_path) -> DevstackSettings:
-    isolate(monkeypatch, tmp_path)
-    s = DevstackSettings.from_env()
-    fake_jar_cache(s)
-    return replace(s, cluster_nodes=3)
+    return replace(isolated_settings(monkeypatch, tmp_path), cluster_nodes=3)
 
 
 def test_three_of_each_with_their_own_ports_and_addresses(settings):

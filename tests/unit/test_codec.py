@@ -13,6 +13,7 @@ import shutil
 import struct
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -348,34 +349,32 @@ def test_truncation_at_every_length(codec: Codec) -> None:
             assert _decode_error(codec, data[:n]).reason == "truncated", n
 
 
-def test_marker_bit_flips(codec: Codec) -> None:
-    data = codec.encode_message(PING)
-    for byte in range(2):
+def _bit_flips(data: bytes, first: int, end: int) -> Iterator[bytes]:
+    """`data` with one bit flipped, for every bit of the bytes first..end-1."""
+    for byte in range(first, end):
         for bit in range(8):
             bad = bytearray(data)
             bad[byte] ^= 1 << bit
-            assert _decode_error(codec, bytes(bad)).reason == "bad_marker"
+            yield bytes(bad)
+
+
+def test_marker_bit_flips(codec: Codec) -> None:
+    for bad in _bit_flips(codec.encode_message(PING), 0, 2):
+        assert _decode_error(codec, bad).reason == "bad_marker"
 
 
 def test_fingerprint_bit_flips_are_unknown_schemas(codec: Codec) -> None:
-    data = codec.encode_message(PING)
-    for byte in range(2, HEADER_SIZE):
-        for bit in range(8):
-            bad = bytearray(data)
-            bad[byte] ^= 1 << bit
-            assert _decode_error(codec, bytes(bad)).reason == "unknown_schema"
+    for bad in _bit_flips(codec.encode_message(PING), 2, HEADER_SIZE):
+        assert _decode_error(codec, bad).reason == "unknown_schema"
 
 
 def test_body_bit_flips_raise_only_codec_error(codec: Codec) -> None:
     data = codec.encode_message(PING)
-    for byte in range(HEADER_SIZE, len(data)):
-        for bit in range(8):
-            bad = bytearray(data)
-            bad[byte] ^= 1 << bit
-            try:
-                codec.decode(bytes(bad))
-            except CodecError as exc:
-                assert exc.reason in ("truncated", "bad_body")
+    for bad in _bit_flips(data, HEADER_SIZE, len(data)):
+        try:
+            codec.decode(bad)
+        except CodecError as exc:
+            assert exc.reason in ("truncated", "bad_body")
 
 
 def test_trailing_bytes_and_non_bytes(codec: Codec) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import AsyncExitStack
+
 import pytest
 import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
@@ -10,12 +12,11 @@ from spotreel.domain import commands as cmd
 from spotreel.domain import ids
 from prometheus_client import generate_latest
 
-from spotreel.services.gateway.app import create_app, metrics_app
+from spotreel.services.gateway.app import metrics_app
 from spotreel.services.gateway.context import GATEWAY
 from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.deps import PoolLoad, StoreUnavailable, Tenant
-from spotreel.settings import Settings
-from tests.unit.gateway_fakes import fake_deps, job_view, with_status
+from tests.unit.gateway_fakes import fake_deps, job_view, serving, with_status
 
 A = {"Authorization": "Bearer key-a"}
 B = {"Authorization": "Bearer key-b"}
@@ -25,17 +26,11 @@ BODY = {"prompt": "a red fox in snow", "duration": 2, "fps": 8, "seed": 7}
 @pytest_asyncio.fixture(loop_scope="function")
 async def api():
     deps = fake_deps()
-    made = []
+    async with AsyncExitStack() as served:
+        async def make(cfg: GatewayConfig | None = None, deps=deps):
+            return await served.enter_async_context(serving(deps, cfg)), deps
 
-    async def make(cfg: GatewayConfig | None = None, deps=deps):
-        client = TestClient(TestServer(create_app(Settings(), deps, cfg)))
-        await client.start_server()
-        made.append(client)
-        return client, deps
-
-    yield make
-    for c in made:
-        await c.close()
+        yield make
 
 
 async def post(client, body=BODY, key="k1", headers=A):

@@ -6,13 +6,10 @@ from __future__ import annotations
 import logging
 
 import pytest_asyncio
-from aiohttp.test_utils import TestClient, TestServer
 
 from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.worker_api import routes as internal
-from spotreel.services.gateway.app import create_app
-from spotreel.settings import Settings
-from tests.unit.gateway_fakes import WORKER_KEY, fake_deps
+from tests.unit.gateway_fakes import WORKER_KEY, fake_deps, serving
 from tests.unit.test_gateway_store_outage import AcceptingBus
 
 JOB = "j" + "3" * 32
@@ -23,12 +20,8 @@ BEAT = {"epoch": 4, "worker_id": "w-1"}
 @pytest_asyncio.fixture(loop_scope="function")
 async def client():
     deps = fake_deps(work=AcceptingBus())
-    c = TestClient(TestServer(create_app(Settings(), deps, GatewayConfig(lease_ttl_ms=30_000))))
-    await c.start_server()
-    try:
+    async with serving(deps, GatewayConfig(lease_ttl_ms=30_000)) as c:
         yield c, deps
-    finally:
-        await c.close()
 
 
 async def test_a_client_gone_before_its_body_was_read_is_a_quiet_499(client, monkeypatch, caplog):

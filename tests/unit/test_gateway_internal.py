@@ -4,11 +4,8 @@ command (the scheduler's verdict judges it), 503 without a dispatch connection."
 from __future__ import annotations
 
 import pytest_asyncio
-from aiohttp.test_utils import TestClient, TestServer
 
-from spotreel.services.gateway.app import create_app
-from spotreel.settings import Settings
-from tests.unit.gateway_fakes import WORKER_KEY, fake_deps, job_view
+from tests.unit.gateway_fakes import WORKER_KEY, fake_deps, job_view, serving
 
 JOB = "j" + "1" * 32
 W = {"Authorization": f"Bearer {WORKER_KEY}"}
@@ -18,12 +15,8 @@ W = {"Authorization": f"Bearer {WORKER_KEY}"}
 async def client():
     deps = fake_deps()
     deps.reads.jobs[JOB] = job_view(JOB, "tenant-a", "running", lease_epoch=3, worker_id="w-new")
-    c = TestClient(TestServer(create_app(Settings(), deps)))
-    await c.start_server()
-    try:
+    async with serving(deps) as c:
         yield c, deps
-    finally:
-        await c.close()
 
 
 async def test_a_lease_holders_command_reads_nothing_and_goes_to_the_scheduler(client):

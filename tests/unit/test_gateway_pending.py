@@ -7,16 +7,13 @@ from dataclasses import dataclass, field
 
 import pytest
 import pytest_asyncio
-from aiohttp.test_utils import TestClient, TestServer
 
 from spotreel.domain import events as ev
 from spotreel import sse
-from spotreel.services.gateway.app import create_app
 from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.deps import Tenant
 from spotreel.services.gateway.public.pending import PoolQueue, pending_reason, pool_queue
-from spotreel.settings import Settings
-from tests.unit.gateway_fakes import fake_deps, job_view
+from tests.unit.gateway_fakes import fake_deps, job_view, serving
 
 pytestmark = pytest.mark.unit
 
@@ -82,10 +79,8 @@ async def gw():
     deps = fake_deps(pools=pools)
     deps.auth.tenants["tenant-a"] = Tenant("tenant-a", max_in_flight=1)
     deps.reads.jobs[JOB] = job_view(JOB, "tenant-a", "queued", version=2)
-    client = TestClient(TestServer(create_app(Settings(), deps, GatewayConfig(stream_poll_seconds=0.01))))
-    await client.start_server()
-    yield client, deps, pools
-    await client.close()
+    async with serving(deps, GatewayConfig(stream_poll_seconds=0.01)) as client:
+        yield client, deps, pools
 
 
 async def test_get_video_and_the_stream_carry_the_pending_reason_and_tell_when_it_changes(gw) -> None:

@@ -9,15 +9,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest_asyncio
-from aiohttp.test_utils import TestClient, TestServer
 
 from spotreel.dispatch.order import WorkView
 from spotreel.domain import events as ev
 from spotreel.services.gateway.worker_api import routes as internal
-from spotreel.services.gateway.app import create_app
 from spotreel.services.gateway.deps import StoreUnavailable
-from spotreel.settings import Settings
-from tests.unit.gateway_fakes import WORKER_KEY, FakeAuth, FakeReads, fake_deps
+from tests.unit.gateway_fakes import WORKER_KEY, FakeAuth, FakeReads, fake_deps, serving
 
 JOB = "j" + "2" * 32
 W = {"Authorization": f"Bearer {WORKER_KEY}"}
@@ -75,12 +72,8 @@ class AcceptingBus:
 @pytest_asyncio.fixture(loop_scope="function")
 async def client():
     deps = fake_deps(reads=DownReads(), auth=DownAuth(), work=AcceptingBus())
-    c = TestClient(TestServer(create_app(Settings(), deps)))
-    await c.start_server()
-    try:
+    async with serving(deps) as c:
         yield c, deps
-    finally:
-        await c.close()
 
 
 async def test_fenced_commands_reach_the_scheduler_while_the_read_model_is_down(client, monkeypatch):

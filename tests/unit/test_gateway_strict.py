@@ -3,20 +3,20 @@ headers, resolution and callback_url rules. Each answer is the JSON error shape,
 
 from __future__ import annotations
 
+from contextlib import AsyncExitStack
+
 import json
 from dataclasses import replace
 
 import pytest
 import pytest_asyncio
-from aiohttp.test_utils import TestClient, TestServer
 
 from spotreel.domain import commands as cmd
-from spotreel.services.gateway.app import create_app
 from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.public.guards import MAX_HEADER_BYTES, MAX_TARGET_BYTES
 from spotreel.services.gateway.openapi import document
 from spotreel.settings import Settings
-from tests.unit.gateway_fakes import fake_deps, with_status
+from tests.unit.gateway_fakes import fake_deps, serving, with_status
 
 A = {"Authorization": "Bearer key-a"}
 JSON = {**A, "Content-Type": "application/json"}
@@ -24,18 +24,12 @@ JSON = {**A, "Content-Type": "application/json"}
 
 @pytest_asyncio.fixture(loop_scope="function")
 async def api():
-    made = []
+    async with AsyncExitStack() as served:
+        async def make(settings: Settings | None = None, cfg: GatewayConfig | None = None):
+            deps = fake_deps()
+            return await served.enter_async_context(serving(deps, cfg, settings)), deps
 
-    async def make(settings: Settings | None = None, cfg: GatewayConfig | None = None):
-        deps = fake_deps()
-        client = TestClient(TestServer(create_app(settings or Settings(), deps, cfg)))
-        await client.start_server()
-        made.append(client)
-        return client, deps
-
-    yield make
-    for c in made:
-        await c.close()
+        yield make
 
 
 async def error_of(r, status: int) -> dict:

@@ -14,7 +14,7 @@ from spotreel.services.gateway.app import create_app
 from spotreel.services.gateway.openapi import LINKS, document
 from spotreel.services.webhooks.store import JobWebhookState, state_timestamp
 from spotreel.settings import Settings
-from tests.unit.gateway_fakes import fake_deps, job_view
+from tests.unit.gateway_fakes import fake_deps, job_view, serving
 
 A = {"Authorization": "Bearer key-a"}
 HOOK = "https://hooks.example.com/h"
@@ -23,10 +23,8 @@ HOOK = "https://hooks.example.com/h"
 @pytest_asyncio.fixture(loop_scope="function")
 async def api():
     deps = fake_deps()
-    client = TestClient(TestServer(create_app(Settings(), deps)))
-    await client.start_server()
-    yield client, deps
-    await client.close()
+    async with serving(deps) as client:
+        yield client, deps
 
 
 def video_schema() -> dict:

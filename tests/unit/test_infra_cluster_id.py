@@ -34,3 +34,16 @@ def test_formatted_storage_wins_over_the_id_file(tmp_path):
     kafka.kraft_dir.mkdir(parents=True)
     (kafka.kraft_dir / "meta.properties").write_text("version=1\ncluster.id=AAAAAAAAAAAAAAAAAAAAAA\nnode.id=1\n")
     assert kafka.cluster_id() == "AAAAAAAAAAAAAAAAAAAAAA"
+
+
+def test_every_node_of_the_cluster_profile_takes_the_id_the_first_one_made(tmp_path):
+    from spotreel.devstack.kafka_cluster import KafkaNode
+
+    settings = Settings(home=tmp_path)
+    first = KafkaNode(settings, 1)
+    cid = first.cluster_id()
+    assert CLUSTER_ID.match(cid)
+    assert [KafkaNode(settings, n).cluster_id() for n in (2, 3)] == [cid, cid]
+    assert (first.layout.data_root / "kafka-cluster.id").read_text().strip() == cid
+    assert not list(first.layout.data_root.glob("*.tmp"))
+    assert not (first.data_dir / "cluster.id").exists()  # the single node's file is not the cluster's

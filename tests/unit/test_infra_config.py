@@ -13,17 +13,14 @@ from spotreel.devstack.maven import Bundle, cassandra_bundle, fetch, kafka_bundl
 from spotreel.devstack.seaweed import GRPC_OFFSET, Seaweed
 from spotreel.devstack.stack import components
 from spotreel.devstack.settings import DevstackSettings
-from tests.unit.infra_env import fake_jar_cache, isolate
+from tests.unit.infra_env import isolated_settings
 
 pytestmark = pytest.mark.unit
 
 
 @pytest.fixture
 def settings(monkeypatch, tmp_path) -> DevstackSettings:
-    isolate(monkeypatch, tmp_path)
-    s = DevstackSettings.from_env()
-    fake_jar_cache(s)
-    return s
+    return isolated_settings(monkeypatch, tmp_path)
 
 
 def props(text: str) -> dict[str, str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from spotreel.devstack.ports import free_port
-from spotreel.devstack.server import Server
+from spotreel.devstack.server import SinglePortServer
 from spotreel.platform.errors import InfraError, ProbeFailed
 from spotreel.settings import Settings
 
@@ -30,22 +30,9 @@ def test_free_port_never_hands_out_the_same_port_twice() -> None:
     assert len(set(picked)) == len(picked)
 
 
-class _Listener(Server):
+class _Listener(SinglePortServer):
     name = "listener"
     port_grace_s = 0.5
-
-    def __init__(self, settings: Settings, port: int) -> None:
-        super().__init__(settings)
-        self.port = port
-
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def ports(self) -> list[int]:
-        return [self.port]
-
-    def main_log(self) -> Path:
-        return self.stdout_log
 
     def command(self) -> list[str]:
         return [sys.executable, "-c", LISTENER, str(self.port)]

@@ -14,7 +14,7 @@ from spotreel.domain import commands as c
 from spotreel.domain.decide import decide
 from spotreel.domain.evolve import evolve
 from spotreel.domain.leases import judged_at
-from spotreel.domain.state import Status
+from spotreel.domain.state import JobState, Status
 from spotreel.domain.timers import Timer, TimerKind
 from spotreel.services.scheduler.partition import PartitionState
 from tests.unit.jobkit import T0, TTL, kinds, leased_job
@@ -86,12 +86,16 @@ def test_a_silent_holder_loses_its_lease_one_ttl_after_its_last_command(silence:
     assert kinds(out) == ["CommandRejected"] and out[0].reason == "lease_expired"
 
 
-def test_expiry_timers_wait_for_the_log_to_pass_their_deadline() -> None:
-    d = leased_job()
-    s = d.s
+def _watched_lease() -> tuple[JobState, PartitionState, int]:
+    """A leased job's state, a partition that has seen it (its expiry timer armed) and the lease's deadline."""
+    s = leased_job().s
     part = PartitionState(0)
     part.observe(None, s)
-    deadline = s.lease.expires_at_ms
+    return s, part, s.lease.expires_at_ms
+
+
+def test_expiry_timers_wait_for_the_log_to_pass_their_deadline() -> None:
+    s, part, deadline = _watched_lease()
     part.arm(Timer(TimerKind.ACTIVATE, "other", deadline))
     states = {s.job_id: s}
     # The clock is past the deadline but the log has only been read up to before it: held back. Other
@@ -107,11 +111,7 @@ def test_expiry_timers_wait_for_the_log_to_pass_their_deadline() -> None:
 
 
 def test_a_caught_up_partition_fires_expiry_timers_by_the_clock() -> None:
-    d = leased_job()
-    s = d.s
-    part = PartitionState(0)
-    part.observe(None, s)
-    deadline = s.lease.expires_at_ms
+    s, part, deadline = _watched_lease()
     assert part.due(deadline - 1, {s.job_id: s}.get) == []
     held = part.due(deadline, {s.job_id: s}.get, lease_horizon_ms=-1)
     assert held == [] and part.held
@@ -121,11 +121,7 @@ def test_a_caught_up_partition_fires_expiry_timers_by_the_clock() -> None:
 
 
 def test_a_renewal_read_during_the_hold_makes_the_held_timer_stale() -> None:
-    d = leased_job()
-    s = d.s
-    part = PartitionState(0)
-    part.observe(None, s)
-    deadline = s.lease.expires_at_ms
+    s, part, deadline = _watched_lease()
     part.due(deadline + 1, {s.job_id: s}.get, lease_horizon_ms=deadline - 10)
     renewed = replace(s, version=s.version + 1, lease=replace(s.lease, expires_at_ms=deadline + TTL))
     part.observe(s, renewed)

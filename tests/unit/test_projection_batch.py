@@ -103,16 +103,24 @@ def _remember(stream: list[Any]) -> None:
             _EVENTS[(e.job_id, e.version)] = e
 
 
-jobs = st.lists(st.sampled_from(["k1", "k2", "k3"]), min_size=1, max_size=3, unique=True).flatmap(
-    lambda keys: st.tuples(*(histories(key=k) for k in keys)))
-
-
-@FAST
-@given(jobs, st.lists(st.integers(1, 15), min_size=1, max_size=6), st.integers(0, 2**32))
-def test_batches_leave_the_rows_of_one_by_one_projection(hs, sizes, seed):
+def _stream(hs, seed: int) -> tuple[random.Random, list[Any]]:
+    """The jobs' histories interleaved as one partition would carry them, remembered for the history rows,
+    and the random source that cut them, for the test's own choices."""
     rnd = random.Random(seed)
     stream = _interleaved(list(hs), rnd)
     _remember(stream)
+    return rnd, stream
+
+
+jobs = st.lists(st.sampled_from(["k1", "k2", "k3"]), min_size=1, max_size=3, unique=True).flatmap(
+    lambda keys: st.tuples(*(histories(key=k) for k in keys)))
+batch_sizes = st.lists(st.integers(1, 15), min_size=1, max_size=6)
+
+
+@FAST
+@given(jobs, batch_sizes, st.integers(0, 2**32))
+def test_batches_leave_the_rows_of_one_by_one_projection(hs, sizes, seed):
+    rnd, stream = _stream(hs, seed)
     t = Tables()
     p = _Projector(t)
     for a, b in _cuts(len(stream), sizes):
@@ -123,16 +131,13 @@ def test_batches_leave_the_rows_of_one_by_one_projection(hs, sizes, seed):
 
 
 @FAST
-@given(jobs, st.lists(st.integers(1, 15), min_size=1, max_size=6), st.lists(st.integers(1, 15), min_size=1,
-       max_size=6), st.integers(0, 2**32))
+@given(jobs, batch_sizes, batch_sizes, st.integers(0, 2**32))
 def test_a_projector_dying_mid_batch_and_one_starting_from_nothing_leave_the_same_rows(hs, sizes, sizes2, seed):
     # The first projector writes its batches, then dies with part of one batch's writes applied, its offsets
     # not committed. Its replacement starts at the last committed batch with an empty cache (jobs met
     # mid-history restored from the history rows), cuts its batches elsewhere, and redelivers what the
     # first had written.
-    rnd = random.Random(seed)
-    stream = _interleaved(list(hs), rnd)
-    _remember(stream)
+    rnd, stream = _stream(hs, seed)
     cuts = _cuts(len(stream), sizes)
     dies_in = rnd.randrange(len(cuts))
     t = Tables()
@@ -151,12 +156,10 @@ def test_a_projector_dying_mid_batch_and_one_starting_from_nothing_leave_the_sam
 
 
 @FAST
-@given(jobs, st.lists(st.integers(1, 15), min_size=1, max_size=6), st.integers(0, 2**32))
+@given(jobs, batch_sizes, st.integers(0, 2**32))
 def test_a_redelivered_batch_changes_nothing(hs, sizes, seed):
     # A commit that failed: the same projector (its cache warm) gets the records again.
-    rnd = random.Random(seed)
-    stream = _interleaved(list(hs), rnd)
-    _remember(stream)
+    rnd, stream = _stream(hs, seed)
     t = Tables()
     p = _Projector(t)
     for a, b in _cuts(len(stream), sizes):

@@ -10,16 +10,13 @@ from dataclasses import replace
 
 import pytest
 import pytest_asyncio
-from aiohttp.test_utils import TestClient, TestServer
 
 from spotreel.demo.feed import StatusFeed
 from spotreel import sse
-from spotreel.services.gateway.app import create_app
 from spotreel.client.http import ClientError
 from spotreel.client.watch import Watch
 from spotreel.api.config import GatewayConfig
-from spotreel.settings import Settings
-from tests.unit.gateway_fakes import fake_deps, job_view
+from tests.unit.gateway_fakes import fake_deps, job_view, serving
 
 A = {"Authorization": "Bearer key-a"}
 JOB = "j" + "a" * 32
@@ -56,10 +53,8 @@ def test_frames_parse_back_with_their_ids():
 async def gw():
     deps = fake_deps()
     deps.reads.jobs[JOB] = job_view(JOB, "tenant-a", "queued", version=2)
-    client = TestClient(TestServer(create_app(Settings(), deps, GatewayConfig(stream_poll_seconds=0.01))))
-    await client.start_server()
-    yield client, deps
-    await client.close()
+    async with serving(deps, GatewayConfig(stream_poll_seconds=0.01)) as client:
+        yield client, deps
 
 
 async def next_message(resp, timeout: float = 5.0) -> sse.Message:

@@ -9,15 +9,13 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import given
 from hypothesis import strategies as st
 
 from spotreel import tracing
-from spotreel.services.gateway.app import create_app
 from spotreel.services.scheduler.traces import JobTraces
 from spotreel.settings import Settings
-from tests.unit.gateway_fakes import fake_deps
+from tests.unit.gateway_fakes import fake_deps, serving
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 SAMPLED = f"00-{TRACE}-00f067aa0ba902b7-01"
@@ -156,10 +154,8 @@ class _TracedSink:
 async def gateway():
     deps = fake_deps()
     deps.commands = _TracedSink()
-    client = TestClient(TestServer(create_app(Settings(), deps)))
-    await client.start_server()
-    yield client, deps.commands
-    await client.close()
+    async with serving(deps) as client:
+        yield client, deps.commands
 
 
 async def _submit(client, key: str, extra: dict):

@@ -7,18 +7,15 @@ import json
 
 import pytest
 import pytest_asyncio
-from aiohttp.test_utils import TestClient, TestServer
 
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
-from spotreel.services.gateway.app import create_app
 from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.openapi import document
 from spotreel.api.submission import normalize
 from spotreel.services.webhooks.payload import milestone, notification_for
 from spotreel.webhook_filters import FILTERS
-from spotreel.settings import Settings
-from tests.unit.gateway_fakes import fake_deps
+from tests.unit.gateway_fakes import fake_deps, serving
 
 A = {"Authorization": "Bearer key-a"}
 HOOK = "https://hooks.example.com/h"
@@ -66,10 +63,8 @@ def test_the_filter_enters_the_hash_only_when_not_the_default():
 @pytest_asyncio.fixture(loop_scope="function")
 async def api():
     deps = fake_deps()
-    client = TestClient(TestServer(create_app(Settings(), deps)))
-    await client.start_server()
-    yield client, deps
-    await client.close()
+    async with serving(deps) as client:
+        yield client, deps
 
 
 @pytest.mark.parametrize("body", [

@@ -74,11 +74,18 @@ class Kafka(Server):
             for line in meta.read_text().splitlines():
                 if line.startswith("cluster.id="):
                     return line.split("=", 1)[1].strip()
-        path = self.data_dir / "cluster.id"
+        path = self.cluster_id_file()
         if path.exists() and CLUSTER_ID.match(path.read_text().strip()):
             return path.read_text().strip()
-        cid = new_cluster_id()
         path.parent.mkdir(parents=True, exist_ok=True)
+        return self.keep_cluster_id(path, new_cluster_id())
+
+    def cluster_id_file(self) -> Path:
+        """Where the id is kept from its making until the storage is formatted with it."""
+        return self.data_dir / "cluster.id"
+
+    def keep_cluster_id(self, path: Path, cid: str) -> str:
+        """Writes a new id to `path`; the id kept there."""
         path.write_text(cid + "\n")
         return cid
 

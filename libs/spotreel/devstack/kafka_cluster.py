@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 from spotreel.devstack import ports as portlib
-from spotreel.devstack.kafka import CLUSTER_ID, Kafka, new_cluster_id
+from spotreel.devstack.kafka import Kafka
 from spotreel.devstack.render import render
 from spotreel.devstack.server import Say
 from spotreel.platform.errors import InfraError, ProbeFailed
@@ -48,18 +49,11 @@ class KafkaNode(Kafka):
                       replication=s.kafka_rf, min_isr=s.kafka_min_isr,
                       controlled_shutdown="false")
 
-    def cluster_id(self) -> str:
+    def cluster_id_file(self) -> Path:
         """One id for every node of the cluster, made by whichever node formats first."""
-        meta = self.kraft_dir / "meta.properties"
-        if meta.exists():
-            for line in meta.read_text().splitlines():
-                if line.startswith("cluster.id="):
-                    return line.split("=", 1)[1].strip()
-        path = self.layout.data_root / "kafka-cluster.id"
-        if path.exists() and CLUSTER_ID.match(path.read_text().strip()):
-            return path.read_text().strip()
-        cid = new_cluster_id()
-        path.parent.mkdir(parents=True, exist_ok=True)
+        return self.layout.data_root / "kafka-cluster.id"
+
+    def keep_cluster_id(self, path: Path, cid: str) -> str:
         tmp = path.with_name(f"{path.name}.{self.node}.tmp")
         tmp.write_text(cid + "\n")
         try:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from spotreel.platform.errors import InfraError, ProbeFailed
 from spotreel.devstack.render import write_if_changed
-from spotreel.devstack.server import Say, Server
+from spotreel.devstack.server import Say, SinglePortServer
 from spotreel.settings import Settings
 
 MONITORING = Path(__file__).resolve().parents[3] / "monitoring"
@@ -33,25 +33,28 @@ def prometheus_binary() -> str:
     return found
 
 
-class Prometheus(Server):
+def ready_probe(address: str, timeout: float) -> str:
+    """Prometheus and Alertmanager both answer GET /-/ready once they serve."""
+    try:
+        with urllib.request.urlopen(f"{address}/-/ready", timeout=timeout) as resp:
+            resp.read()
+    except (urllib.error.URLError, OSError) as exc:
+        raise ProbeFailed(f"{address}/-/ready: {exc}") from None
+    return "ready"
+
+
+class Prometheus(SinglePortServer):
     name = "prometheus"
 
     def __init__(self, settings: Settings, port: int | None = None, scrape_interval: str = "5s",
                  alertmanager: int | None = None) -> None:
-        super().__init__(settings)
-        self.port = port if port is not None else self.settings.prometheus_port
+        super().__init__(settings, port)
         self.scrape_interval = scrape_interval
         # Where alerts are sent (an Alertmanager that is not running only costs Prometheus a logged error).
         self.alertmanager_port = alertmanager if alertmanager is not None else self.settings.alertmanager_port
 
-    def address(self) -> str:
-        return f"http://{self.settings.host}:{self.port}"
-
-    def ports(self) -> list[int]:
-        return [self.port]
-
-    def main_log(self) -> Path:
-        return self.stdout_log
+    def default_port(self) -> int:
+        return self.settings.prometheus_port
 
     @property
     def targets_dir(self) -> Path:
@@ -110,12 +113,7 @@ class Prometheus(Server):
         ]
 
     def probe(self, timeout: float) -> str:
-        try:
-            with urllib.request.urlopen(f"{self.address()}/-/ready", timeout=timeout) as resp:
-                resp.read()
-        except (urllib.error.URLError, OSError) as exc:
-            raise ProbeFailed(f"{self.address()}/-/ready: {exc}") from None
-        return "ready"
+        return ready_probe(self.address(), timeout)
 
     def query(self, promql: str, timeout: float = 5.0) -> list[dict]:
         """An instant query against the HTTP API; the result vector."""
@@ -129,25 +127,15 @@ class Prometheus(Server):
         return body["data"]["result"]
 
 
-class Alertmanager(Server):
+class Alertmanager(SinglePortServer):
     """Debian's prometheus-alertmanager on loopback, one instance (no cluster), routing by severity as
     monitoring/alertmanager.yml says. Its receivers send nothing anywhere: alerts wait in its API and UI
     (`amtool --alertmanager.url=... alert`) until someone adds a webhook, e-mail or pager integration."""
 
     name = "alertmanager"
 
-    def __init__(self, settings: Settings, port: int | None = None) -> None:
-        super().__init__(settings)
-        self.port = port if port is not None else self.settings.alertmanager_port
-
-    def address(self) -> str:
-        return f"http://{self.settings.host}:{self.port}"
-
-    def ports(self) -> list[int]:
-        return [self.port]
-
-    def main_log(self) -> Path:
-        return self.stdout_log
+    def default_port(self) -> int:
+        return self.settings.alertmanager_port
 
     def preflight(self) -> None:
         if shutil.which("prometheus-alertmanager") is None:
@@ -166,12 +154,7 @@ class Alertmanager(Server):
         ]
 
     def probe(self, timeout: float) -> str:
-        try:
-            with urllib.request.urlopen(f"{self.address()}/-/ready", timeout=timeout) as resp:
-                resp.read()
-        except (urllib.error.URLError, OSError) as exc:
-            raise ProbeFailed(f"{self.address()}/-/ready: {exc}") from None
-        return "ready"
+        return ready_probe(self.address(), timeout)
 
     def alerts(self, timeout: float = 5.0) -> list[dict]:
         """The alerts it holds (API v2)."""

@@ -8,13 +8,10 @@ parameters are its own and vanish with the process.
 
 from __future__ import annotations
 
-import shutil
-import sys
-from pathlib import Path
 from typing import Any
 
 from spotreel.devstack import ports as portlib
-from spotreel.devstack.server import Server
+from spotreel.devstack.server import SinglePortServer, environment_binary
 from spotreel.platform.errors import InfraError, ProbeFailed
 from spotreel.settings import Settings
 
@@ -23,31 +20,23 @@ FAKE_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "te
 
 
 def moto_binary() -> str:
-    beside = Path(sys.executable).parent / "moto_server"
-    found = str(beside) if beside.is_file() else shutil.which("moto_server")
+    found = environment_binary("moto_server")
     if found is None:
         raise InfraError("moto: the `moto_server` command was not found",
                          ["install the test extra (pip install -e '.[test]'), which brings moto[server]"])
     return found
 
 
-class MotoServer(Server):
+class MotoServer(SinglePortServer):
     name = "moto"
     port_grace_s = 2.0
 
     def __init__(self, settings: Settings, port: int | None = None, region: str = "us-east-1") -> None:
-        super().__init__(settings)
-        self.port = port or self.settings.moto_port
+        super().__init__(settings, port)
         self.region = region
 
-    def address(self) -> str:
-        return f"http://{self.settings.host}:{self.port}"
-
-    def ports(self) -> list[int]:
-        return [self.port]
-
-    def main_log(self) -> Path:
-        return self.stdout_log
+    def default_port(self) -> int:
+        return self.settings.moto_port
 
     def preflight(self) -> None:
         moto_binary()

