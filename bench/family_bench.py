@@ -55,7 +55,7 @@ from spotreel.checkpoint_interval import optimal_interval_s
 from spotreel.worker.checkpoints import decode, encode
 from spotreel.worker.families import family_for
 from spotreel.worker.hf_logging import quietly
-from spotreel.worker.pipeline import Renderer, RenderRequest
+from spotreel.worker.render_loop import Renderer, RenderRequest
 
 PROMPT = "a golden fox running on the beach at sunset, cinematic aerial shot"
 NEGATIVE = "blurry, low quality, still frame"

@@ -31,7 +31,7 @@ from spotreel.settings import Settings
 from spotreel.worker.checkpoints import CheckpointStore, encode
 from spotreel.checkpoint_interval import optimal_interval_s
 from spotreel.worker.model_tiny import ensure_tiny_model
-from spotreel.worker.pipeline import Renderer, RenderRequest
+from spotreel.worker.render_loop import Renderer, RenderRequest
 from spotreel.video import available_codec, encode_mp4
 
 

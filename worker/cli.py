@@ -253,7 +253,7 @@ def _serve(args: argparse.Namespace, settings: Settings, notice: Any, worker_id:
     from spotreel.worker.artifacts import ArtifactStore
     from spotreel.worker.checkpoints import CheckpointStore
     from spotreel.worker.hf_logging import quietly
-    from spotreel.worker.pipeline import Renderer
+    from spotreel.worker.render_loop import Renderer
     from spotreel.worker.runtime import RuntimeOptions, ServedModel, WorkerRuntime
     from spotreel.worker.transport import WorkerProfile
 

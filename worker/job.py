@@ -38,7 +38,7 @@ from spotreel.worker.artifacts import ArtifactStore
 from spotreel.worker.checkpoints import CheckpointError, CheckpointStore
 from spotreel.checkpoint_interval import IntervalPolicy
 from spotreel.worker.metrics import WorkerMetrics
-from spotreel.worker.pipeline import Renderer, RenderRequest, RenderState
+from spotreel.worker.render_loop import Renderer, RenderRequest, RenderState
 from spotreel.worker.pulse import Position, Pulse
 from spotreel.worker.signals import PreemptionNotice
 from spotreel.worker.storage import Budget, StorageBudgets, StorageUnavailable, call_within

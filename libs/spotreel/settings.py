@@ -176,7 +176,7 @@ class Settings:
     # times that of a tenant waiting in the pool (and larger) is asked back for it, within the same budget.
     # 0 (default): off.
     preempt_fair_share_ratio: int = 0
-    # Dispatch order (domain/dispatch.py, aging.py), in every scheduler partition and in the gateway's queue
+    # Dispatch order (domain/job_choice.py, aging.py), in every scheduler partition and in the gateway's queue
     # position. Graded aging: a queued job gains one priority tier per this many seconds waited, so an old
     # low-priority job overtakes newer higher ones. 0 (default): off (tiers cross tenants; a credit per
     # minute in a backlog of minutes would rank jobs by age across tenants and undo their weights).

@@ -6,7 +6,7 @@ after a rebalance.
 The work itself lives in modules named for it, mixed into `Scheduler`, which owns the shared state:
   table.py     the job table (JobTable, keys, reads through the cache, writes, markers);
   rebuild.py   on assignment: a partition's state from the table and the events topic's tail;
-  pipeline.py  `on_batch`: the per-command I/O order that makes the scheduler exactly-once;
+  command_batches.py  `on_batch`: the per-command I/O order that makes the scheduler exactly-once;
   timers.py    the timer tick (lease deadlines, queue timeouts, schedules);
   stats.py     pool stats, tenant usage, preemption, eviction;
   recoverywatch.py  a changelog partition Faust's recovery stopped reading is sought again.
@@ -35,7 +35,7 @@ from spotreel.services.scheduler.handler import Handler
 from spotreel.services.scheduler.metrics import Metrics
 from spotreel.services.scheduler.ordering import InOrder
 from spotreel.services.scheduler.partition import PartitionState
-from spotreel.services.scheduler.pipeline import Pipeline
+from spotreel.services.scheduler.command_batches import Pipeline
 from spotreel.services.scheduler.policies import dispatch_config, resume_hold_ms
 from spotreel.services.scheduler.preempting import PoolStatsView, budget_of
 from spotreel.services.scheduler.rebuild import Rebuild

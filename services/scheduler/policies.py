@@ -5,7 +5,7 @@ and its bound, the starvation bound, model affinity and resume affinity. The dom
 from __future__ import annotations
 
 from spotreel.domain.aging import AgingPolicy
-from spotreel.domain.dispatch import DispatchConfig
+from spotreel.domain.job_choice import DispatchConfig
 from spotreel.settings import Settings
 
 

@@ -232,7 +232,7 @@ def test_azure_watcher_triggers_then_approves_the_event_once_the_worker_is_done(
 # -- real workers --------------------------------------------------------------------------------------
 
 def worker_reading(plane, monkeypatch, mock, name: str, model: str, *extra: str):
-    from spotreel.worker.pipeline import TEST_HANG_ENV
+    from spotreel.worker.render_loop import TEST_HANG_ENV
 
     with monkeypatch.context() as m:
         for key, value in {**mock.worker_env(poll_s=1.0), TEST_HANG_ENV: f"{HANG_STEP}:{HANG_S}"}.items():

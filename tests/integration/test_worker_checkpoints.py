@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from spotreel.worker.checkpoints import CheckpointCorrupt, CheckpointMismatch, CheckpointStore
-from spotreel.worker.pipeline import Renderer, RenderRequest
+from spotreel.worker.render_loop import Renderer, RenderRequest
 from spotreel.video import frames_checksum
 
 

@@ -17,7 +17,7 @@ from spotreel.worker.checkpoints import CheckpointStore
 from spotreel.checkpoint_interval import IntervalPolicy
 from spotreel.worker.job import JobRun
 from spotreel.worker.metrics import PHASES, WorkerMetrics
-from spotreel.worker.pipeline import Renderer
+from spotreel.worker.render_loop import Renderer
 from spotreel.worker.signals import PreemptionNotice
 from spotreel.worker.storage import StorageBudgets
 from spotreel.domain.spec import RenderSpec

@@ -23,7 +23,7 @@ from spotreel.worker.artifacts import ArtifactStore
 from spotreel.worker.checkpoints import CheckpointStore
 from spotreel.worker.job import JobRun
 from spotreel.worker.metrics import WorkerMetrics
-from spotreel.worker.pipeline import Renderer
+from spotreel.worker.render_loop import Renderer
 from spotreel.worker.signals import PreemptionNotice
 from spotreel.worker.storage import Budget, StorageBudgets, StorageUnavailable, call_within
 from spotreel.worker.transport import Verdict, WorkerLease

@@ -255,7 +255,7 @@ def reference_checksum(model_dir: Path, command, sampler: str) -> str:
     import torch
 
     from spotreel.worker.hf_logging import quietly
-    from spotreel.worker.pipeline import Renderer, RenderRequest
+    from spotreel.worker.render_loop import Renderer, RenderRequest
     from spotreel.video import frames_checksum
 
     spec = getattr(command, "spec", command)  # a SubmitJob's RenderSpec, or the same fields flat

@@ -27,7 +27,7 @@ from spotreel.domain import commands as c
 from spotreel.domain import events as ev
 from spotreel.domain import ids
 from spotreel.domain.decide import decide
-from spotreel.domain.dispatch import DispatchConfig
+from spotreel.domain.job_choice import DispatchConfig
 from spotreel.domain.evolve import fold
 from spotreel.domain.fairness import DecayingTotal, combined_usage, credit, decayed
 from spotreel.domain.aging import AgingPolicy

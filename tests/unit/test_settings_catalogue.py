@@ -14,7 +14,7 @@ from spotreel import cli, knobs, settings_catalogue
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
-# Read by the code but not a knob: a test hook that makes a worker's step hang (worker/pipeline.py).
+# Read by the code but not a knob: a test hook that makes a worker's step hang (worker/render_loop.py).
 NOT_KNOBS = {"SPOTREEL_TEST_HANG_STEP"}
 
 
