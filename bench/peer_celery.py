@@ -29,7 +29,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from spotreel.devstack.ports import free_port
+from spotreel.platform.ports import free_port
 from spotreel.fleetsim.config import SimConfig
 from spotreel.fleetsim.figures import percentile
 from spotreel.services.simulator.run import simulate

@@ -230,13 +230,13 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     metrics = WorkerMetrics()
     announced = None
     if args.metrics_port:
-        from spotreel.devstack.monitoring import Prometheus
+        from spotreel.platform.scrape_targets import targets_dir
 
         try:
             metrics.serve(args.metrics_port, settings.host)
         except OSError as exc:
             return _fail(f"cannot serve metrics on {settings.host}:{args.metrics_port}: {exc.strerror}")
-        announced = announce(Prometheus(settings).targets_dir, worker_id, settings.host, args.metrics_port)
+        announced = announce(targets_dir(settings), worker_id, settings.host, args.metrics_port)
     try:
         return _serve(args, settings, notice, worker_id, gpu_type, models, transport_kind, metrics)
     finally:

@@ -27,7 +27,13 @@ def _registrars() -> list[Registrar]:
     from spotreel.services.scheduler.cli import register as scheduler
     from spotreel.worker.model_cli import register as model
     from spotreel.worker.cli import register as worker
-    from spotreel.services.webhooks.cli import register as webhooks
+    from spotreel.services.webhooks.cli import register as webhooks_with
+    from spotreel.services.janitor.service import build as janitor
+
+    def webhooks(sub: argparse._SubParsersAction) -> None:
+        # The janitor runs in the webhooks process (services/janitor/README.md); the services never import
+        # each other, so the two are put together here.
+        webhooks_with(sub, companion=janitor)
 
     return [infra, schemas, projector, scheduler, gateway, client, capacity, webhooks, simulate, slo, model, worker, demo]
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from spotreel.devstack import replicas
-from spotreel.devstack.ports import bindable
+from spotreel.platform.ports import bindable
 from spotreel.devstack.services import services
 from spotreel.devstack.stack import components
 from spotreel.platform.seed import local_registry_text

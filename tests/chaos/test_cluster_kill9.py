@@ -39,7 +39,7 @@ import pytest
 
 from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
-from spotreel.devstack import ports as portlib
+from spotreel.platform import ports as portlib
 from spotreel.domain import events as ev
 from spotreel.platform.s3 import s3_client
 from spotreel.platform.seed import DEV_WORKER_KEY

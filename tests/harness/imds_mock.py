@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterator
 
 from spotreel.devstack.imds_mock import ImdsMock, ensure_built
-from spotreel.devstack.ports import free_port
+from spotreel.platform.ports import free_port
 from spotreel.settings import Settings
 
 

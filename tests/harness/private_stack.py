@@ -23,8 +23,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from spotreel.devstack import ports as portlib
-from spotreel.devstack.processes import group_members, read_pidfile, stop_group
+from spotreel.platform import ports as portlib
+from spotreel.platform.processes import group_members, read_pidfile, stop_group
 from spotreel.devstack.services import settings_env
 from spotreel.devstack.settings import DevstackSettings
 from spotreel.devstack.stack import components

@@ -23,7 +23,7 @@ from email.utils import format_datetime
 
 import pytest
 
-from spotreel.devstack.ports import free_port
+from spotreel.platform.ports import free_port
 from spotreel.domain import events as ev
 from spotreel.worker.cloud_notices import gcp
 from spotreel.worker.cloud_notices.aws import ACTION_PATH, AwsReader

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from spotreel.devstack.ports import free_port
+from spotreel.platform.ports import free_port
 from spotreel.client.http import Client
 from spotreel.video import decode_frames
 

@@ -15,7 +15,7 @@ import yaml
 from prometheus_client import start_http_server
 
 from spotreel.devstack.monitoring import Prometheus
-from spotreel.devstack.ports import free_port
+from spotreel.platform.ports import free_port
 from spotreel.services.scheduler.metrics import Metrics
 from spotreel.settings import Settings
 

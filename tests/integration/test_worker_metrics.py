@@ -11,7 +11,7 @@ import pytest
 from botocore.config import Config
 from prometheus_client import generate_latest
 
-from spotreel.devstack.ports import free_port
+from spotreel.platform.ports import free_port
 from spotreel.worker.artifacts import ArtifactStore
 from spotreel.worker.checkpoints import CheckpointStore
 from spotreel.checkpoint_interval import IntervalPolicy

@@ -16,7 +16,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from spotreel.checkpoint_interval import IntervalPolicy
-from spotreel.devstack.ports import free_port
+from spotreel.platform.ports import free_port
 from spotreel.domain.spec import RenderSpec
 from spotreel.platform.s3 import s3_client
 from spotreel.worker.artifacts import ArtifactStore

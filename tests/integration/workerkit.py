@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from spotreel.domain import events as ev
 from spotreel.platform.migrate import migrate
-from spotreel.devstack.ports import free_port
+from spotreel.platform.ports import free_port
 from spotreel.tenancy import create_worker_key
 from spotreel.settings import Settings
 from tests.integration.schedkit import ROOT, Bus, SchedulerProc, drop_topics, make_topics, submit

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from spotreel.devstack.ports import free_port
+from spotreel.platform.ports import free_port
 from spotreel.devstack.server import Server
 from spotreel.platform.errors import InfraError, ProbeFailed
 from spotreel.settings import Settings

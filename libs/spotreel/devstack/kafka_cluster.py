@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 
-from spotreel.devstack import ports as portlib
+from spotreel.platform import ports as portlib
 from spotreel.devstack.kafka import CLUSTER_ID, Kafka, new_cluster_id
 from spotreel.devstack.render import render
 from spotreel.devstack.server import Say

@@ -15,6 +15,7 @@ import urllib.request
 from pathlib import Path
 
 from spotreel.platform.errors import InfraError, ProbeFailed
+from spotreel.platform.scrape_targets import targets_dir
 from spotreel.devstack.render import write_if_changed
 from spotreel.devstack.server import Say, Server
 from spotreel.settings import Settings
@@ -55,7 +56,7 @@ class Prometheus(Server):
 
     @property
     def targets_dir(self) -> Path:
-        return self.conf_dir / "targets"
+        return targets_dir(self.settings)
 
     @property
     def consoles_dir(self) -> Path:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from spotreel.devstack import ports as portlib
+from spotreel.platform import ports as portlib
 from spotreel.devstack.server import Server
 from spotreel.platform.errors import InfraError, ProbeFailed
 from spotreel.settings import Settings

@@ -25,7 +25,7 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spotreel.devstack import ports as portlib
+from spotreel.platform import ports as portlib
 from spotreel.devstack.layout import Layout
 from spotreel.platform.errors import InfraError
 from spotreel.settings import Settings

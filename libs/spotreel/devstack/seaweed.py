@@ -9,7 +9,7 @@ from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 
-from spotreel.devstack import ports as portlib
+from spotreel.platform import ports as portlib
 from spotreel.platform.errors import InfraError, ProbeFailed
 from spotreel.devstack.render import write_if_changed
 from spotreel.platform.s3 import s3_client

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from spotreel.devstack import maven
-from spotreel.devstack import ports as portlib
+from spotreel.platform import ports as portlib
 from spotreel.devstack.cassandra import Cassandra
 from spotreel.devstack.cluster import cassandra_nodes, kafka_nodes, record_nodes
 from spotreel.platform.errors import InfraError, ProbeFailed
