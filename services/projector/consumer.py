@@ -25,7 +25,7 @@ from typing import Any, Callable
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from spotreel import tracing
-from spotreel.adapters.kafka import batched_fetch
+from spotreel.platform.consumers import GROUP_MEMBER, consumer
 from spotreel.codec import Codec, CodecError
 from spotreel.codec.mapping import mapping_for
 from spotreel.domain import events as ev
@@ -108,21 +108,12 @@ class Projector:
         self._pending: _Pending | None = None
         self._rows: dict[str, Any] = {}
         self._stop = threading.Event()
-        self.consumer = Consumer({
-            "bootstrap.servers": config.bootstrap,
-            "group.id": config.group_id,
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "enable.partition.eof": True,
-            "session.timeout.ms": config.session_timeout_ms,
-            "heartbeat.interval.ms": 2000,
-            "max.poll.interval.ms": config.max_poll_interval_ms,
-            # Bigger fetches: the projector is throughput-bound, not latency-bound (at most 100 ms more lag).
-            **batched_fetch(100),
-            "queued.min.messages": 20000,
-            "log_level": 3,
-        })
+        # Bigger fetches: the projector is throughput-bound, not latency-bound (at most 100 ms more lag).
+        self.consumer = consumer(config.bootstrap, config.group_id, read_committed=True, fetch_wait_ms=100,
+                                 quiet=True, extra={**GROUP_MEMBER, "enable.partition.eof": True,
+                                                    "session.timeout.ms": config.session_timeout_ms,
+                                                    "max.poll.interval.ms": config.max_poll_interval_ms,
+                                                    "queued.min.messages": 20000})
         self.producer = Producer({"bootstrap.servers": config.bootstrap, "enable.idempotence": True,
                                   "log_level": 3})
 

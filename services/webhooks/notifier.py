@@ -21,7 +21,7 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from spotreel.adapters.kafka import batched_fetch
+from spotreel.platform.consumers import GROUP_MEMBER, consumer
 from spotreel.codec import Codec, CodecError
 from spotreel.domain import events as ev
 from spotreel.services.webhooks.backoff import RetryPolicy
@@ -85,12 +85,9 @@ class Notifier:
         self._secrets: dict[str, tuple[float, tuple[str, ...] | None]] = {}
         self._tasks: set[asyncio.Task] = set()
         self._assigned: set[tuple[str, int]] = set()
-        self.consumer = Consumer({
-            "bootstrap.servers": config.bootstrap, "group.id": config.group_id,
-            "enable.auto.commit": False, "auto.offset.reset": "earliest", "isolation.level": "read_committed",
-            "session.timeout.ms": 10000, "heartbeat.interval.ms": 2000, "log_level": 3,
-            **batched_fetch(100),  # a notification may wait 100 ms more; the broker is spared a fetch per event
-        })
+        # A notification may wait 100 ms more; the broker is spared a fetch per event.
+        self.consumer = consumer(config.bootstrap, config.group_id, read_committed=True, fetch_wait_ms=100,
+                                 quiet=True, extra=GROUP_MEMBER)
 
     # -- rebalance (these run inside consume(), in the polling thread) ------------------------------------
 

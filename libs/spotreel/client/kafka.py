@@ -29,6 +29,7 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
+from spotreel.platform.consumers import consumer
 from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec, CodecError
 from spotreel.domain import commands as cmd
@@ -73,7 +74,7 @@ class KafkaJobClient:
     def __init__(self, settings: Settings | None = None, cfg: Any = None, *, ack_timeout_s: float = 10.0) -> None:
         """`cfg`: the gateway's GatewayConfig (its defaults and limits); default the gateway's defaults, with
         the operator's model registry when `settings.model_registry` is set, as `spotreel gateway` does."""
-        from confluent_kafka import Consumer, Producer
+        from confluent_kafka import Producer
 
         from spotreel.api.config import GatewayConfig
 
@@ -89,9 +90,8 @@ class KafkaJobClient:
         self.commands, self.events = commands_topic(self.settings), events_topic(self.settings)
         self.producer = Producer({"bootstrap.servers": self.settings.kafka_bootstrap, "enable.idempotence": True,
                                   "acks": "all", "linger.ms": 1, "message.timeout.ms": int(ack_timeout_s * 1000)})
-        self.consumer = Consumer({"bootstrap.servers": self.settings.kafka_bootstrap,
-                                  "group.id": f"spotreel-client-{uuid.uuid4().hex}", "enable.auto.commit": False,
-                                  "isolation.level": "read_committed", "enable.partition.eof": False})
+        self.consumer = consumer(self.settings.kafka_bootstrap, f"spotreel-client-{uuid.uuid4().hex}",
+                                 read_committed=True, extra={"enable.partition.eof": False})
 
     # -- commands ---------------------------------------------------------------------------------------
 
