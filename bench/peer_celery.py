@@ -33,7 +33,7 @@ from spotreel.platform.ports import free_port
 from spotreel.fleetsim.config import SimConfig
 from spotreel.fleetsim.figures import percentile
 from spotreel.services.simulator.run import simulate
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -36,7 +36,7 @@ from spotreel.codec import Codec  # noqa: E402
 from spotreel.domain import commands as c  # noqa: E402
 from spotreel.domain import ids  # noqa: E402
 from spotreel.domain.spec import RenderSpec  # noqa: E402
-from spotreel.settings import Settings  # noqa: E402
+from spotreel.config.settings import Settings  # noqa: E402
 
 from spotreel.services.scheduler import app as sched_app  # noqa: E402
 from spotreel.services.scheduler import clock as sched_clock  # noqa: E402

@@ -15,9 +15,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from spotreel import knobs
+from spotreel.config import knobs
 from spotreel.model_registry import DEFAULT_POOL
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from spotreel.worker.storage import StorageBudgets
 from spotreel.worker.stuck import DEFAULT_MIN_S, DEFAULT_STEPS
 
@@ -163,7 +163,7 @@ def model_dir(settings: Settings, given: Path | None) -> Path:
 def _run(args: argparse.Namespace, settings: Settings) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s worker %(levelname)s %(name)s %(message)s")
-    from spotreel import tracing
+    from spotreel.runtime import tracing
 
     tracing.setup("worker")
     problem = _check(args)

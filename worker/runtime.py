@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from spotreel.worker.artifacts import ArtifactStore
 from spotreel.worker.checkpoints import CheckpointStore
-from spotreel.checkpoint_interval import IntervalPolicy
+from spotreel.domain.checkpoint_interval import IntervalPolicy
 from spotreel.worker.job import JobRun, RunResult
 from spotreel.worker.storage import StorageBudgets
 from spotreel.worker.metrics import WorkerMetrics

@@ -7,8 +7,8 @@ import os
 import sys
 from typing import Callable, Sequence
 
-from spotreel import knobs
-from spotreel.settings import Settings
+from spotreel.config import knobs
+from spotreel.config.settings import Settings
 
 # Each registrar adds its subparsers and sets `func(args, settings) -> int` on them.
 Registrar = Callable[[argparse._SubParsersAction], None]
@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
-        # The service options opened to the environment (spotreel.knobs) become defaults; a flag still wins.
+        # The service options opened to the environment (spotreel.config.knobs) become defaults; a flag still wins.
         knobs.apply(parser, os.environ)
     except ValueError as exc:
         print(f"spotreel: {exc}", file=sys.stderr)

@@ -10,7 +10,7 @@ from spotreel.codec import Codec
 from spotreel.domain import events as ev
 from spotreel.platform.topics import pool_stats_topic
 from spotreel.services.capacity.policy import PoolView
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 log = logging.getLogger("spotreel.capacity")
 

@@ -13,7 +13,7 @@ from spotreel.services.gateway.cassandra_store import CassandraAuth, CassandraRe
 from spotreel.services.gateway.deps import Deps
 from spotreel.services.gateway.public.poolview import KafkaPoolStats
 from spotreel.services.gateway.public.usage import KafkaTenantUsage
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 def presigner(settings: Settings, expires_s: int):

@@ -30,7 +30,7 @@ from spotreel.services.janitor.sweep import CHECKPOINTS, SweepResult
 log = logging.getLogger("spotreel.janitor")
 
 
-# The tuning knobs below are read from SPOTREEL_JANITOR_<NAME> (spotreel.knobs.dataclass_overrides, listed in
+# The tuning knobs below are read from SPOTREEL_JANITOR_<NAME> (spotreel.config.knobs.dataclass_overrides, listed in
 # docs/SETTINGS.md); the wiring fields come from Settings, and so does the sweep's period
 # (SPOTREEL_JANITOR_SWEEP_EVERY_S, Settings.janitor_sweep_every_s).
 ENV_PREFIX = "SPOTREEL_JANITOR_"

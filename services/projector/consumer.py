@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from spotreel import tracing
+from spotreel.runtime import tracing
 from spotreel.platform.consumers import GROUP_MEMBER, consumer
 from spotreel.codec import Codec, CodecError
 from spotreel.codec.mapping import mapping_for
@@ -39,7 +39,7 @@ from spotreel.services.projector.store import Store, pools_touched
 log = logging.getLogger("spotreel.projector")
 
 
-# The tuning knobs below are read from SPOTREEL_PROJECTOR_<NAME> (spotreel.knobs.dataclass_overrides, listed in
+# The tuning knobs below are read from SPOTREEL_PROJECTOR_<NAME> (spotreel.config.knobs.dataclass_overrides, listed in
 # docs/SETTINGS.md); the wiring fields come from Settings, and batch_size and the modes are the command's options.
 ENV_PREFIX = "SPOTREEL_PROJECTOR_"
 NOT_FROM_ENV = frozenset({"bootstrap", "group_id", "events_topic", "events_deadletter_topic", "rebuild",
@@ -382,7 +382,7 @@ class _Pending:
     ops: list[RowOp]
     offsets: dict[tuple[str, int], int]
     writes: Any  # store.PendingWrites, or _Refused
-    traced: list = field(default_factory=list)  # events that carried a traceparent (tracing.py)
+    traced: list = field(default_factory=list)  # events that carried a traceparent (runtime/tracing.py)
 
 
 class _Refused:

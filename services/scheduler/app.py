@@ -27,7 +27,7 @@ from spotreel.domain.retention import Retention
 from spotreel.domain.schedules import ScheduleState
 from spotreel.domain.state import JobState
 from spotreel.platform.topics import commands_topic, events_topic, scheduler_app_id
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 from spotreel.services.scheduler import taskdump
 from spotreel.services.scheduler.fairshare import FairShareView, half_life_ms

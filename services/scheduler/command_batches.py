@@ -29,7 +29,7 @@ from spotreel.domain.commands import CompleteJob, FailJob, RenewalBatch, Request
 from spotreel.domain.leases import PREEMPTED_FOR
 from spotreel.domain.state import JobState
 from spotreel.platform.topics import assignments_topic, commands_deadletter_topic, replies_topic, worker_leases_topic
-from spotreel.tracing import TRACEPARENT
+from spotreel.runtime.tracing import TRACEPARENT
 
 from spotreel.services.scheduler import clock, followups, statecodec
 from spotreel.services.scheduler.handler import HandlerResult, dead_letter

@@ -35,7 +35,7 @@ from spotreel.domain.fairness import DecayingTotal, TenantPolicy, TenantUsage, c
 from spotreel.domain.plans import policy
 from spotreel.domain.state import JobState, Status
 from spotreel.platform.topics import tenant_usage_topic, tenants_topic
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 log = logging.getLogger("spotreel.scheduler.fairshare")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from spotreel.domain.aging import AgingPolicy
 from spotreel.domain.job_choice import DispatchConfig
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 def dispatch_config(settings: Settings) -> DispatchConfig:

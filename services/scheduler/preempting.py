@@ -53,7 +53,7 @@ from spotreel.domain import events as ev
 from spotreel.domain.ids import pool_key
 from spotreel.domain.preemption import MINUTE_MS, Budget, Demand, Preemption, Running, may_yield, plan, plan_fair
 from spotreel.platform.topics import pool_stats_topic
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 from spotreel.services.scheduler.partition import PartitionState
 

@@ -27,7 +27,7 @@ from spotreel.adapters.compacted import CompactedReader
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
 from spotreel.platform.topics import worker_leases_topic
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 log = logging.getLogger("spotreel.scheduler.workerleases")
 

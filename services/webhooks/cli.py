@@ -14,8 +14,8 @@ import signal
 from functools import partial
 from typing import Any, Awaitable, Callable, Protocol
 
-from spotreel import knobs
-from spotreel.settings import Settings
+from spotreel.config import knobs
+from spotreel.config.settings import Settings
 
 
 class Loop(Protocol):
@@ -61,7 +61,7 @@ async def _main(settings: Settings, args: argparse.Namespace, companion: Compani
 
 def _run(args: argparse.Namespace, settings: Settings, companion: Companion | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s webhooks %(levelname)s %(message)s")
-    from spotreel import gctune
+    from spotreel.runtime import gctune
 
     gctune.install(settings.gc_threshold)
     try:

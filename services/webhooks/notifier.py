@@ -28,7 +28,7 @@ from spotreel.services.webhooks.backoff import RetryPolicy
 from spotreel.services.webhooks.metrics import WebhookMetrics
 from spotreel.services.webhooks.offsets import OffsetTracker
 from spotreel.services.webhooks.payload import OPENAI_STYLE, Notification, notification_for, openai_style
-from spotreel.webhook_filters import DEFAULT_FILTER
+from spotreel.webhooks.filters import DEFAULT_FILTER
 from spotreel.services.webhooks.sender import Attempt, Sender, Stopping
 from spotreel.services.webhooks.store import FINAL, DeliveryResult, Subscription, WebhookStore
 
@@ -36,7 +36,7 @@ log = logging.getLogger("spotreel.webhooks")
 T = TypeVar("T")
 
 
-# The tuning knobs below are read from SPOTREEL_WEBHOOKS_<NAME> (spotreel.knobs.dataclass_overrides, listed in
+# The tuning knobs below are read from SPOTREEL_WEBHOOKS_<NAME> (spotreel.config.knobs.dataclass_overrides, listed in
 # docs/SETTINGS.md); the wiring fields and allow_private come from Settings, the retry policy from the command's
 # options.
 ENV_PREFIX = "SPOTREEL_WEBHOOKS_"

@@ -24,7 +24,7 @@ import uuid
 from dataclasses import dataclass
 
 from spotreel.platform.seed import DEV_WORKER_KEY
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 # The local registry's model (its gateway refuses others); the simulated GPU type keeps the pool to this test.
 MODEL = "tiny-t2v"

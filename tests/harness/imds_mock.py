@@ -16,7 +16,7 @@ from typing import Iterator
 
 from spotreel.devstack.imds_mock import ImdsMock, ensure_built
 from spotreel.platform.ports import free_port
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 class TestImdsMock(ImdsMock):

@@ -9,7 +9,7 @@ from typing import Any, Iterator
 
 from spotreel.devstack.moto import MotoServer
 from spotreel.platform.ports import free_port
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 TEMPLATE = "spotreel-worker"
 

@@ -23,7 +23,7 @@ from spotreel.domain import commands as c
 from spotreel.domain import ids
 from spotreel.platform.migrate import migrate
 from spotreel.platform.topics import ensure_topics
-from spotreel import sse
+from spotreel.api import sse
 from spotreel.services.gateway.app import create_app
 from spotreel.client.cli import progress_line
 from spotreel.api.config import GatewayConfig

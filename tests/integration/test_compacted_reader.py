@@ -15,7 +15,7 @@ from spotreel.adapters.compacted import CompactedReader
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
 from spotreel.platform.ports import free_port
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ import pytest
 
 from spotreel.platform.ports import free_port
 from spotreel.client.http import Client
-from spotreel.video import decode_frames
+from spotreel.media.video import decode_frames
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

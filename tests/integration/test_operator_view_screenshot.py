@@ -19,7 +19,7 @@ from prometheus_client import start_http_server
 from spotreel.devstack.monitoring import Prometheus
 from spotreel.platform.ports import free_port
 from spotreel.services.scheduler.metrics import Metrics
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from spotreel.worker.metrics import WorkerMetrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

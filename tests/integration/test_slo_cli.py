@@ -19,7 +19,7 @@ from spotreel.codec import Codec
 from spotreel.devstack.monitoring import Prometheus
 from spotreel.platform.ports import free_port
 from spotreel.services.gateway.metrics import Metrics as GatewayMetrics
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from tests.unit.test_slo_report import _job
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

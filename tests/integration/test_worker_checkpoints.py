@@ -12,7 +12,7 @@ import pytest
 
 from spotreel.worker.checkpoints import CheckpointCorrupt, CheckpointMismatch, CheckpointStore
 from spotreel.worker.render_loop import Renderer, RenderRequest
-from spotreel.video import frames_checksum
+from spotreel.media.video import frames_checksum
 
 
 def request(sampler: str, seed: int, **over) -> RenderRequest:

@@ -14,7 +14,7 @@ from prometheus_client import generate_latest
 from spotreel.platform.ports import free_port
 from spotreel.worker.artifacts import ArtifactStore
 from spotreel.worker.checkpoints import CheckpointStore
-from spotreel.checkpoint_interval import IntervalPolicy
+from spotreel.domain.checkpoint_interval import IntervalPolicy
 from spotreel.worker.job import JobRun
 from spotreel.worker.metrics import PHASES, WorkerMetrics
 from spotreel.worker.render_loop import Renderer

@@ -15,7 +15,7 @@ from dataclasses import replace
 import pytest
 from prometheus_client import generate_latest
 
-from spotreel.checkpoint_interval import IntervalPolicy
+from spotreel.domain.checkpoint_interval import IntervalPolicy
 from spotreel.platform.ports import free_port
 from spotreel.domain.spec import RenderSpec
 from spotreel.platform.s3 import s3_client

@@ -24,7 +24,7 @@ from spotreel.domain import events as ev
 from spotreel.platform.migrate import migrate
 from spotreel.platform.ports import free_port
 from spotreel.tenancy import create_worker_key
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from tests.integration.schedkit import ROOT, Bus, SchedulerProc, drop_topics, make_topics, submit
 
 GPU = "cpu"
@@ -256,7 +256,7 @@ def reference_checksum(model_dir: Path, command, sampler: str) -> str:
 
     from spotreel.worker.hf_logging import quietly
     from spotreel.worker.render_loop import Renderer, RenderRequest
-    from spotreel.video import frames_checksum
+    from spotreel.media.video import frames_checksum
 
     spec = getattr(command, "spec", command)  # a SubmitJob's RenderSpec, or the same fields flat
     req = RenderRequest.from_job(prompt=spec.prompt, seed=spec.seed, num_steps=spec.num_steps,

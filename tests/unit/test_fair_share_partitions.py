@@ -35,7 +35,7 @@ from spotreel.domain.pools import WorkerOffer
 from spotreel.services.scheduler.fairshare import FairShareView, GlobalUsage, TenantLedger
 from spotreel.services.scheduler.partition import PartitionState
 from spotreel.services.scheduler.poolstats import pool_stats, share_if_room
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from tests.unit.jobkit import T0, submit
 from tests.harness.hypothesis_profiles import examples
 

@@ -14,7 +14,7 @@ from spotreel.services.gateway.app import create_app, metrics_app
 from spotreel.services.gateway.context import GATEWAY
 from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.deps import PoolLoad, StoreUnavailable, Tenant
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from tests.unit.gateway_fakes import fake_deps, job_view, with_status
 
 A = {"Authorization": "Bearer key-a"}

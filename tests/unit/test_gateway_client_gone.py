@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.worker_api import routes as internal
 from spotreel.services.gateway.app import create_app
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from tests.unit.gateway_fakes import WORKER_KEY, fake_deps
 from tests.unit.test_gateway_store_outage import AcceptingBus
 

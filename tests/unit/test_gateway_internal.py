@@ -7,7 +7,7 @@ import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
 
 from spotreel.services.gateway.app import create_app
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from tests.unit.gateway_fakes import WORKER_KEY, fake_deps, job_view
 
 JOB = "j" + "1" * 32

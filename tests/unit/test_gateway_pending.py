@@ -10,12 +10,12 @@ import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
 
 from spotreel.domain import events as ev
-from spotreel import sse
+from spotreel.api import sse
 from spotreel.services.gateway.app import create_app
 from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.deps import Tenant
 from spotreel.services.gateway.public.pending import PoolQueue, pending_reason, pool_queue
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from tests.unit.gateway_fakes import fake_deps, job_view
 
 pytestmark = pytest.mark.unit

@@ -16,7 +16,7 @@ from spotreel.domain import events as ev
 from spotreel.services.gateway.worker_api import routes as internal
 from spotreel.services.gateway.app import create_app
 from spotreel.services.gateway.deps import StoreUnavailable
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from tests.unit.gateway_fakes import WORKER_KEY, FakeAuth, FakeReads, fake_deps
 
 JOB = "j" + "2" * 32

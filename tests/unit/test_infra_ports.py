@@ -13,7 +13,7 @@ import pytest
 from spotreel.platform.ports import free_port
 from spotreel.devstack.server import Server
 from spotreel.platform.errors import InfraError, ProbeFailed
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 pytestmark = pytest.mark.unit
 

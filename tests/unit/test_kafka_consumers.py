@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from spotreel.platform.consumers import GROUP_MEMBER, batched_fetch, consumer_config, private_group
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 pytestmark = pytest.mark.unit
 

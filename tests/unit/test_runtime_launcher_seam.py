@@ -13,7 +13,7 @@ from spotreel.cli import build_parser
 from spotreel.devstack.monitoring import Prometheus
 from spotreel.platform.scrape_targets import targets_dir
 from spotreel.services.janitor.service import build as janitor
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 pytestmark = pytest.mark.unit
 

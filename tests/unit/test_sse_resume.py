@@ -13,12 +13,12 @@ import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
 
 from spotreel.demo.feed import StatusFeed
-from spotreel import sse
+from spotreel.api import sse
 from spotreel.services.gateway.app import create_app
 from spotreel.client.http import ClientError
 from spotreel.client.watch import Watch
 from spotreel.api.config import GatewayConfig
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from tests.unit.gateway_fakes import fake_deps, job_view
 
 A = {"Authorization": "Bearer key-a"}

@@ -14,7 +14,7 @@ from typing import Any
 
 from spotreel.codec import Codec
 from spotreel.platform.consumers import consumer, private_group
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 log = logging.getLogger(__name__)
 

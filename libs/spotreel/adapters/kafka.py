@@ -12,7 +12,7 @@ from spotreel.platform.consumers import batched_fetch, consumer
 from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
 from spotreel.platform.topics import assignments_topic, delete_topics, ensure_scheduler_topics
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 __all__ = ["BATCH_REPLY_KEY_PREFIX", "CMD_ENTRY_HEADER", "CMD_OFFSET_HEADER", "assignments_topic", "batched_fetch", "delete_topics", "ensure_scheduler_topics",
            "producer", "produce_command", "read_partition"]
@@ -37,7 +37,7 @@ def producer(settings: Settings, **extra: Any):
 def produce_command(prod: Any, settings: Settings, codec: Codec, command: Any, partition: int | None = None,
                     topic: str | None = None, headers: list | None = None) -> int:
     """Produce `command` keyed by its job_id (or schedule_id / worker_id / a pulse's gateway_id) to the owner's
-    partition (a pulse: give `partition`), with `headers` (a traceparent, spotreel/tracing.py) if given."""
+    partition (a pulse: give `partition`), with `headers` (a traceparent, spotreel/runtime/tracing.py) if given."""
     from spotreel.platform.topics import commands_topic
 
     key = (getattr(command, "job_id", None) or getattr(command, "schedule_id", None)

@@ -35,7 +35,7 @@ from spotreel.codec import Codec, CodecError
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
 from spotreel.platform.topics import commands_topic, events_topic
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 class InvalidRequest(ValueError):

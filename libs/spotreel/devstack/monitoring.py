@@ -18,7 +18,7 @@ from spotreel.platform.errors import InfraError, ProbeFailed
 from spotreel.platform.scrape_targets import targets_dir
 from spotreel.devstack.render import write_if_changed
 from spotreel.devstack.server import Say, Server
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 MONITORING = Path(__file__).resolve().parents[3] / "monitoring"
 RULES = MONITORING / "alerts.yml"

@@ -19,7 +19,7 @@ from spotreel.devstack.layout import Layout
 from spotreel.devstack.loggist import LogMark, gist
 from spotreel.platform.processes import Running, read_pidfile, spawn, stop_group
 from spotreel.devstack.settings import launcher_settings
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 Say = Callable[[str], None]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from spotreel.devstack.layout import Layout
 from spotreel.platform.topics import changelog_topic
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 def _dir_bytes(path: Path) -> int:

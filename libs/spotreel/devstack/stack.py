@@ -20,7 +20,7 @@ from spotreel.devstack.layout import Layout
 from spotreel.devstack.seaweed import Seaweed
 from spotreel.devstack.server import Say, Server
 from spotreel.devstack.services import services
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 LOCK_WAIT_S = 600
 

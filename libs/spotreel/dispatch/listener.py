@@ -26,14 +26,14 @@ import threading
 from collections import defaultdict
 from typing import Any, Callable, Iterable
 
-from spotreel import tracing
+from spotreel.runtime import tracing
 from spotreel.platform.consumers import consumer, private_group
 from spotreel.adapters.kafka import BATCH_REPLY_KEY_PREFIX
 from spotreel.codec import Codec
 from spotreel.dispatch.order import PoolQueues
 from spotreel.domain import events as ev
 from spotreel.platform.topics import assignments_topic, events_topic, pool_stats_topic, replies_topic
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 log = logging.getLogger("spotreel.dispatch")
 
@@ -66,7 +66,7 @@ class DispatchListener:
         self._verdicts: dict[str, Handler] = {}
         self._interest: dict[bytes, int] = defaultdict(int)  # job id -> verdicts waited on
         self._observers: dict[bytes, Handler] = {}  # job id -> sees every event of that job
-        # (job id, epoch) -> the traceparent its grant carried (spotreel/tracing.py): traced grants only.
+        # (job id, epoch) -> the traceparent its grant carried (spotreel/runtime/tracing.py): traced grants only.
         self._lease_traces: dict[tuple[str, int], str] = {}
         self._followed: set[int] = set()  # events partitions assigned on demand (consumer thread only)
         self._ops: list[tuple[Callable[[Any], None], threading.Event]] = []

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 def batched_fetch(wait_ms: int) -> dict[str, Any]:

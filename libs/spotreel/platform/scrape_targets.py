@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 def targets_dir(settings: Settings) -> Path:
