@@ -97,7 +97,7 @@ lint: setup
 	$(BIN)/mypy
 	LINT_IMPORTS=$(BIN)/lint-imports tools/lint-imports
 	$(BIN)/spotreel schemas check
-	$(BIN)/python -m spotreel.settings_catalogue --check
+	$(BIN)/python -m spotreel.docs.settings --check
 
 bench: setup
 	$(BIN)/python bench/codec_bench.py

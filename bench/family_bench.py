@@ -51,11 +51,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine_info import cpu_line  # noqa: E402  (bench/ is no package: the script's own folder)
 
-from spotreel.checkpoint_interval import optimal_interval_s
+from spotreel.domain.checkpoint_interval import optimal_interval_s
 from spotreel.worker.checkpoints import decode, encode
 from spotreel.worker.families import family_for
 from spotreel.worker.hf_logging import quietly
-from spotreel.worker.pipeline import Renderer, RenderRequest
+from spotreel.worker.render_loop import Renderer, RenderRequest
 
 PROMPT = "a golden fox running on the beach at sunset, cinematic aerial shot"
 NEGATIVE = "blurry, low quality, still frame"
@@ -279,7 +279,7 @@ def renderer_around(pipe, device: torch.device, dtype: torch.dtype, model_id: st
 
 def check_renderer_attributes(family: str) -> None:
     """Fail when Renderer.__init__ sets attributes renderer_around does not (the bench would then skip them)."""
-    from spotreel.settings import Settings
+    from spotreel.config.settings import Settings
     from spotreel.worker.model_tiny import ensure_tiny_model
 
     real = quietly(lambda: Renderer(ensure_tiny_model(Settings.from_env().cache_dir, family=family)))

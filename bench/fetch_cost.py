@@ -87,7 +87,7 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=15.0)
     ap.add_argument("--out", default="")
     args = ap.parse_args()
-    from spotreel.settings import Settings
+    from spotreel.config.settings import Settings
 
     bootstrap = Settings.from_env().kafka_bootstrap
     broker = broker_pid()

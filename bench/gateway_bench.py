@@ -44,7 +44,7 @@ def serve_bare(port: int) -> None:
     from spotreel.domain.commands import SubmitJob
     from spotreel.domain.spec import RenderSpec
     from spotreel.dispatch.sender import AsyncCommandSender as KafkaCommandSink
-    from spotreel.settings import Settings
+    from spotreel.config.settings import Settings
 
     settings = Settings.from_env()
     sink = KafkaCommandSink(settings)
@@ -137,7 +137,7 @@ async def _main(args: argparse.Namespace) -> dict:
     from spotreel.platform.migrate import migrate
     from spotreel.platform.topics import ensure_topics
     from spotreel.tenancy import create_tenant
-    from spotreel.settings import Settings
+    from spotreel.config.settings import Settings
 
     unique = "bench" + uuid.uuid4().hex[:10]
     settings = replace(Settings.from_env(), topic_prefix=f"bench.{unique}", cassandra_keyspace=unique)

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def main() -> None:
     from spotreel.devstack.stack import components
     from spotreel.services.simulator.stack import cpu_seconds, machine_busy_seconds
-    from spotreel.settings import Settings
+    from spotreel.config.settings import Settings
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=60.0)

@@ -24,7 +24,7 @@ from spotreel.devstack.seaweed import s3_client
 from spotreel.services.janitor import objects
 from spotreel.services.janitor.service import ReadModelFacts
 from spotreel.services.janitor.sweep import sweep
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 DAY_MS = 86_400_000
 

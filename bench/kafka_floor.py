@@ -41,7 +41,7 @@ PAYLOAD = 200
 def _producer(extra: dict | None = None):
     from confluent_kafka import Producer
 
-    from spotreel.settings import Settings
+    from spotreel.config.settings import Settings
 
     return Producer({"bootstrap.servers": Settings().kafka_bootstrap, "enable.idempotence": True, "acks": "all",
                      "linger.ms": 1, **(extra or {})})
@@ -50,7 +50,7 @@ def _producer(extra: dict | None = None):
 def _consumer(group: str, topic: str):
     from confluent_kafka import Consumer
 
-    from spotreel.settings import Settings
+    from spotreel.config.settings import Settings
 
     cons = Consumer({"bootstrap.servers": Settings().kafka_bootstrap, "group.id": group,
                      "auto.offset.reset": "latest", "enable.auto.commit": True, "fetch.wait.max.ms": 5})
@@ -117,7 +117,7 @@ def client(req: str, rep: str, rate: float, seconds: float, workers: int) -> Non
 def broker_pid() -> int:
     """The pid of the local stack's Kafka broker (bench/fetch_cost.py uses it too)."""
     from spotreel.devstack.stack import components
-    from spotreel.settings import Settings
+    from spotreel.config.settings import Settings
 
     for server in components(Settings()):
         if server.name == "kafka":
@@ -131,7 +131,7 @@ def measure(rate: float, seconds: float, workers: int) -> dict:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from spotreel.services.simulator.stack import cpu_seconds
-    from spotreel.settings import Settings
+    from spotreel.config.settings import Settings
 
     tag = uuid.uuid4().hex[:8]
     req, rep = f"floor-{tag}.req", f"floor-{tag}.rep"

@@ -19,7 +19,7 @@ from statistics import median
 from typing import Any
 
 from spotreel.domain import events as ev
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 ACTED = (ev.LeaseRenewed, ev.ProgressReported, ev.CheckpointRecorded, ev.JobSucceeded, ev.AttemptFailed)
 

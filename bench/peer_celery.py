@@ -29,11 +29,11 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from spotreel.devstack.ports import free_port
+from spotreel.platform.ports import free_port
 from spotreel.fleetsim.config import SimConfig
 from spotreel.fleetsim.figures import percentile
 from spotreel.services.simulator.run import simulate
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 

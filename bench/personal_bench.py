@@ -91,7 +91,7 @@ async def submit(args: argparse.Namespace) -> dict[str, Any]:
     from aiohttp.test_utils import TestClient, TestServer
 
     from spotreel.services.gateway.app import create_app
-    from spotreel.settings import Settings
+    from spotreel.config.settings import Settings
     from tests.unit.gateway_fakes import fake_deps
 
     clients = {}
@@ -135,7 +135,7 @@ def keystore(args: argparse.Namespace) -> dict[str, Any]:
     from spotreel.personal.keystore import CassandraKeystore
     from spotreel.platform.cql import cql_session
     from spotreel.platform.migrate import migrate
-    from spotreel.settings import Settings
+    from spotreel.config.settings import Settings
 
     settings = Settings.from_env()
     ks = "bench_keys_" + uuid.uuid4().hex[:8]

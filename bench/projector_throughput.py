@@ -11,7 +11,7 @@ consume loop over the same records in the same run. Uses a throwaway topic prefi
   (released, requeued, leased again from the checkpoint), then success. ~71% of the records are
   ProgressReported / LeaseRenewed, ~11% CheckpointRecorded.
 --gc SETTING: the cyclic collector's thresholds (SPOTREEL_GC_THRESHOLD's form); by default the service's own
-  setting, installed as `spotreel projector` installs it (spotreel/gctune.py); `--gc ''` keeps Python's
+  setting, installed as `spotreel projector` installs it (spotreel/runtime/gctune.py); `--gc ''` keeps Python's
   defaults, which the service does not use.
 --before GITREF: also runs the projector as it was at GITREF (its services/projector/ checked out into a
   temporary directory and imported under another name) over the same records, into its own keyspace, and
@@ -52,13 +52,13 @@ from cassandra.cluster import Cluster
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from spotreel import gctune
+from spotreel.runtime import gctune
 from spotreel.codec import Codec
 from spotreel.platform.migrate import migrate
 from spotreel.services.projector import consumer as current_consumer
 from spotreel.services.projector import store as current_store
 from spotreel.services.projector.service import events_deadletter_topic
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from tests.integration.projector_kit import dump, interleave, make_histories, produce
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
         for e in stream:
             kinds[type(e).__name__] = kinds.get(type(e).__name__, 0) + 1
         total = produce(s.kafka_bootstrap, topic, stream)
-        # The collector set as `spotreel projector` sets it (gctune.py), the histories made above frozen with
+        # The collector set as `spotreel projector` sets it (runtime/gctune.py), the histories made above frozen with
         # the rest: the service's process does not hold them, so they must not make its collections longer.
         gc_setting = base.gc_threshold if args.gc is None else args.gc
         thresholds = gctune.install(gc_setting)

@@ -36,7 +36,7 @@ from spotreel.codec import Codec  # noqa: E402
 from spotreel.domain import commands as c  # noqa: E402
 from spotreel.domain import ids  # noqa: E402
 from spotreel.domain.spec import RenderSpec  # noqa: E402
-from spotreel.settings import Settings  # noqa: E402
+from spotreel.config.settings import Settings  # noqa: E402
 
 from spotreel.services.scheduler import app as sched_app  # noqa: E402
 from spotreel.services.scheduler import clock as sched_clock  # noqa: E402
@@ -109,7 +109,7 @@ def main() -> None:
         key = (getattr(command, "job_id", None) or command.worker_id).encode()
         out = sched.handler.handle(part, topic, offset, key, codec.encode_message(command), clock[0], clock[0])
         assert out.deadletter is None, out.deadletter
-        # What on_batch does with a command's outcome, less the Kafka sends (pipeline.py, phases 1 and 4).
+        # What on_batch does with a command's outcome, less the Kafka sends (command_batches.py, phases 1 and 4).
         for before, after in out.states.values():
             sched.store.cache[after.job_id] = after
             part.observe(before, after)

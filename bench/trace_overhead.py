@@ -1,6 +1,6 @@
-"""What tracing costs the scheduler per command (spotreel/tracing.py, services/scheduler/traces.py).
+"""What tracing costs the scheduler per command (spotreel/runtime/tracing.py, services/scheduler/traces.py).
 
-The scheduler's loop (services/scheduler/pipeline.py `on_batch`) gained, per command: reading the record's
+The scheduler's loop (services/scheduler/command_batches.py `on_batch`) gained, per command: reading the record's
 headers, a clock read only when there are headers, and `if given or traces.by_job:`. This runs the real
 Handler on SubmitJob commands of fresh jobs (decode, decide, evolve: the per-command work the loop does
 anyway) three ways, in one process, interleaved rounds, best of each:
@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from spotreel import tracing
+from spotreel.runtime import tracing
 from spotreel.codec import Codec
 from spotreel.domain import commands as c
 from spotreel.domain import ids

@@ -33,7 +33,7 @@ from family_bench import (  # noqa: E402  (bench/ is no package: the script's ow
 )
 
 from spotreel.worker.hf_logging import quietly  # noqa: E402
-from spotreel.worker.pipeline import RenderRequest  # noqa: E402
+from spotreel.worker.render_loop import RenderRequest  # noqa: E402
 
 # family -> dtype and the (width, height, frames) cases, smallest first. Wan 2.1: 832x480 is the 1.3B model's
 # size, 1280x720 the 14B's (same VAE), 81 frames its longest; CogVideoX-2B: 720x480 x 49 its card's size,

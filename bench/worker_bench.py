@@ -27,12 +27,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine_info import cpu_line  # noqa: E402  (bench/ is no package: the script's own folder)
 
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from spotreel.worker.checkpoints import CheckpointStore, encode
-from spotreel.checkpoint_interval import optimal_interval_s
+from spotreel.domain.checkpoint_interval import optimal_interval_s
 from spotreel.worker.model_tiny import ensure_tiny_model
-from spotreel.worker.pipeline import Renderer, RenderRequest
-from spotreel.video import available_codec, encode_mp4
+from spotreel.worker.render_loop import Renderer, RenderRequest
+from spotreel.media.video import available_codec, encode_mp4
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

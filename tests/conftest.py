@@ -14,7 +14,7 @@ from typing import Iterator
 
 import pytest
 
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from tests.harness import hypothesis_profiles
 from tests.harness.stack import Endpoints, StackUnavailable, container_stack, docker_reachable, local_stack
 

@@ -15,9 +15,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from spotreel import knobs
+from spotreel.config import knobs
 from spotreel.model_registry import DEFAULT_POOL
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from spotreel.worker.storage import StorageBudgets
 from spotreel.worker.stuck import DEFAULT_MIN_S, DEFAULT_STEPS
 
@@ -163,7 +163,7 @@ def model_dir(settings: Settings, given: Path | None) -> Path:
 def _run(args: argparse.Namespace, settings: Settings) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s worker %(levelname)s %(name)s %(message)s")
-    from spotreel import tracing
+    from spotreel.runtime import tracing
 
     tracing.setup("worker")
     problem = _check(args)
@@ -230,13 +230,13 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     metrics = WorkerMetrics()
     announced = None
     if args.metrics_port:
-        from spotreel.devstack.monitoring import Prometheus
+        from spotreel.platform.scrape_targets import targets_dir
 
         try:
             metrics.serve(args.metrics_port, settings.host)
         except OSError as exc:
             return _fail(f"cannot serve metrics on {settings.host}:{args.metrics_port}: {exc.strerror}")
-        announced = announce(Prometheus(settings).targets_dir, worker_id, settings.host, args.metrics_port)
+        announced = announce(targets_dir(settings), worker_id, settings.host, args.metrics_port)
     try:
         return _serve(args, settings, notice, worker_id, gpu_type, models, transport_kind, metrics)
     finally:
@@ -253,7 +253,7 @@ def _serve(args: argparse.Namespace, settings: Settings, notice: Any, worker_id:
     from spotreel.worker.artifacts import ArtifactStore
     from spotreel.worker.checkpoints import CheckpointStore
     from spotreel.worker.hf_logging import quietly
-    from spotreel.worker.pipeline import Renderer
+    from spotreel.worker.render_loop import Renderer
     from spotreel.worker.runtime import RuntimeOptions, ServedModel, WorkerRuntime
     from spotreel.worker.transport import WorkerProfile
 

@@ -32,22 +32,22 @@ from typing import Any, Callable
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from spotreel import tracing
+from spotreel.runtime import tracing
 from spotreel.domain import images
 from spotreel.domain.images import ImageRef
 from spotreel.domain.leases import UNCLAIMED
 from spotreel.domain.retry import STORAGE_UNAVAILABLE
 from spotreel.worker.artifacts import ArtifactStore
 from spotreel.worker.checkpoints import CheckpointError, CheckpointStore
-from spotreel.checkpoint_interval import IntervalPolicy
+from spotreel.domain.checkpoint_interval import IntervalPolicy
 from spotreel.worker.metrics import WorkerMetrics
-from spotreel.worker.pipeline import Renderer, RenderRequest, RenderState
+from spotreel.worker.render_loop import Renderer, RenderRequest, RenderState
 from spotreel.worker.pulse import Position, Pulse
 from spotreel.worker.signals import PreemptionNotice
 from spotreel.worker.storage import Budget, StorageBudgets, StorageUnavailable, call_within
 from spotreel.worker.stuck import DEFAULT_MIN_S, DEFAULT_STEPS, STUCK_EXIT, STUCK_GRACE_S, StepWatch
 from spotreel.worker.transport import WorkerLease, LeaseLost, Transport, TransportError, Verdict
-from spotreel.video import encode_mp4, frames_checksum
+from spotreel.media.video import encode_mp4, frames_checksum
 
 log = logging.getLogger("spotreel.worker.job")
 
@@ -116,7 +116,7 @@ class JobRun:
         self.metrics.checkpoint_failures.labels(self.lease.pool)
         lease = self.lease
         # A traced job (its lease answer names the trace): this lease, its checkpoints and upload are spans
-        # of it, and the commands sent inside them carry it (spotreel/tracing.py).
+        # of it, and the commands sent inside them carry it (spotreel/runtime/tracing.py).
         with tracing.joined("worker lease", lease.traceparent,
                             {"spotreel.job_id": lease.job_id, "spotreel.epoch": lease.epoch,
                              "spotreel.worker_id": lease.worker_id, "spotreel.pool": lease.pool}) as span:

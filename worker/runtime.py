@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from spotreel.worker.artifacts import ArtifactStore
 from spotreel.worker.checkpoints import CheckpointStore
-from spotreel.checkpoint_interval import IntervalPolicy
+from spotreel.domain.checkpoint_interval import IntervalPolicy
 from spotreel.worker.job import JobRun, RunResult
 from spotreel.worker.storage import StorageBudgets
 from spotreel.worker.metrics import WorkerMetrics
@@ -186,7 +186,7 @@ class WorkerRuntime:
 
     def _switch_for(self, lease) -> None:
         """The scheduler gives a job of another model this worker serves only when none of the loaded one's
-        is left for it (domain/dispatch.py, model affinity): unload, load, declare the new one warm. The
+        is left for it (domain/job_choice.py, model affinity): unload, load, declare the new one warm. The
         lease is renewed meanwhile (loading takes longer than a TTL). If the load fails the old model is
         loaded back and the lease goes back unused (job.py: wrong model, no attempt spent)."""
         target = self.models.get(lease.spec.model)

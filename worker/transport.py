@@ -77,7 +77,7 @@ class WorkerLease:
     # gateway adds them to its answer, a Kafka worker reads them itself). None: not known.
     pool_lease_losses_1h: int | None = None
     pool_leased_seconds_1h: float | None = None
-    # The job's trace (W3C traceparent) when the job is traced (spotreel/tracing.py): the worker's spans join it.
+    # The job's trace (W3C traceparent) when the job is traced (spotreel/runtime/tracing.py): the worker's spans join it.
     traceparent: str | None = None
 
     @classmethod

@@ -14,7 +14,7 @@ import urllib.request
 import uuid
 from typing import Any
 
-from spotreel import tracing
+from spotreel.runtime import tracing
 from spotreel.dispatch.intake import SENT_AT_HTTP_HEADER
 from spotreel.worker.transport import WorkerLease, TransportError, Verdict, WorkerProfile, judge
 

@@ -35,7 +35,7 @@ from collections import deque
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from spotreel import tracing
+from spotreel.runtime import tracing
 from spotreel.adapters.kafka import produce_command, producer
 from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
@@ -49,7 +49,7 @@ from spotreel.domain import events as ev
 from spotreel.domain.leases import UNCLAIMED
 from spotreel.domain.spec import RenderSpec
 from spotreel.personal.vault import Erased
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from spotreel.worker.transport import WorkerLease, TransportError, Verdict, WorkerProfile, judge
 
 log = logging.getLogger("spotreel.worker.kafka")

@@ -7,8 +7,8 @@ import os
 import sys
 from typing import Callable, Sequence
 
-from spotreel import knobs
-from spotreel.settings import Settings
+from spotreel.config import knobs
+from spotreel.config.settings import Settings
 
 # Each registrar adds its subparsers and sets `func(args, settings) -> int` on them.
 Registrar = Callable[[argparse._SubParsersAction], None]
@@ -27,7 +27,13 @@ def _registrars() -> list[Registrar]:
     from spotreel.services.scheduler.cli import register as scheduler
     from spotreel.worker.model_cli import register as model
     from spotreel.worker.cli import register as worker
-    from spotreel.services.webhooks.cli import register as webhooks
+    from spotreel.services.webhooks.cli import register as webhooks_with
+    from spotreel.services.janitor.service import build as janitor
+
+    def webhooks(sub: argparse._SubParsersAction) -> None:
+        # The janitor runs in the webhooks process (services/janitor/README.md); the services never import
+        # each other, so the two are put together here.
+        webhooks_with(sub, companion=janitor)
 
     return [infra, schemas, projector, scheduler, gateway, client, capacity, webhooks, simulate, slo, model, worker, demo]
 
@@ -44,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
-        # The service options opened to the environment (spotreel.knobs) become defaults; a flag still wins.
+        # The service options opened to the environment (spotreel.config.knobs) become defaults; a flag still wins.
         knobs.apply(parser, os.environ)
     except ValueError as exc:
         print(f"spotreel: {exc}", file=sys.stderr)

@@ -14,7 +14,7 @@ import time
 from spotreel.domain import plans
 from spotreel.domain.events import TenantSettings
 from spotreel.platform.seed import api_key_hash
-from spotreel.webhook_signing import new_secret
+from spotreel.webhooks.signing import new_secret
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 

@@ -11,8 +11,8 @@ import threading
 import time
 from typing import Any
 
-from spotreel import knobs
-from spotreel.settings import Settings
+from spotreel.config import knobs
+from spotreel.config.settings import Settings
 from spotreel.model_registry import DEFAULT_POOL
 
 # Simulated workers "complete" jobs without rendering anything, so they get a pool of their own by default:

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, Sequence
 
-from spotreel.devstack.ports import free_port
-from spotreel.devstack.processes import proc_stat, read_pidfile, spawn, stop_group
+from spotreel.platform.ports import free_port
+from spotreel.platform.processes import proc_stat, read_pidfile, spawn, stop_group
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from spotreel.codec import Codec, CodecError
+from spotreel.adapters.compacted import CompactedReader
+from spotreel.codec import Codec
 from spotreel.domain import events as ev
 from spotreel.platform.topics import pool_stats_topic
 from spotreel.services.capacity.policy import PoolView
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 log = logging.getLogger("spotreel.capacity")
 
@@ -35,34 +36,22 @@ class PoolStatsReader:
     """Tails the compacted pool-stats topic from the beginning, keeping the newest record per partition."""
 
     def __init__(self, settings: Settings, codec: Codec | None = None) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-
         self.codec = codec or Codec.default()
         self.latest: dict[tuple[str, int], ev.PoolStats] = {}
-        self._consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap,
-                                   "group.id": f"{settings.topic_prefix}.capacity", "enable.auto.commit": False})
-        topic = pool_stats_topic(settings)
-        self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(settings.partitions)])
+        self._reader = CompactedReader(settings, "capacity", [pool_stats_topic(settings)], self.apply,
+                                       codec=self.codec, batch=1000, group_id=f"{settings.topic_prefix}.capacity",
+                                       track_end=False)
+
+    def apply(self, rec: Any) -> None:
+        if isinstance(rec, ev.PoolStats):
+            self.latest[(rec.pool, rec.partition)] = rec
 
     def poll(self, timeout: float = 0.5) -> int:
         """Take in what has arrived; the number of records read."""
-        msgs: list[Any] = self._consumer.consume(1000, timeout)
-        n = 0
-        for msg in msgs:
-            if msg.error() or msg.value() is None:
-                continue
-            try:
-                rec = self.codec.decode_message(msg.value())
-            except CodecError as exc:
-                log.warning("skipping an undecodable pool-stats record at offset %s: %s", msg.offset(), exc)
-                continue
-            if isinstance(rec, ev.PoolStats):
-                self.latest[(rec.pool, rec.partition)] = rec
-                n += 1
-        return n
+        return self._reader.poll(timeout)
 
     def view(self, pool: str) -> PoolView:
         return sum_pool(pool, list(self.latest.values()))
 
     def close(self) -> None:
-        self._consumer.close()
+        self._reader.close()

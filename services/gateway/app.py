@@ -15,7 +15,7 @@ import time
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from spotreel import tracing
+from spotreel.runtime import tracing
 from spotreel.services.gateway import openapi
 from spotreel.services.gateway.public import guards, openai_routes, schedules, usage, videos
 from spotreel.services.gateway.worker_api import routes as worker_api
@@ -29,7 +29,7 @@ from spotreel.api.errors import ApiError
 from spotreel.services.gateway.loopwatch import LoopWatch
 from spotreel.services.gateway.metrics import Metrics
 from spotreel.services.gateway.public.pagetokens import PageTokens
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 log = logging.getLogger("spotreel.gateway")
 
@@ -110,7 +110,7 @@ def _error_middleware(metrics: Metrics):
 
 def _trace_middleware():
     """A server span for a request that carries a sampled `traceparent` or that SPOTREEL_TRACE_SAMPLE picks
-    (tracing.py); the commands produced inside it carry its context, and the answer names the trace
+    (runtime/tracing.py); the commands produced inside it carry its context, and the answer names the trace
     (`traceparent` and `X-Trace-Id`). A request with neither is passed through untouched."""
     from opentelemetry import context as otel_context
     from opentelemetry.trace import SpanKind, set_span_in_context

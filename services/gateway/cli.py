@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from spotreel import knobs
-from spotreel.settings import Settings
+from spotreel.config import knobs
+from spotreel.config.settings import Settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -15,7 +15,7 @@ from spotreel.api.errors import ApiError
 from spotreel.services.gateway.deps import Deps
 from spotreel.services.gateway.loopwatch import LoopWatch
 from spotreel.services.gateway.metrics import Metrics
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 if TYPE_CHECKING:  # the public API's parts, made by app.py: the worker API never imports them
     from spotreel.services.gateway.public.admission import Admission

@@ -11,8 +11,8 @@ from spotreel.api.submission import (ALL_SAMPLERS, DAG_POLICIES, MAX_RUN_AT_MS, 
                                      POLICY_LIMITS, PRIORITY_RANGE, resolution_rule)
 from spotreel.domain import limits
 from spotreel.domain.cron import WHITESPACE
-from spotreel import webhook_targets
-from spotreel.webhook_filters import FILTERS as WEBHOOK_FILTERS
+from spotreel.webhooks import targets as webhook_targets
+from spotreel.webhooks.filters import FILTERS as WEBHOOK_FILTERS
 from spotreel.services.gateway.openapi_parts import nullable, optional
 from spotreel.services.gateway.openapi_rules import anchored, registry_rules, resolution_pattern
 from spotreel.services.gateway.public.dags import MAX_NODES, NODE_KEY

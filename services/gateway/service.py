@@ -8,12 +8,14 @@ import logging
 from aiohttp import web
 from aiohttp.web_log import AccessLogger
 
-from spotreel import eventloop, gctune, tracing
+from spotreel.runtime import eventloop
+from spotreel.runtime import gctune
+from spotreel.runtime import tracing
 from spotreel.services.gateway.app import create_app, serve_metrics
 from spotreel.api.config import GatewayConfig, from_env as gateway_config
 from spotreel.services.gateway.wiring import real_deps
 from spotreel.services.gateway.worker_api import routes as worker_api
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 class AccessLog(AccessLogger):

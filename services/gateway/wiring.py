@@ -15,7 +15,7 @@ from spotreel.services.gateway.image_store import image_store
 from spotreel.services.gateway.public.poolview import KafkaPoolStats
 from spotreel.services.gateway.public.usage import KafkaTenantUsage
 from spotreel.personal.setup import open_cassandra_vault
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 def object_eraser(settings: Settings):

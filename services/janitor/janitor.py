@@ -19,9 +19,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from spotreel.adapters.kafka import batched_fetch
+from spotreel.platform.consumers import GROUP_MEMBER, consumer
 from spotreel.codec import Codec, CodecError
 from spotreel.domain import events as ev
 from spotreel.services.janitor import objects
@@ -33,7 +33,7 @@ ERASED = "erased"
 log = logging.getLogger("spotreel.janitor")
 
 
-# The tuning knobs below are read from SPOTREEL_JANITOR_<NAME> (spotreel.knobs.dataclass_overrides, listed in
+# The tuning knobs below are read from SPOTREEL_JANITOR_<NAME> (spotreel.config.knobs.dataclass_overrides, listed in
 # docs/SETTINGS.md); the wiring fields come from Settings, and so does the sweep's period
 # (SPOTREEL_JANITOR_SWEEP_EVERY_S, Settings.janitor_sweep_every_s).
 ENV_PREFIX = "SPOTREEL_JANITOR_"
@@ -88,12 +88,8 @@ class Janitor:
         self.sweep = sweep
         self.codec = codec or Codec.default()
         self.deleted = 0  # objects, for logs and tests
-        self.consumer = Consumer({
-            "bootstrap.servers": config.bootstrap, "group.id": config.group_id,
-            "enable.auto.commit": False, "auto.offset.reset": "earliest", "isolation.level": "read_committed",
-            "session.timeout.ms": 10000, "heartbeat.interval.ms": 2000, "log_level": 3,
-            **batched_fetch(500),
-        })
+        self.consumer = consumer(config.bootstrap, config.group_id, read_committed=True, fetch_wait_ms=500,
+                                 quiet=True, extra=GROUP_MEMBER)
 
     async def run(self, stop: asyncio.Event) -> None:
         self.consumer.subscribe([self.config.events_topic])

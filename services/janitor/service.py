@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from functools import partial
 
-from spotreel import knobs
+from spotreel.config import knobs
 from spotreel.services.janitor.janitor import ENV_PREFIX, NOT_FROM_ENV, Janitor, JanitorConfig
 from spotreel.services.janitor.sweep import JobFacts, sweep
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 def group_id(settings: Settings) -> str:

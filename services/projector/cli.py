@@ -8,8 +8,8 @@ import signal
 import sys
 import threading
 
-from spotreel import knobs
-from spotreel.settings import Settings
+from spotreel.config import knobs
+from spotreel.config.settings import Settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,14 +31,14 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     from spotreel.services.projector.service import build, events_deadletter_topic, ensure_deadletter_topic
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s projector %(levelname)s %(message)s")
-    from spotreel import tracing
+    from spotreel.runtime import tracing
 
     tracing.setup("projector")
     if args.truncate and not args.rebuild:
         print("spotreel projector: --truncate only goes with --rebuild", file=sys.stderr)
         return 2
     ensure_deadletter_topic(settings)
-    from spotreel import gctune
+    from spotreel.runtime import gctune
 
     gctune.install(settings.gc_threshold)
     stop = threading.Event()

@@ -24,8 +24,8 @@ from typing import Any, Callable
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from spotreel import tracing
-from spotreel.adapters.kafka import batched_fetch
+from spotreel.runtime import tracing
+from spotreel.platform.consumers import GROUP_MEMBER, consumer
 from spotreel.codec import Codec, CodecError
 from spotreel.codec.mapping import mapping_for
 from spotreel.domain import events as ev
@@ -39,7 +39,7 @@ from spotreel.services.projector.store import Store, pools_touched
 log = logging.getLogger("spotreel.projector")
 
 
-# The tuning knobs below are read from SPOTREEL_PROJECTOR_<NAME> (spotreel.knobs.dataclass_overrides, listed in
+# The tuning knobs below are read from SPOTREEL_PROJECTOR_<NAME> (spotreel.config.knobs.dataclass_overrides, listed in
 # docs/SETTINGS.md); the wiring fields come from Settings, and batch_size and the modes are the command's options.
 ENV_PREFIX = "SPOTREEL_PROJECTOR_"
 NOT_FROM_ENV = frozenset({"bootstrap", "group_id", "events_topic", "events_deadletter_topic", "rebuild",
@@ -108,21 +108,12 @@ class Projector:
         self._pending: _Pending | None = None
         self._rows: dict[str, Any] = {}
         self._stop = threading.Event()
-        self.consumer = Consumer({
-            "bootstrap.servers": config.bootstrap,
-            "group.id": config.group_id,
-            "isolation.level": "read_committed",
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "enable.partition.eof": True,
-            "session.timeout.ms": config.session_timeout_ms,
-            "heartbeat.interval.ms": 2000,
-            "max.poll.interval.ms": config.max_poll_interval_ms,
-            # Bigger fetches: the projector is throughput-bound, not latency-bound (at most 100 ms more lag).
-            **batched_fetch(100),
-            "queued.min.messages": 20000,
-            "log_level": 3,
-        })
+        # Bigger fetches: the projector is throughput-bound, not latency-bound (at most 100 ms more lag).
+        self.consumer = consumer(config.bootstrap, config.group_id, read_committed=True, fetch_wait_ms=100,
+                                 quiet=True, extra={**GROUP_MEMBER, "enable.partition.eof": True,
+                                                    "session.timeout.ms": config.session_timeout_ms,
+                                                    "max.poll.interval.ms": config.max_poll_interval_ms,
+                                                    "queued.min.messages": 20000})
         self.producer = Producer({"bootstrap.servers": config.bootstrap, "enable.idempotence": True,
                                   "log_level": 3})
 
@@ -391,7 +382,7 @@ class _Pending:
     ops: list[RowOp]
     offsets: dict[tuple[str, int], int]
     writes: Any  # store.PendingWrites, or _Refused
-    traced: list = field(default_factory=list)  # events that carried a traceparent (tracing.py)
+    traced: list = field(default_factory=list)  # events that carried a traceparent (runtime/tracing.py)
 
 
 class _Refused:

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Iterator
 
 from spotreel.platform.topics import events_deadletter_topic
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 log = logging.getLogger("spotreel.projector")
 
@@ -47,7 +47,7 @@ def build(settings: Settings, *, rebuild: bool = False, until_idle: bool = False
           metrics_port: int = 0, batch_size: int = 2000,
           env: Mapping[str, str] | None = None) -> Iterator["Projector"]:  # noqa: F821
     """`env`: where the tuning knobs (SPOTREEL_PROJECTOR_<NAME>) are read; the process's environment by default."""
-    from spotreel import knobs
+    from spotreel.config import knobs
     from spotreel.codec import Codec
     from spotreel.platform.cql import cluster_for
     from spotreel.platform.migrate import migrate

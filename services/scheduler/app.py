@@ -27,7 +27,7 @@ from spotreel.codec import Codec
 from spotreel.domain.retention import Retention
 from spotreel.domain.state import JobState
 from spotreel.platform.topics import commands_topic, events_topic, scheduler_app_id
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 from spotreel.services.scheduler import taskdump
 from spotreel.services.scheduler.fairshare import FairShareView, UsageOfAll, half_life_ms
@@ -35,7 +35,7 @@ from spotreel.services.scheduler.handler import Handler
 from spotreel.services.scheduler.metrics import Metrics
 from spotreel.services.scheduler.ordering import InOrder
 from spotreel.services.scheduler.partition import PartitionState
-from spotreel.services.scheduler.pipeline import Pipeline
+from spotreel.services.scheduler.command_batches import Pipeline
 from spotreel.services.scheduler.policies import dispatch_config, resume_hold_ms
 from spotreel.services.scheduler.preempting import PoolStatsView, budget_of
 from spotreel.services.scheduler.rebuild import Rebuild

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from spotreel.platform.consumers import consumer
 from spotreel.adapters.kafka import read_partition
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
@@ -45,9 +46,9 @@ def catch_up(bootstrap: str, topic: str, partition: int, codec: Codec, marker: i
     """Fold the events past `marker` into the table's states. With `committed` (the commands partition's
     committed offset), also read back over the events of every command that will be redelivered, for
     the grants they hold (events at or below the marker are already in the table and are not folded)."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "spotreel-catchup"})
+    c = consumer(bootstrap, "spotreel-catchup")
     try:
         _, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
     finally:

@@ -7,7 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
-from spotreel import knobs
+from spotreel.config import knobs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,7 +32,7 @@ def _run(args: argparse.Namespace, settings) -> int:
     from faust import Worker
 
     from spotreel.adapters.kafka import ensure_scheduler_topics
-    from spotreel import tracing
+    from spotreel.runtime import tracing
     from spotreel.services.scheduler.app import Scheduler
 
     tracing.setup("scheduler")
@@ -40,7 +40,7 @@ def _run(args: argparse.Namespace, settings) -> int:
     scheduler = Scheduler(settings, data_dir=args.data_dir, metrics_port=args.metrics_port,
                           stats_interval=args.stats_interval)
     worker = Worker(scheduler.app, loglevel=args.loglevel, quiet=True)
-    from spotreel import gctune
+    from spotreel.runtime import gctune
 
     gctune.install(settings.gc_threshold)
     if settings.scheduler_profile:

@@ -25,18 +25,17 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any, Callable
 
-from spotreel.adapters.kafka import batched_fetch
+from spotreel.adapters.compacted import CompactedReader
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
 from spotreel.domain.fairness import DecayingTotal, TenantPolicy, TenantUsage, combined_usage, credit
 from spotreel.domain.plans import policy
 from spotreel.domain.state import JobState, Status
 from spotreel.platform.topics import tenant_usage_topic, tenants_topic
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 log = logging.getLogger("spotreel.scheduler.fairshare")
 
@@ -138,9 +137,9 @@ class FairShareView:
         self._usage: dict[str, dict[int, ev.TenantUsageReport]] = {}
         self._settings: dict[str, ev.TenantSettings] = {}
         self._policies: dict[str, TenantPolicy] = {}  # replaced, never mutated: read without the lock
-        self._stop = threading.Event()
-        self.caught_up = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._reader = CompactedReader(settings, "fair-share", self.topics, self.apply, codec=self.codec,
+                                       fetch_wait_ms=50)
+        self.caught_up = self._reader.caught_up
 
     # -- what the scheduler asks -------------------------------------------------------------------------
 
@@ -178,51 +177,18 @@ class FairShareView:
                 self._settings[record.tenant] = record
                 self._policies = {**self._policies, record.tenant: pol}
 
-    # -- the consumer thread -----------------------------------------------------------------------------
+    # -- the consumer thread (adapters/compacted.py) ------------------------------------------------------
 
     @property
     def started(self) -> bool:
         """Whether `start` was called (its reader thread exists); the scheduler starts it once."""
-        return self._thread is not None
+        return self._reader.started
 
     def start(self) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-
-        c = Consumer({"bootstrap.servers": self.settings.kafka_bootstrap,
-                      "group.id": f"{self.settings.topic_prefix}.fair-share.{uuid.uuid4().hex[:8]}",
-                      "enable.auto.commit": False, **batched_fetch(50)})
-        tps = [(t, p) for t in self.topics for p in range(self.settings.partitions)]
-        ends = {tp: c.get_watermark_offsets(TopicPartition(*tp), timeout=30)[1] for tp in tps}
-        c.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in tps])
-        self._thread = threading.Thread(target=self._run, args=(c, ends), name="fair-share", daemon=True)
-        self._thread.start()
+        self._reader.start()
 
     def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
-
-    def _run(self, c: Any, ends: dict[tuple[str, int], int]) -> None:
-        behind = {tp for tp, end in ends.items() if end > 0}
-        if not behind:
-            self.caught_up.set()
-        try:
-            while not self._stop.is_set():
-                for msg in c.consume(500, 0.1):
-                    if msg.error():
-                        continue
-                    if msg.value() is not None:
-                        try:
-                            self.apply(self.codec.decode_message(msg.value()))
-                        except Exception:
-                            log.exception("unreadable record at %s[%d]@%d", msg.topic(), msg.partition(), msg.offset())
-                    tp = (msg.topic(), msg.partition())
-                    if tp in behind and msg.offset() + 1 >= ends[tp]:
-                        behind.discard(tp)
-                        if not behind:
-                            self.caught_up.set()
-        finally:
-            c.close()
+        self._reader.close()
 
 
 class GlobalUsage(Mapping[str, TenantUsage]):

@@ -2,7 +2,7 @@
 partition): the DAG's watch/resolve handshake and cron's one SubmitJob per occurrence.
 
 They are a pure function of (event, the aggregate's state after it), with deterministic command ids, so
-sending one twice is harmless (the receiver refuses or ignores the duplicate). pipeline.py sends them after
+sending one twice is harmless (the receiver refuses or ignores the duplicate). command_batches.py sends them after
 the events are acknowledged and before the table's marker moves past those events; catch-up re-derives
 them for every event past the marker, so a crash in between re-sends rather than loses them.
 

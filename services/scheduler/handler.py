@@ -1,4 +1,4 @@
-"""Turning one command record into its outputs, against the job table. No Kafka here: pipeline.py does the I/O
+"""Turning one command record into its outputs, against the job table. No Kafka here: command_batches.py does the I/O
 in the order that makes the loop exactly-once (events, then table, see README.md)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
 from spotreel.domain import limits
 from spotreel.domain.decide import decide
-from spotreel.domain.dispatch import DispatchConfig
+from spotreel.domain.job_choice import DispatchConfig
 from spotreel.domain.evolve import fold
 from spotreel.domain.fairness import TenantPolicy, TenantUsage
 from spotreel.domain.grant_reasons import GrantReasons, reasons

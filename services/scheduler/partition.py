@@ -10,7 +10,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from spotreel.domain.dispatch import DispatchIndex, QueuedJob
+from spotreel.domain.job_choice import DispatchIndex, QueuedJob
 from spotreel.domain.events import ProgressReported, WorkerLeaseHeld
 from spotreel.domain.fairness import TenantUsage
 from spotreel.domain.preemption import Running

@@ -5,8 +5,8 @@ and its bound, the starvation bound, model affinity and resume affinity. The dom
 from __future__ import annotations
 
 from spotreel.domain.aging import AgingPolicy
-from spotreel.domain.dispatch import DispatchConfig
-from spotreel.settings import Settings
+from spotreel.domain.job_choice import DispatchConfig
+from spotreel.config.settings import Settings
 
 
 def dispatch_config(settings: Settings) -> DispatchConfig:

@@ -43,18 +43,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from spotreel.adapters.kafka import batched_fetch
+from spotreel.adapters.compacted import CompactedReader
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
 from spotreel.domain.ids import pool_key
 from spotreel.domain.preemption import MINUTE_MS, Budget, Demand, Preemption, Running, may_yield, plan, plan_fair
 from spotreel.platform.topics import pool_stats_topic
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 from spotreel.services.scheduler.partition import PartitionState
 
@@ -238,8 +237,8 @@ class PoolStatsView:
         # before (preempted_1m or preempting up): another decider is spending the budget.
         self._asked_seen: dict[tuple[str, int], float] = {}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._reader = CompactedReader(settings, "pool-stats-view", [pool_stats_topic(settings)], self.apply,
+                                       codec=self.codec, fetch_wait_ms=100, poll_s=0.2, track_end=False)
 
     def records(self) -> list[ev.PoolStats]:
         with self._lock:
@@ -267,33 +266,10 @@ class PoolStatsView:
     @property
     def started(self) -> bool:
         """Whether `start` was called (its reader thread exists); the scheduler starts it once."""
-        return self._thread is not None
+        return self._reader.started
 
     def start(self) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-
-        c = Consumer({"bootstrap.servers": self.settings.kafka_bootstrap,
-                      "group.id": f"{self.settings.topic_prefix}.preempting.{uuid.uuid4().hex[:8]}",
-                      "enable.auto.commit": False, **batched_fetch(100)})
-        topic = pool_stats_topic(self.settings)
-        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(self.settings.partitions)])
-        self._thread = threading.Thread(target=self._run, args=(c,), name="pool-stats-view", daemon=True)
-        self._thread.start()
+        self._reader.start()
 
     def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
-
-    def _run(self, c: Any) -> None:
-        try:
-            while not self._stop.is_set():
-                for msg in c.consume(500, 0.2):
-                    if msg.error() or msg.value() is None:
-                        continue
-                    try:
-                        self.apply(self.codec.decode_message(msg.value()))
-                    except Exception:
-                        log.exception("unreadable pool-stats record at %d@%d", msg.partition(), msg.offset())
-        finally:
-            c.close()
+        self._reader.close()

@@ -11,7 +11,7 @@ from typing import Any
 from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
 from spotreel.platform.topics import pool_stats_topic, tenant_usage_topic, worker_leases_topic
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 from spotreel.services.scheduler import clock
 from spotreel.services.scheduler.fairshare import FairShareView, UsageOfAll, usage_key

@@ -24,7 +24,7 @@ from spotreel.domain import events as ev
 from spotreel.domain.renewals import after_handover
 from spotreel.domain.retention import Retention
 from spotreel.platform.topics import commands_deadletter_topic, commands_topic, events_topic, scheduler_app_id
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 from spotreel.services.scheduler import clock, followups, redelivery, statecodec
 from spotreel.services.scheduler.catchup import catch_up

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 
+from spotreel.platform.consumers import consumer
 from spotreel.adapters.kafka import CMD_ENTRY_HEADER, CMD_OFFSET_HEADER, read_partition
 
 log = logging.getLogger(__name__)
@@ -46,10 +47,10 @@ def _cmd_offset(msg: object) -> int:
 
 
 def committed_offset(bootstrap: str, group: str, topic: str, partition: int, timeout: float = 10.0) -> int:
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
     # Asking for the committed offset does not join the group (no subscribe), so it cannot disturb it.
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    c = consumer(bootstrap, group)
     try:
         tp = c.committed([TopicPartition(topic, partition)], timeout=timeout)[0]
     finally:
@@ -60,9 +61,9 @@ def committed_offset(bootstrap: str, group: str, topic: str, partition: int, tim
 def start_offsets(bootstrap: str, group: str, topic: str, partitions: list[int],
                   timeout: float = 10.0) -> dict[int, tuple[int, int]]:
     """partition -> (committed offset or -1, log start offset) of the commands topic."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    c = consumer(bootstrap, group)
     try:
         committed = c.committed([TopicPartition(topic, p) for p in partitions], timeout=timeout)
         return {tp.partition: (tp.offset if tp.offset is not None and tp.offset >= 0 else -1,
@@ -75,9 +76,9 @@ def start_offsets(bootstrap: str, group: str, topic: str, partitions: list[int],
 def window_start(bootstrap: str, topic: str, partition: int, committed: int, start: int,
                  max_records: int = 20_000) -> int:
     """The lowest offset <= `start` from which every record has `cmd-offset` >= `committed`."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "spotreel-reader"})
+    c = consumer(bootstrap, "spotreel-reader")
     try:
         low, _ = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
     finally:
@@ -101,9 +102,9 @@ def window_start(bootstrap: str, topic: str, partition: int, committed: int, sta
 
 def deadlettered_since(bootstrap: str, topic: str, partition: int, committed: int) -> set[int]:
     """Command offsets >= `committed` that already have a dead letter on `topic`[`partition`]."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "spotreel-reader"})
+    c = consumer(bootstrap, "spotreel-reader")
     try:
         _, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
     finally:

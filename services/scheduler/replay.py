@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from spotreel import tracing
+from spotreel.runtime import tracing
 from spotreel.adapters.kafka import read_partition
 from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
@@ -18,7 +18,7 @@ from spotreel.domain.grant_reasons import GrantReasons, explain
 from spotreel.domain.retention import Retention, summarize
 from spotreel.domain.state import JobState
 from spotreel.platform.topics import changelog_topic, events_topic
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 from spotreel.services.scheduler import statecodec
 from spotreel.services.scheduler.redelivery import header_offset
@@ -63,7 +63,7 @@ def timeline(settings: Settings, job_id: str, codec: Codec | None = None) -> lis
     lines = []
     state: JobState | None = None
     first_ms: int | None = None
-    traces: list[str] = []  # the trace ids its events carry (spotreel/tracing.py), in order of appearance
+    traces: list[str] = []  # the trace ids its events carry (spotreel/runtime/tracing.py), in order of appearance
     for msg in read_partition(settings.kafka_bootstrap, events_topic(settings), p):
         if msg.key() != job_id.encode():
             continue

@@ -20,7 +20,7 @@ from spotreel.domain.commands import PreemptLease, ReleaseLease
 from spotreel.domain.events import WorkerLeaseHeld
 from spotreel.domain.fairness import TenantPolicy, share
 from spotreel.domain.leases import UNCLAIMED
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 from spotreel.services.scheduler import clock, statecodec
 from spotreel.services.scheduler.fairshare import FairShareView, UsageOfAll

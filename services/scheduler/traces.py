@@ -1,4 +1,4 @@
-"""The scheduler's hop of a trace (spotreel/tracing.py): a span for a command that carries a `traceparent`,
+"""The scheduler's hop of a trace (spotreel/runtime/tracing.py): a span for a command that carries a `traceparent`,
 and for any later command of a job whose trace is remembered here, so its events and the worker's lease
 answer (WorkAssigned) carry the trace on.
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from spotreel import tracing
+from spotreel.runtime import tracing
 
 
 class JobTraces:

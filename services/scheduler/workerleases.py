@@ -21,15 +21,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
 from collections import defaultdict
-from typing import Any
 
-from spotreel.adapters.kafka import batched_fetch
+from spotreel.adapters.compacted import CompactedReader
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
 from spotreel.platform.topics import worker_leases_topic
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 log = logging.getLogger("spotreel.scheduler.workerleases")
 
@@ -49,9 +47,9 @@ class WorkerLeaseIndex:
         self._lock = threading.Lock()
         self._held: dict[str, dict[str, ev.WorkerLeaseHeld]] = defaultdict(dict)
         self._doubly: set[str] = set()  # workers holding two leases or more (double grants to hand back)
-        self._stop = threading.Event()
-        self.caught_up = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._reader = CompactedReader(settings, "worker-leases", [self.topic], self.apply, codec=self.codec,
+                                       fetch_wait_ms=50)
+        self.caught_up = self._reader.caught_up
 
     # -- what the scheduler asks -------------------------------------------------------------------------
 
@@ -91,50 +89,18 @@ class WorkerLeaseIndex:
             else:
                 self._doubly.discard(record.worker_id)
 
-    # -- the consumer thread -----------------------------------------------------------------------------
+    # -- the consumer thread (adapters/compacted.py) ------------------------------------------------------
 
     @property
     def started(self) -> bool:
         """Whether `start` was called (its reader thread exists); the scheduler starts it once."""
-        return self._thread is not None
+        return self._reader.started
 
     def start(self) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-
-        c = Consumer({"bootstrap.servers": self.settings.kafka_bootstrap,
-                      "group.id": f"{self.settings.topic_prefix}.worker-leases.{uuid.uuid4().hex[:8]}",
-                      "enable.auto.commit": False, **batched_fetch(50)})
-        parts = range(self.settings.partitions)
-        ends = {p: c.get_watermark_offsets(TopicPartition(self.topic, p), timeout=30)[1] for p in parts}
-        c.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in parts])
-        self._thread = threading.Thread(target=self._run, args=(c, ends), name="worker-leases", daemon=True)
-        self._thread.start()
+        self._reader.start()
 
     def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
-
-    def _run(self, c: Any, ends: dict[int, int]) -> None:
-        behind = {p for p, end in ends.items() if end > 0}
-        if not behind:
-            self.caught_up.set()
-        try:
-            while not self._stop.is_set():
-                for msg in c.consume(500, 0.1):
-                    if msg.error():
-                        continue
-                    if msg.value() is not None:
-                        try:
-                            self.apply(self.codec.decode_message(msg.value()))
-                        except Exception:
-                            log.exception("unreadable worker-lease record at %d/%d", msg.partition(), msg.offset())
-                    if msg.partition() in behind and msg.offset() + 1 >= ends[msg.partition()]:
-                        behind.discard(msg.partition())
-                        if not behind:
-                            self.caught_up.set()
-        finally:
-            c.close()
+        self._reader.close()
 
 
 def later_grant(mine: ev.WorkerLeaseHeld, other: ev.WorkerLeaseHeld) -> bool:

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -86,7 +86,7 @@ def _simulate(args: argparse.Namespace, settings: Settings) -> int:
     except ValueError as exc:
         print(f"spotreel simulate: {exc}", file=sys.stderr)
         return 2
-    from spotreel import gctune
+    from spotreel.runtime import gctune
 
     gctune.install(settings.gc_threshold)
     report = simulate(cfg, settings, args.out, partitions=args.partitions, keep=args.keep, replica_counts=counts)

@@ -29,7 +29,7 @@ from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
 from spotreel.domain.spec import flattened
 from spotreel.domain.leases import UNCLAIMED
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 @dataclass

@@ -26,7 +26,7 @@ from spotreel.fleetsim.figures import (gpu_accounting, goodput_by_stage, goodput
 from spotreel.fleetsim.fleet import Fleet, Meter, Shared, submit_loop
 from spotreel.services.simulator.kafka_link import KafkaLink
 from spotreel.services.simulator.stack import CpuWindow, PrivateStack, read_command_mix, read_events, read_job_records
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 def _meter_figures(m: Meter) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import urllib.request
 from typing import Any
 from urllib.parse import urlencode
 
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from spotreel.devstack import replicas
-from spotreel.devstack.ports import bindable
+from spotreel.platform.ports import bindable
 from spotreel.devstack.services import services
 from spotreel.devstack.stack import components
 from spotreel.platform.seed import local_registry_text
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -15,7 +15,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
 
 # The rule itself is shared with the gateway, which refuses at submit what would be refused here.
-from spotreel.webhook_targets import RefusedAddress, host_of, literal_address, why_refused
+from spotreel.webhooks.targets import RefusedAddress, host_of, literal_address, why_refused
 
 __all__ = ["GuardedResolver", "RefusedAddress", "check_addresses", "check_url", "host_of", "why_refused"]
 

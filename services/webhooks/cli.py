@@ -1,5 +1,9 @@
 """`spotreel webhooks`: deliver signed webhooks for jobs submitted with a callback_url, until SIGTERM; the same
-process runs the janitor (services/janitor: checkpoint and video deletion) unless --no-janitor."""
+process runs the janitor (services/janitor: checkpoint and video deletion) unless --no-janitor.
+
+The janitor comes in as a `Companion` that the `spotreel` command (libs/spotreel/cli.py) hands to `register`:
+the services are independent of each other (tools/import-walls.toml), so this one never imports the janitor;
+the entry point above both composes them."""
 
 from __future__ import annotations
 
@@ -7,12 +11,24 @@ import argparse
 import asyncio
 import logging
 import signal
+from functools import partial
+from typing import Any, Awaitable, Callable, Protocol
 
-from spotreel import knobs
-from spotreel.settings import Settings
+from spotreel.config import knobs
+from spotreel.config.settings import Settings
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+class Loop(Protocol):
+    def run(self, stop: asyncio.Event) -> Awaitable[Any]: ...
+
+
+# A loop that shares this process: given the settings and the notifier's Cassandra session, it runs until
+# `stop` is set.
+Companion = Callable[[Settings, Any], Loop]
+
+
+def register(sub: argparse._SubParsersAction, companion: Companion | None = None) -> None:
+    """`companion`: what runs beside the notifier unless --no-janitor (the janitor, from the `spotreel` command)."""
     p = sub.add_parser("webhooks", help="deliver signed webhooks on terminal job states (callback_url)")
     p.add_argument("--metrics-port", type=int, default=0, help="serve Prometheus metrics on 127.0.0.1:PORT")
     p.add_argument("--max-attempts", type=int, default=8, help="attempts per webhook before giving up")
@@ -21,10 +37,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-janitor", action="store_true",
                    help="do not run the janitor (checkpoint and video deletion, services/janitor) in this process")
     knobs.from_environment(p, "SPOTREEL_WEBHOOKS_")
-    p.set_defaults(func=_run)
+    p.set_defaults(func=partial(_run, companion=companion))
 
 
-async def _main(settings: Settings, args: argparse.Namespace) -> None:
+async def _main(settings: Settings, args: argparse.Namespace, companion: Companion | None) -> None:
     from spotreel.services.webhooks.backoff import RetryPolicy
     from spotreel.services.webhooks.service import build
 
@@ -38,20 +54,18 @@ async def _main(settings: Settings, args: argparse.Namespace) -> None:
             "delivering webhooks from %s (private addresses %s)", notifier.config.events_topic,
             "allowed" if notifier.config.allow_private else "refused")
         loops = [notifier.run(stop)]
-        if not args.no_janitor:
-            from spotreel.services.janitor.service import build as janitor
-
-            loops.append(janitor(settings, notifier.store.session).run(stop))
+        if companion is not None and not args.no_janitor:
+            loops.append(companion(settings, notifier.store.session).run(stop))
         await asyncio.gather(*loops)
 
 
-def _run(args: argparse.Namespace, settings: Settings) -> int:
+def _run(args: argparse.Namespace, settings: Settings, companion: Companion | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s webhooks %(levelname)s %(message)s")
-    from spotreel import gctune
+    from spotreel.runtime import gctune
 
     gctune.install(settings.gc_threshold)
     try:
-        asyncio.run(_main(settings, args))
+        asyncio.run(_main(settings, args, companion))
     except ValueError as exc:
         print(f"spotreel webhooks: {exc}")
         return 2

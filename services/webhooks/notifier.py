@@ -21,14 +21,14 @@ from typing import Any, Awaitable, Callable, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from spotreel.adapters.kafka import batched_fetch
+from spotreel.platform.consumers import GROUP_MEMBER, consumer
 from spotreel.codec import Codec, CodecError
 from spotreel.domain import events as ev
 from spotreel.services.webhooks.backoff import RetryPolicy
 from spotreel.services.webhooks.metrics import WebhookMetrics
 from spotreel.services.webhooks.offsets import OffsetTracker
 from spotreel.services.webhooks.payload import OPENAI_STYLE, Notification, notification_for, openai_style
-from spotreel.webhook_filters import DEFAULT_FILTER
+from spotreel.webhooks.filters import DEFAULT_FILTER
 from spotreel.services.webhooks.sender import Attempt, Sender, Stopping
 from spotreel.services.webhooks.store import FINAL, DeliveryResult, Subscription, WebhookStore
 from spotreel.personal.vault import Erased, Vault
@@ -37,7 +37,7 @@ log = logging.getLogger("spotreel.webhooks")
 T = TypeVar("T")
 
 
-# The tuning knobs below are read from SPOTREEL_WEBHOOKS_<NAME> (spotreel.knobs.dataclass_overrides, listed in
+# The tuning knobs below are read from SPOTREEL_WEBHOOKS_<NAME> (spotreel.config.knobs.dataclass_overrides, listed in
 # docs/SETTINGS.md); the wiring fields and allow_private come from Settings, the retry policy from the command's
 # options.
 ENV_PREFIX = "SPOTREEL_WEBHOOKS_"
@@ -89,12 +89,9 @@ class Notifier:
         self._secrets: dict[str, tuple[float, tuple[str, ...] | None]] = {}
         self._tasks: set[asyncio.Task] = set()
         self._assigned: set[tuple[str, int]] = set()
-        self.consumer = Consumer({
-            "bootstrap.servers": config.bootstrap, "group.id": config.group_id,
-            "enable.auto.commit": False, "auto.offset.reset": "earliest", "isolation.level": "read_committed",
-            "session.timeout.ms": 10000, "heartbeat.interval.ms": 2000, "log_level": 3,
-            **batched_fetch(100),  # a notification may wait 100 ms more; the broker is spared a fetch per event
-        })
+        # A notification may wait 100 ms more; the broker is spared a fetch per event.
+        self.consumer = consumer(config.bootstrap, config.group_id, read_committed=True, fetch_wait_ms=100,
+                                 quiet=True, extra=GROUP_MEMBER)
 
     # -- rebalance (these run inside consume(), in the polling thread) ------------------------------------
 

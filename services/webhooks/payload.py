@@ -24,7 +24,7 @@ from typing import Any
 
 from spotreel.domain import events as ev
 
-# The kinds a job may ask for (FILTERS) and the default live in libs/spotreel/webhook_filters.py.
+# The kinds a job may ask for (FILTERS) and the default live in libs/spotreel/webhooks/filters.py.
 MILESTONES = (25, 50, 75)
 
 TERMINAL_TYPES: dict[type, tuple[str, str]] = {

@@ -10,7 +10,7 @@ from typing import Awaitable, Callable
 
 import aiohttp
 
-from spotreel import webhook_signing as signing
+from spotreel.webhooks import signing
 from spotreel.services.webhooks.addresses import GuardedResolver, RefusedAddress, check_url
 from spotreel.services.webhooks.backoff import RetryPolicy, retryable
 from spotreel.services.webhooks.payload import Notification

@@ -11,7 +11,7 @@ from typing import Iterator
 from spotreel.services.webhooks.backoff import RetryPolicy
 from spotreel.services.webhooks.metrics import WebhookMetrics
 from spotreel.services.webhooks.notifier import Notifier, NotifierConfig
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 log = logging.getLogger("spotreel.webhooks")
 
@@ -23,7 +23,7 @@ def group_id(settings: Settings) -> str:
 def config_for(settings: Settings, policy: RetryPolicy | None = None,
                env: Mapping[str, str] | None = None) -> NotifierConfig:
     """`env`: where the tuning knobs (SPOTREEL_WEBHOOKS_<NAME>) are read; the process's environment by default."""
-    from spotreel import knobs
+    from spotreel.config import knobs
     from spotreel.platform.topics import events_topic
     from spotreel.services.webhooks.notifier import ENV_PREFIX, NOT_FROM_ENV
 

@@ -24,7 +24,7 @@ import uuid
 from dataclasses import dataclass
 
 from spotreel.platform.seed import DEV_WORKER_KEY
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 # The local registry's model (its gateway refuses others); the simulated GPU type keeps the pool to this test.
 MODEL = "tiny-t2v"
@@ -196,7 +196,7 @@ def infra_up(stack, *args: str, timeout: float = 600.0) -> list[str]:
 
 def kill9_at_once(stack, names: list[str], timeout: float = 30.0) -> None:
     """SIGKILL every named component's process group of a private stack before waiting for any to go."""
-    from spotreel.devstack.processes import group_members
+    from spotreel.platform.processes import group_members
 
     pids = {name: stack.pid(name) for name in names}
     missing = [n for n, p in pids.items() if p is None]

@@ -39,11 +39,11 @@ import pytest
 
 from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
-from spotreel.devstack import ports as portlib
+from spotreel.platform import ports as portlib
 from spotreel.domain import events as ev
 from spotreel.platform.s3 import s3_client
 from spotreel.platform.seed import DEV_WORKER_KEY
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from spotreel.worker.artifacts import FRAMES_META
 from tests.chaos.audit import TERMINAL, audit
 from tests.chaos.clusterkit import (Grant, SimWorker, Submitter, cassandra_normal, get, infra_up, kill9_at_once,

@@ -34,7 +34,7 @@ import pytest
 
 from spotreel.adapters.partitioning import partition_for
 from spotreel.devstack import replicas
-from spotreel.devstack.processes import group_members
+from spotreel.platform.processes import group_members
 from spotreel.devstack.services import services
 from spotreel.domain import events as ev
 from tests.chaos.audit import TERMINAL, audit

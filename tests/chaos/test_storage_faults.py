@@ -119,7 +119,7 @@ def test_a_store_killed_and_restarted_mid_render_costs_time_not_videos(plane, st
     The test-only hang hook holds job 1's first worker at step 8 (until it is killed) and job 2's at step 6
     for 4 s, so both are mid-render when the store goes; the jobs are of two models (pools), and c, started
     once a holds job 1, can only take job 1."""
-    from spotreel.worker.pipeline import TEST_HANG_ENV
+    from spotreel.worker.render_loop import TEST_HANG_ENV
 
     tag = uuid.uuid4().hex[:8]
     one, two = f"tiny-{tag}-1", f"tiny-{tag}-2"

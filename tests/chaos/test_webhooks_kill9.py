@@ -18,7 +18,7 @@ from spotreel.adapters.kafka import delete_topics
 from spotreel.platform.migrate import migrate
 from spotreel.platform.topics import ensure_topics
 from spotreel.tenancy import create_tenant, create_webhook_secret
-from spotreel import webhook_signing as signing
+from spotreel.webhooks import signing
 from spotreel.services.webhooks.payload import event_id
 from tests.integration.conftest import cassandra_cluster, cql  # noqa: F401
 from tests.integration.test_webhooks import produce, serve_hook

@@ -33,9 +33,9 @@ from spotreel.domain import events as ev
 from spotreel.platform.cql import cql_session
 from spotreel.platform.seed import DEV_WORKER_KEY
 from spotreel.tenancy import create_tenant, create_webhook_secret
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from spotreel.worker.artifacts import CONTENT_META, FRAMES_META
-from spotreel.video import probe
+from spotreel.media.video import probe
 from tests.chaos.audit import TERMINAL, audit
 from tests.chaos.wholekit import (EventLog, Fleet, HookReceiver, PlaneView, Submitter, Tally, api, download,
                                   orders, read_events, request_of, sha256, wait_until)

@@ -100,7 +100,7 @@ def test_kill9_of_a_diffusion_transformer_family_resumes_bit_identical(plane, se
     checkpoints every step and is held at step 8 by the test-only hang hook, where it is killed. B is started
     with `--model NAME` from a model registry file, as an operator would."""
     from spotreel.worker.model_tiny import ensure_tiny_model
-    from spotreel.worker.pipeline import TEST_HANG_ENV
+    from spotreel.worker.render_loop import TEST_HANG_ENV
 
     model_dir = ensure_tiny_model(settings.cache_dir, family=family)
     model = f"{family}-{uuid.uuid4().hex[:8]}"

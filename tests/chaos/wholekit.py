@@ -21,8 +21,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from spotreel.codec import Codec
 from spotreel.platform.topics import events_topic
-from spotreel import webhook_signing as signing
-from spotreel.settings import Settings
+from spotreel.webhooks import signing
+from spotreel.config.settings import Settings
 from tests.harness.private_stack import PrivateStack
 from tests.integration.workerkit import GPU, WorkerProc
 

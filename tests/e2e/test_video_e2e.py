@@ -25,8 +25,8 @@ import pytest
 
 from spotreel.platform.seed import DEV_WORKER_KEY
 from spotreel.client.http import Client
-from spotreel.settings import Settings
-from spotreel.video import decode_frames
+from spotreel.config.settings import Settings
+from spotreel.media.video import decode_frames
 from tests.chaos.wholekit import api, download, sha256, wait_until
 from tests.integration.workerkit import WorkerProc, tiny_model
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Iterator
 
 from spotreel.devstack.imds_mock import ImdsMock, ensure_built
-from spotreel.devstack.ports import free_port
-from spotreel.settings import Settings
+from spotreel.platform.ports import free_port
+from spotreel.config.settings import Settings
 
 
 class TestImdsMock(ImdsMock):

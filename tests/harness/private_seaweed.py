@@ -13,8 +13,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from spotreel.devstack import ports as portlib
-from spotreel.devstack.processes import group_members
+from spotreel.platform import ports as portlib
+from spotreel.platform.processes import group_members
 from spotreel.devstack.seaweed import Seaweed
 from spotreel.devstack.settings import DevstackSettings
 from tests.harness.private_stack import private_settings

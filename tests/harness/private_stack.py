@@ -23,12 +23,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from spotreel.devstack import ports as portlib
-from spotreel.devstack.processes import group_members, read_pidfile, stop_group
+from spotreel.platform import ports as portlib
+from spotreel.platform.processes import group_members, read_pidfile, stop_group
 from spotreel.devstack.services import settings_env
 from spotreel.devstack.settings import DevstackSettings
 from spotreel.devstack.stack import components
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 # 2xxxx: away from the shared stack (17xxx-19xxx), the CI clone's 47xxx-49xxx and the ephemeral range;

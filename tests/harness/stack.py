@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 @dataclass(frozen=True)

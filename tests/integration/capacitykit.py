@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator
 
 from spotreel.domain import events as ev
 from spotreel.services.simulator.stack import PrivateStack
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 def private_plane(base: Settings, buckets: bool = False, partitions: int = 3) -> Iterator[PrivateStack]:

@@ -23,7 +23,7 @@ from spotreel.codec import Codec
 from spotreel.domain import commands as c
 from spotreel.domain import events as ev
 from spotreel.platform.topics import assignments_topic, events_topic, pool_stats_topic
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 from tests.integration.schedkit import GPU, MODEL, SchedulerProc, submit
 from tests.integration.timerkit import cpu_s, print_tails

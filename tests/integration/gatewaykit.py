@@ -13,7 +13,7 @@ from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
 from spotreel.platform.migrate import migrate
 from spotreel.platform.topics import commands_topic, ensure_topics
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 @contextmanager

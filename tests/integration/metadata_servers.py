@@ -20,7 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
-from spotreel.devstack.ports import free_port
+from spotreel.platform.ports import free_port
 
 
 class ThreadedServer:

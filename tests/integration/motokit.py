@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from spotreel.devstack.moto import MotoServer
-from spotreel.devstack.ports import free_port
-from spotreel.settings import Settings
+from spotreel.platform.ports import free_port
+from spotreel.config.settings import Settings
 
 TEMPLATE = "spotreel-worker"
 

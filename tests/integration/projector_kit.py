@@ -15,7 +15,7 @@ from spotreel.domain.evolve import fold
 from spotreel.platform.migrate import migrate
 from spotreel.services.projector import job_rows as jr
 from spotreel.services.projector.store import PROJECTED_TABLES
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from tests.unit.projection_histories import ACTIONS, history
 
 # Weighted towards a normal run: lease, progress, checkpoint, then an ending.

@@ -26,7 +26,7 @@ from spotreel.domain import ids
 from spotreel.domain.evolve import fold
 from spotreel.domain.spec import SPEC_FIELDS, RenderSpec
 from spotreel.platform.topics import commands_topic, commands_deadletter_topic, events_topic, replies_topic
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL, GPU = "tiny-t2v", "cpu"

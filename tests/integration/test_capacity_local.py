@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from spotreel.domain import commands as c
-from spotreel.devstack.processes import read_pidfile
+from spotreel.platform.processes import read_pidfile
 from spotreel.services.capacity.manager import Manager
 from spotreel.services.capacity.policy import CapacityConfig
 from spotreel.services.capacity.providers import LocalProvider

@@ -19,7 +19,7 @@ from aiohttp.test_utils import TestServer
 
 from spotreel.domain import commands as c
 from spotreel.domain import ids
-from spotreel import sse
+from spotreel.api import sse
 from spotreel.services.gateway.app import create_app
 from spotreel.client.cli import progress_line
 from spotreel.api.config import GatewayConfig

@@ -23,7 +23,7 @@ from email.utils import format_datetime
 
 import pytest
 
-from spotreel.devstack.ports import free_port
+from spotreel.platform.ports import free_port
 from spotreel.domain import events as ev
 from spotreel.worker.cloud_notices import gcp
 from spotreel.worker.cloud_notices.aws import ACTION_PATH, AwsReader
@@ -232,7 +232,7 @@ def test_azure_watcher_triggers_then_approves_the_event_once_the_worker_is_done(
 # -- real workers --------------------------------------------------------------------------------------
 
 def worker_reading(plane, monkeypatch, mock, name: str, model: str, *extra: str):
-    from spotreel.worker.pipeline import TEST_HANG_ENV
+    from spotreel.worker.render_loop import TEST_HANG_ENV
 
     with monkeypatch.context() as m:
         for key, value in {**mock.worker_env(poll_s=1.0), TEST_HANG_ENV: f"{HANG_STEP}:{HANG_S}"}.items():

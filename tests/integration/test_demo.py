@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from spotreel.devstack.ports import free_port
+from spotreel.platform.ports import free_port
 from spotreel.client.http import Client
-from spotreel.video import decode_frames
+from spotreel.media.video import decode_frames
 
 pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(180)]
 

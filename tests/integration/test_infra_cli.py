@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from spotreel.devstack import ports as portlib
+from spotreel.platform import ports as portlib
 from spotreel.devstack.stack import components
 from spotreel.devstack.settings import DevstackSettings
 

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import pytest
 
-from spotreel.devstack import ports as portlib
+from spotreel.platform import ports as portlib
 from spotreel.devstack.services import GatewayService
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

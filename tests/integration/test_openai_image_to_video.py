@@ -29,7 +29,7 @@ from spotreel.domain import events as ev
 from spotreel.domain import images
 from spotreel.platform.topics import commands_topic, events_topic
 from spotreel.tenancy import create_tenant
-from spotreel.video import decode_frames, frames_checksum
+from spotreel.media.video import decode_frames, frames_checksum
 from tests.integration.schedkit import ROOT
 from tests.integration.workerkit import WorkerProc, events_of, start_plane, video_frames_checksum, wait_done
 
@@ -165,7 +165,7 @@ def reference(model_dir, image: bytes, job) -> str:
     import torch
 
     from spotreel.worker.hf_logging import quietly
-    from spotreel.worker.pipeline import Renderer, RenderRequest
+    from spotreel.worker.render_loop import Renderer, RenderRequest
 
     spec = job.spec
     req = RenderRequest.from_job(prompt=spec.prompt, seed=spec.seed, num_steps=spec.num_steps,
@@ -183,7 +183,7 @@ def test_a_killed_image_job_resumes_exactly_on_another_worker(plane, client, mon
     """Worker A checkpoints every step and is held at step 8 (the test-only hang hook), where it is killed
     with kill -9; B resumes from A's checkpoint (the image's first frame is in its latents: B reads no image)
     and the video's frames equal the uninterrupted render's."""
-    from spotreel.worker.pipeline import TEST_HANG_ENV
+    from spotreel.worker.render_loop import TEST_HANG_ENV
 
     common = ("--once", "--checkpoint-every", "0.001", "--lease-ttl-ms", "5000")
     image = noise_png(2)

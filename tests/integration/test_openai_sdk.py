@@ -24,7 +24,7 @@ from cassandra.cluster import Cluster
 
 from spotreel.platform.seed import local_registry_text
 from spotreel.tenancy import create_tenant
-from spotreel.video import decode_frames
+from spotreel.media.video import decode_frames
 from tests.integration.schedkit import ROOT
 from tests.integration.workerkit import WorkerProc, start_plane
 

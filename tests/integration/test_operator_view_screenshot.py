@@ -17,9 +17,9 @@ from PIL import Image
 from prometheus_client import start_http_server
 
 from spotreel.devstack.monitoring import Prometheus
-from spotreel.devstack.ports import free_port
+from spotreel.platform.ports import free_port
 from spotreel.services.scheduler.metrics import Metrics
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from spotreel.worker.metrics import WorkerMetrics
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

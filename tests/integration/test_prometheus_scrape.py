@@ -15,9 +15,9 @@ import yaml
 from prometheus_client import start_http_server
 
 from spotreel.devstack.monitoring import Prometheus
-from spotreel.devstack.ports import free_port
+from spotreel.platform.ports import free_port
 from spotreel.services.scheduler.metrics import Metrics
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 ALERT_RULES = [r for g in yaml.safe_load((Path(__file__).parents[2] / "monitoring" / "alerts.yml").read_text())["groups"]
                for r in g["rules"]]

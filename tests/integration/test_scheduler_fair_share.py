@@ -24,7 +24,7 @@ from spotreel.adapters.partitioning import partition_for
 from spotreel.domain import events as ev
 from spotreel.domain.plans import settings_for
 from spotreel.services.simulator.kafka_link import KafkaLink
-from spotreel.devstack.ports import free_port
+from spotreel.platform.ports import free_port
 from spotreel.tenancy import publish_settings, settings_record
 from spotreel.services.gateway.public.usage import KafkaTenantUsage
 from tests.integration.schedkit import (GPU, MODEL, Bus, SchedulerProc, make_topics, scheduler_settings, submit,

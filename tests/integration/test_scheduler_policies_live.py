@@ -21,7 +21,7 @@ from spotreel.api.config import from_env as gateway_config
 from spotreel.client.kafka import KafkaJobClient
 from spotreel.domain import commands as c
 from spotreel.domain import events as ev
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from tests.integration.schedkit import GPU, Bus, SchedulerProc, drop_topics, make_topics, scheduler_settings, submit
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

@@ -17,7 +17,7 @@ import pytest
 
 from spotreel.domain import events as ev
 from spotreel.services.scheduler.replay import why
-from spotreel.worker.pipeline import TEST_HANG_ENV
+from spotreel.worker.render_loop import TEST_HANG_ENV
 from tests.integration.workerkit import events_of, reference_checksum, start_plane, video_frames_checksum, wait_done
 
 pytestmark = pytest.mark.timeout(240)

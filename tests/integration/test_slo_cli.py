@@ -17,9 +17,9 @@ from prometheus_client import start_http_server
 
 from spotreel.codec import Codec
 from spotreel.devstack.monitoring import Prometheus
-from spotreel.devstack.ports import free_port
+from spotreel.platform.ports import free_port
 from spotreel.services.gateway.metrics import Metrics as GatewayMetrics
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from tests.unit.test_slo_report import _job
 
 pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(180)]

@@ -1,4 +1,4 @@
-"""Tracing across the hops (spotreel/tracing.py) on the real Kafka and a real scheduler process: a submit with
+"""Tracing across the hops (spotreel/runtime/tracing.py) on the real Kafka and a real scheduler process: a submit with
 a sampled `traceparent` through the real gateway app is answered with its trace id; the SubmitJob on the
 commands topic, the scheduler's events, the worker's lease answer and the events of the worker's completion
 carry the same trace; the scheduler logs its spans of it; `spotreel replay` names it."""
@@ -14,7 +14,7 @@ import pytest_asyncio
 from aiohttp.test_utils import TestClient, TestServer
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-from spotreel import tracing
+from spotreel.runtime import tracing
 from spotreel.codec import Codec
 from spotreel.platform.migrate import migrate
 from spotreel.platform.topics import commands_topic, events_topic

@@ -23,7 +23,7 @@ from spotreel.platform.topics import events_topic
 from spotreel.platform.seed import api_key_hash
 from spotreel.services.gateway.cassandra_store import CassandraAuth, CassandraReads
 from spotreel.tenancy import create_tenant, create_webhook_secret
-from spotreel import webhook_signing as signing
+from spotreel.webhooks import signing
 from spotreel.services.webhooks.backoff import RetryPolicy
 from spotreel.services.webhooks.payload import event_id
 from spotreel.services.webhooks.service import build

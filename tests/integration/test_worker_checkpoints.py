@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from spotreel.worker.checkpoints import CheckpointCorrupt, CheckpointMismatch, CheckpointStore
-from spotreel.worker.pipeline import Renderer, RenderRequest
-from spotreel.video import frames_checksum
+from spotreel.worker.render_loop import Renderer, RenderRequest
+from spotreel.media.video import frames_checksum
 
 
 def request(sampler: str, seed: int, **over) -> RenderRequest:

@@ -11,13 +11,13 @@ import pytest
 from botocore.config import Config
 from prometheus_client import generate_latest
 
-from spotreel.devstack.ports import free_port
+from spotreel.platform.ports import free_port
 from spotreel.worker.artifacts import ArtifactStore
 from spotreel.worker.checkpoints import CheckpointStore
-from spotreel.checkpoint_interval import IntervalPolicy
+from spotreel.domain.checkpoint_interval import IntervalPolicy
 from spotreel.worker.job import JobRun
 from spotreel.worker.metrics import PHASES, WorkerMetrics
-from spotreel.worker.pipeline import Renderer
+from spotreel.worker.render_loop import Renderer
 from spotreel.worker.signals import PreemptionNotice
 from spotreel.worker.storage import StorageBudgets
 from spotreel.domain.spec import RenderSpec

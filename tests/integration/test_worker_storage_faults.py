@@ -15,15 +15,15 @@ from dataclasses import replace
 import pytest
 from prometheus_client import generate_latest
 
-from spotreel.checkpoint_interval import IntervalPolicy
-from spotreel.devstack.ports import free_port
+from spotreel.domain.checkpoint_interval import IntervalPolicy
+from spotreel.platform.ports import free_port
 from spotreel.domain.spec import RenderSpec
 from spotreel.platform.s3 import s3_client
 from spotreel.worker.artifacts import ArtifactStore
 from spotreel.worker.checkpoints import CheckpointStore
 from spotreel.worker.job import JobRun
 from spotreel.worker.metrics import WorkerMetrics
-from spotreel.worker.pipeline import Renderer
+from spotreel.worker.render_loop import Renderer
 from spotreel.worker.signals import PreemptionNotice
 from spotreel.worker.storage import Budget, StorageBudgets, StorageUnavailable, call_within
 from spotreel.worker.transport import Verdict, WorkerLease

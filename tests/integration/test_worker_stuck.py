@@ -1,6 +1,6 @@
 """A worker whose denoising step hangs, against the real scheduler, gateway, Kafka, Cassandra and S3.
 
-The hang is injected with the pipeline's test-only hook (SPOTREEL_TEST_HANG_STEP, worker/pipeline.py). Two
+The hang is injected with the pipeline's test-only hook (SPOTREEL_TEST_HANG_STEP, worker/render_loop.py). Two
 ways out, both ending the lease as a retryable `stuck` attempt and the job finishing on a later lease:
 - the worker's own watchdog reports it (FailJob) and, its step still hung, exits with status 75;
 - with the watchdog off, the worker keeps heartbeating while the step hangs, and the scheduler's stuck timer
@@ -17,7 +17,7 @@ import uuid
 import pytest
 
 from spotreel.domain import events as ev
-from spotreel.worker.pipeline import TEST_HANG_ENV
+from spotreel.worker.render_loop import TEST_HANG_ENV
 from spotreel.worker.stuck import STUCK_EXIT
 from tests.integration.schedkit import submit as submit_command
 from tests.integration.workerkit import DURATION_S, FPS, GPU, STEPS, events_of, start_plane, wait_done

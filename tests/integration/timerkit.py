@@ -23,7 +23,7 @@ from spotreel.adapters.kafka import produce_command, producer
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
 from spotreel.platform.topics import events_topic
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 from tests.integration.schedkit import SchedulerProc, submit
 

@@ -21,9 +21,9 @@ from typing import Any, Callable
 
 from spotreel.domain import events as ev
 from spotreel.platform.migrate import migrate
-from spotreel.devstack.ports import free_port
+from spotreel.platform.ports import free_port
 from spotreel.tenancy import create_worker_key
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from tests.integration.prockit import json_lines, terminate_group
 from tests.integration.schedkit import ROOT, Bus, SchedulerProc, drop_topics, make_topics, submit
 
@@ -257,8 +257,8 @@ def reference_checksum(model_dir: Path, command, sampler: str) -> str:
     import torch
 
     from spotreel.worker.hf_logging import quietly
-    from spotreel.worker.pipeline import Renderer, RenderRequest
-    from spotreel.video import frames_checksum
+    from spotreel.worker.render_loop import Renderer, RenderRequest
+    from spotreel.media.video import frames_checksum
 
     spec = getattr(command, "spec", command)  # a SubmitJob's RenderSpec, or the same fields flat
     req = RenderRequest.from_job(prompt=spec.prompt, seed=spec.seed, num_steps=spec.num_steps,

@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.app import create_app
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from spotreel.services.gateway.deps import Claim, Deps, PoolLoad, SinkUnavailable, Tenant
 from spotreel.readmodel.jobs import JobListItem, JobPage, JobView
 from spotreel.readmodel.schedules import OccurrencePage, SchedulePage, ScheduleView

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from spotreel.devstack.settings import DevstackSettings
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 PORT_FIELDS = [f.name for f in fields(DevstackSettings) if f.name.endswith("_port")]
 

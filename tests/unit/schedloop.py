@@ -11,7 +11,7 @@ from typing import Any, Callable
 from unittest import mock
 
 from spotreel.codec import Codec
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 from spotreel.services.scheduler.partition import PartitionState
 

@@ -11,7 +11,7 @@ from spotreel.devstack import cassandra
 from spotreel.platform.cql import RECONNECT_MAX_S, cluster_for
 from spotreel.services.projector import service as projector_service
 from spotreel.services.webhooks import service as webhooks_service
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 def test_the_reconnection_schedule_is_bounded_and_endless():

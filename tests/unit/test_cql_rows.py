@@ -41,6 +41,6 @@ def test_the_cache_is_bounded(monkeypatch):
 
 
 def test_the_services_execution_profile_uses_it():
-    from spotreel.settings import Settings
+    from spotreel.config.settings import Settings
 
     assert cql.execution_profile(Settings()).row_factory is cql.named_rows

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from spotreel.devstack.imds_mock import NEVER_S, ImdsMock, binary_path
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 pytestmark = pytest.mark.unit
 

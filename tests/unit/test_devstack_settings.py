@@ -11,7 +11,7 @@ import pytest
 from spotreel.devstack.java import common_jvm_options
 from spotreel.devstack.services import settings_env
 from spotreel.devstack.settings import DevstackSettings, launcher_settings
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 pytestmark = pytest.mark.unit
 

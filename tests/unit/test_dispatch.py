@@ -8,7 +8,7 @@ import time
 import pytest
 
 from spotreel.domain.aging import AgingPolicy
-from spotreel.domain.dispatch import DispatchConfig, DispatchIndex, QueuedJob, choose
+from spotreel.domain.job_choice import DispatchConfig, DispatchIndex, QueuedJob, choose
 from spotreel.domain.fairness import TenantPolicy, TenantUsage
 from spotreel.domain.pools import Pool, WorkerOffer
 

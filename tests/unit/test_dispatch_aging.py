@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from spotreel.domain.aging import AgingPolicy, effective_priority, is_overdue, waited_ms
-from spotreel.domain.dispatch import DispatchConfig, DispatchIndex, QueuedJob
+from spotreel.domain.job_choice import DispatchConfig, DispatchIndex, QueuedJob
 from spotreel.domain.fairness import TenantAccount
 from spotreel.domain.pools import WorkerOffer
 

@@ -16,7 +16,7 @@ from spotreel.dispatch.listener import DispatchListener
 from spotreel.dispatch.order import PoolQueues, request_order
 from spotreel.domain import events as ev
 from spotreel.domain.spec import RenderSpec
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 @given(st.text(min_size=1, max_size=20), st.integers(1, 12), st.lists(st.integers(0, 11)), st.sets(st.integers(0, 11)))

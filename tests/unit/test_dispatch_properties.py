@@ -10,7 +10,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from spotreel.domain.aging import AgingPolicy, effective_priority, is_overdue
-from spotreel.domain.dispatch import DispatchConfig, DispatchIndex, QueuedJob, choose
+from spotreel.domain.job_choice import DispatchConfig, DispatchIndex, QueuedJob, choose
 from spotreel.domain.fairness import TenantAccount, TenantPolicy, TenantUsage, share
 from spotreel.domain.pools import WorkerOffer
 from tests.harness.hypothesis_profiles import examples

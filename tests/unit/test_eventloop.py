@@ -1,4 +1,4 @@
-"""The gateway's event loop setting (spotreel.eventloop): uvloop by default, the stock loop on request."""
+"""The gateway's event loop setting (spotreel.runtime.eventloop): uvloop by default, the stock loop on request."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from spotreel import eventloop
-from spotreel.settings import Settings
+from spotreel.runtime import eventloop
+from spotreel.config.settings import Settings
 
 pytestmark = pytest.mark.unit
 

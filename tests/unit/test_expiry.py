@@ -15,7 +15,7 @@ from spotreel.domain.state import Status
 from spotreel.services.gateway.app import create_app
 from spotreel.services.gateway.deps import Tenant
 from spotreel.services.janitor.janitor import deletions_for
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from tests.unit.gateway_fakes import fake_deps, job_view
 
 DAY_MS = 86_400_000

@@ -27,7 +27,7 @@ from spotreel.domain import commands as c
 from spotreel.domain import events as ev
 from spotreel.domain import ids
 from spotreel.domain.decide import decide
-from spotreel.domain.dispatch import DispatchConfig
+from spotreel.domain.job_choice import DispatchConfig
 from spotreel.domain.evolve import fold
 from spotreel.domain.fairness import DecayingTotal, combined_usage, credit, decayed
 from spotreel.domain.aging import AgingPolicy
@@ -35,7 +35,7 @@ from spotreel.domain.pools import WorkerOffer
 from spotreel.services.scheduler.fairshare import FairShareView, GlobalUsage, TenantLedger
 from spotreel.services.scheduler.partition import PartitionState
 from spotreel.services.scheduler.poolstats import pool_stats, share_if_room
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from tests.unit.jobkit import T0, submit
 from tests.harness.hypothesis_profiles import examples
 

@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 
 from spotreel.domain.aging import AgingPolicy
-from spotreel.domain.dispatch import DispatchConfig, DispatchIndex, QueuedJob, choose
+from spotreel.domain.job_choice import DispatchConfig, DispatchIndex, QueuedJob, choose
 from spotreel.domain.fairness import DecayingTotal, TenantAccount, TenantPolicy, TenantUsage, share
 from spotreel.domain.pools import WorkerOffer
 

@@ -16,7 +16,7 @@ from spotreel.personal.kek import LocalKek
 from spotreel.personal.keystore import MemoryKeystore
 from spotreel.personal.vault import Vault
 from spotreel.services.gateway.app import create_app
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from tests.unit.gateway_fakes import fake_deps, with_status
 
 pytestmark = pytest.mark.unit

@@ -10,7 +10,7 @@ import pytest
 from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.app import create_app
 from spotreel.services.gateway.context import GATEWAY
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from tests.unit.gateway_fakes import fake_deps
 
 pytestmark = pytest.mark.unit

@@ -292,7 +292,7 @@ async def test_the_gateway_service_pulses_while_it_runs_and_says_it_leaves_when_
 
     from spotreel.services.gateway.app import create_app
     from spotreel.services.gateway.worker_api import routes
-    from spotreel.settings import Settings
+    from spotreel.config.settings import Settings
     from tests.unit.gateway_fakes import fake_deps
 
     sent: list[tuple[c.GatewayPulse, int]] = []

@@ -24,7 +24,7 @@ from spotreel.services.gateway.app import create_app
 from spotreel.services.gateway.loopwatch import LoopWatch
 from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.worker_api.leasedesk import SUPERSEDED, LeaseDesk
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from tests.unit.gateway_fakes import WORKER_KEY, fake_deps
 from tests.unit.gateway_fakes import Clock as DepsClock
 

@@ -13,7 +13,7 @@ from spotreel.api.config import GatewayConfig
 from spotreel.domain import commands as cmd
 from spotreel.model_registry import parse
 from spotreel.services.gateway.app import create_app
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from tests.unit.gateway_fakes import fake_deps, with_status
 
 pytestmark = pytest.mark.filterwarnings("ignore:The Sora API:DeprecationWarning")

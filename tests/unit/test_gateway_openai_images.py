@@ -25,7 +25,7 @@ from spotreel.domain import images
 from spotreel.domain.images import ImageRef
 from spotreel.model_registry import parse
 from spotreel.services.gateway.app import create_app
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from tests.unit.gateway_fakes import fake_deps
 
 pytestmark = [pytest.mark.unit, pytest.mark.filterwarnings("ignore:The Sora API:DeprecationWarning")]

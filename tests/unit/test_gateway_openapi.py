@@ -19,7 +19,7 @@ from spotreel.services.gateway.openapi import IDEMPOTENCY, document
 from spotreel.api.submission import check_idempotency_key, normalize
 from spotreel.model_registry import parse
 from spotreel.services.gateway.public.videos import STATUSES
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from tests.unit.gateway_fakes import fake_deps
 
 

@@ -9,7 +9,7 @@ import pytest
 import pytest_asyncio
 
 from spotreel.domain import events as ev
-from spotreel import sse
+from spotreel.api import sse
 from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.deps import Tenant
 from spotreel.services.gateway.public.pending import PoolQueue, pending_reason, pool_queue

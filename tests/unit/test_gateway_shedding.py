@@ -21,7 +21,7 @@ from spotreel.domain import commands as cmd
 from spotreel.services.gateway.app import create_app
 from spotreel.services.gateway.context import GATEWAY
 from spotreel.services.gateway.loopwatch import MAX_RETRY_S, MIN_RETRY_S, MIN_SAMPLES, LoopWatch, retry_after_s
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from spotreel.worker.transport import TransportError, WorkerProfile
 from spotreel.worker.transport_http import HttpTransport
 from tests.unit.gateway_fakes import WORKER_KEY, fake_deps

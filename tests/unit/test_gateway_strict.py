@@ -15,7 +15,7 @@ from spotreel.domain import commands as cmd
 from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.public.guards import MAX_HEADER_BYTES, MAX_TARGET_BYTES
 from spotreel.services.gateway.openapi import document
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from tests.unit.gateway_fakes import fake_deps, serving, with_status
 
 A = {"Authorization": "Bearer key-a"}

@@ -13,7 +13,7 @@ from hypothesis import given, strategies as st
 from spotreel.services.gateway.app import create_app
 from spotreel.services.gateway.openapi import LINKS, document
 from spotreel.services.webhooks.store import JobWebhookState, state_timestamp
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from tests.unit.gateway_fakes import fake_deps, job_view, serving
 
 A = {"Authorization": "Bearer key-a"}

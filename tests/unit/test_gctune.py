@@ -1,4 +1,4 @@
-"""The services' garbage-collector setting (spotreel.gctune, settings.gc_threshold). `install` runs in a
+"""The services' garbage-collector setting (spotreel.runtime.gctune, settings.gc_threshold). `install` runs in a
 child interpreter: it would change the collector of pytest's own process for the rest of the session."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ import sys
 
 import pytest
 
-from spotreel.gctune import parse
-from spotreel.settings import Settings
+from spotreel.runtime.gctune import parse
+from spotreel.config.settings import Settings
 
 
 def _after(setting: str) -> str:
-    code = ("import gc; from spotreel import gctune; before = gc.get_freeze_count(); "
+    code = ("import gc; from spotreel.runtime import gctune; before = gc.get_freeze_count(); "
             f"print(gctune.install({setting!r}), gc.get_threshold(), gc.get_freeze_count() > before)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr

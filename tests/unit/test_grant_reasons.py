@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from spotreel.domain import commands as c
 from spotreel.domain.aging import AgingPolicy
-from spotreel.domain.dispatch import DispatchConfig, DispatchIndex, QueuedJob
+from spotreel.domain.job_choice import DispatchConfig, DispatchIndex, QueuedJob
 from spotreel.domain.fairness import TenantPolicy, TenantUsage
 from spotreel.domain.grant_reasons import reasons
 from spotreel.domain.pools import WorkerOffer

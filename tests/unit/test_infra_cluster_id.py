@@ -7,7 +7,7 @@ import base64
 import pytest
 
 from spotreel.devstack.kafka import CLUSTER_ID, Kafka, new_cluster_id
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 pytestmark = pytest.mark.unit
 

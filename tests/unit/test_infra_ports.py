@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from spotreel.devstack.ports import free_port
+from spotreel.platform.ports import free_port
 from spotreel.devstack.server import SinglePortServer
 from spotreel.platform.errors import InfraError, ProbeFailed
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 pytestmark = pytest.mark.unit
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from spotreel.devstack.processes import group_members, read_pidfile, recorded_pid, spawn, stop_group
+from spotreel.platform.processes import group_members, read_pidfile, recorded_pid, spawn, stop_group
 
 pytestmark = pytest.mark.unit
 

@@ -15,7 +15,7 @@ from spotreel.devstack.haproxy import HAProxy, haproxy_binary
 from spotreel.devstack.replicated import expand
 from spotreel.devstack.services import services
 from spotreel.platform.errors import InfraError
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 pytestmark = pytest.mark.unit
 

@@ -14,7 +14,7 @@ from spotreel.platform.errors import ProbeFailed
 from spotreel.devstack.services import (GatewayService, ProjectorService, SchedulerService, projector_metrics_port,
                                      scheduler_metrics_port, settings_env)
 from spotreel.devstack.stack import components, tiers
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 def test_settings_round_trip_through_the_environment():

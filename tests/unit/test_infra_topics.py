@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from spotreel.platform.topics import changelog_topic, scheduler_app_id, topic_specs
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 pytestmark = pytest.mark.unit
 

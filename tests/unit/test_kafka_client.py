@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from spotreel.client.kafka import InvalidRequest, KafkaJobClient
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 @pytest.fixture

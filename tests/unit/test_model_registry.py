@@ -122,7 +122,7 @@ def test_a_size_rule_takes_every_side_it_allows():
 def test_the_local_stacks_registry_lists_the_tiny_model_and_takes_the_gateways_defaults(tmp_path):
     from spotreel.model_registry import registry_path
     from spotreel.platform.seed import local_registry_text
-    from spotreel.settings import Settings
+    from spotreel.config.settings import Settings
 
     (tmp_path / "models.toml").write_text(local_registry_text(tmp_path))
     registry = load(tmp_path / "models.toml")

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spotreel.domain.dispatch import QueuedJob
+from spotreel.domain.job_choice import QueuedJob
 from spotreel.services.scheduler.partition import WORKER_WINDOW_MS, PartitionState, WorkerSeen
 from spotreel.services.scheduler.poolstats import pool_stats
 from spotreel.services.scheduler.preempting import FREE_WINDOW_MS, free_workers

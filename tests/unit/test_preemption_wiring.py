@@ -154,7 +154,7 @@ def test_a_view_settles_after_another_partition_counts_a_new_request() -> None:
     """The race: the other instance asked two leases, on its partitions 0 and 2; this one reads partition 0's
     new record first and would spend the budget's last unit before partition 2's arrives."""
     from spotreel.services.scheduler.preempting import SETTLE_S, PoolStatsView
-    from spotreel.settings import Settings
+    from spotreel.config.settings import Settings
 
     now = [100.0]
     view = PoolStatsView(Settings(), monotonic=lambda: now[0])

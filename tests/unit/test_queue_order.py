@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spotreel.domain.aging import AgingPolicy
-from spotreel.domain.dispatch import DispatchConfig, QueuedJob, choose
+from spotreel.domain.job_choice import DispatchConfig, QueuedJob, choose
 from spotreel.domain.fairness import TenantPolicy, TenantUsage
 from spotreel.domain.pools import WorkerOffer
 from spotreel.domain.queue_order import QueueGroup, dispatch_order, jobs_ahead

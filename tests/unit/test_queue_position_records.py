@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from spotreel.domain.dispatch import DispatchConfig, QueuedJob
+from spotreel.domain.job_choice import DispatchConfig, QueuedJob
 from spotreel.domain.fairness import TenantPolicy, TenantUsage
 from spotreel.domain.queue_order import dispatch_order
 from spotreel.services.gateway.public import queueplace

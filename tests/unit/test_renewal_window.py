@@ -20,7 +20,7 @@ from spotreel.dispatch.listener import DispatchListener, DispatchUnavailable
 from spotreel.dispatch.sender import AsyncCommandSender
 from spotreel.domain import commands as c
 from spotreel.domain import events as ev
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from tests.unit.test_dispatch_library import _Msg
 
 codec = Codec.default()

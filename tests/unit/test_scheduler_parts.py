@@ -12,7 +12,7 @@ from typing import Any
 
 from spotreel.codec import Codec
 from spotreel.domain import events as ev
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 from spotreel.services.scheduler.metrics import Metrics
 from spotreel.services.scheduler.partition import PartitionState

@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 
 from spotreel.domain.aging import AgingPolicy
-from spotreel.domain.dispatch import DispatchConfig
+from spotreel.domain.job_choice import DispatchConfig
 from spotreel.services.scheduler.policies import dispatch_config, resume_hold_ms
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 pytestmark = pytest.mark.unit
 

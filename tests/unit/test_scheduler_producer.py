@@ -5,7 +5,7 @@ it a batch whose answer a broker's kill -9 lost is resent and lands twice on the
 
 from __future__ import annotations
 
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 async def test_the_faust_app_builds_an_idempotent_acks_all_producer(tmp_path) -> None:

@@ -9,17 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from spotreel import cli, knobs, settings_catalogue
+from spotreel import cli
+from spotreel.config import knobs
+from spotreel.docs import settings as settings_catalogue
 
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
-# Read by the code but not a knob: a test hook that makes a worker's step hang (worker/pipeline.py).
+# Read by the code but not a knob: a test hook that makes a worker's step hang (worker/render_loop.py).
 NOT_KNOBS = {"SPOTREEL_TEST_HANG_STEP"}
 
 
 def test_the_catalogue_is_up_to_date():
-    assert settings_catalogue.main(["--check"]) == 0, "run: python -m spotreel.settings_catalogue"
+    assert settings_catalogue.main(["--check"]) == 0, "run: python -m spotreel.docs.settings"
 
 
 def test_every_knob_has_a_description_and_every_variable_one_knob():

@@ -12,7 +12,7 @@ from spotreel.cli import main
 from spotreel.devstack import replicas
 from spotreel.devstack.haproxy import HAProxy
 from spotreel.services.simulator.stack import PrivateStack
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 pytestmark = pytest.mark.unit
 

@@ -121,7 +121,7 @@ def test_a_simulation_announces_its_private_services_to_the_local_prometheus_onl
 
     from spotreel.devstack.monitoring import Prometheus
     from spotreel.services.simulator.stack import announce
-    from spotreel.settings import Settings
+    from spotreel.config.settings import Settings
 
     base = Settings(home=tmp_path / "base")
     private = replace(base, home=tmp_path / "sim", topic_prefix="sim.abc", gateway_port=25000)

@@ -12,7 +12,7 @@ import pytest
 import pytest_asyncio
 
 from spotreel.demo.feed import StatusFeed
-from spotreel import sse
+from spotreel.api import sse
 from spotreel.client.http import ClientError
 from spotreel.client.watch import Watch
 from spotreel.api.config import GatewayConfig

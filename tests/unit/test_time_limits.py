@@ -91,7 +91,7 @@ async def test_the_worker_api_takes_a_lease_ttl_within_its_documented_bounds():
     from aiohttp.test_utils import TestClient, TestServer
 
     from spotreel.services.gateway.app import create_app
-    from spotreel.settings import Settings
+    from spotreel.config.settings import Settings
     from tests.unit.gateway_fakes import WORKER_KEY, fake_deps
 
     client = TestClient(TestServer(create_app(Settings(), fake_deps())))

@@ -1,4 +1,4 @@
-"""Tracing (spotreel/tracing.py): the traceparent helpers, the scheduler's hop (services/scheduler/traces.py)
+"""Tracing (spotreel/runtime/tracing.py): the traceparent helpers, the scheduler's hop (services/scheduler/traces.py)
 and the gateway's server span: a sampled traceparent is continued and handed on, an unsampled or missing one
 adds nothing."""
 
@@ -12,9 +12,9 @@ import pytest_asyncio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spotreel import tracing
+from spotreel.runtime import tracing
 from spotreel.services.scheduler.traces import JobTraces
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from tests.unit.gateway_fakes import fake_deps, serving
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"

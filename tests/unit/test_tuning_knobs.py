@@ -1,5 +1,5 @@
 """The projector's, webhook notifier's and janitor's tuning knobs are settable from the environment
-(spotreel.knobs.dataclass_overrides): typed, refused by name when malformed, and never the wiring fields or a
+(spotreel.config.knobs.dataclass_overrides): typed, refused by name when malformed, and never the wiring fields or a
 knob another variable already sets."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ from dataclasses import replace
 
 import pytest
 
-from spotreel import knobs
+from spotreel.config import knobs
 from spotreel.api.config import from_env as gateway_from_env
 from spotreel.services.janitor import janitor
 from spotreel.services.projector import consumer
 from spotreel.services.webhooks.service import config_for
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 BASE = consumer.ProjectorConfig(bootstrap="b", group_id="g", events_topic="e", events_deadletter_topic="d")
 

@@ -14,7 +14,7 @@ from spotreel.api.config import GatewayConfig
 from spotreel.services.gateway.openapi import document
 from spotreel.api.submission import normalize
 from spotreel.services.webhooks.payload import milestone, notification_for
-from spotreel.webhook_filters import FILTERS
+from spotreel.webhooks.filters import FILTERS
 from tests.unit.gateway_fakes import fake_deps, serving
 
 A = {"Authorization": "Bearer key-a"}

@@ -13,7 +13,7 @@ import standardwebhooks
 from hypothesis import given
 from hypothesis import strategies as st
 
-from spotreel import webhook_signing as signing
+from spotreel.webhooks import signing
 from spotreel.services.webhooks.payload import Notification, openai_style
 
 

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from spotreel.services.webhooks.addresses import RefusedAddress, check_url
-from spotreel.webhook_targets import delivery_refusal, literal_address, url_refusal
+from spotreel.webhooks.targets import delivery_refusal, literal_address, url_refusal
 
 
 class NoDns:

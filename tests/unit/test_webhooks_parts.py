@@ -9,7 +9,7 @@ import pytest
 from aiohttp.abc import AbstractResolver
 
 from spotreel.domain import events as ev
-from spotreel import webhook_signing as signing
+from spotreel.webhooks import signing
 from spotreel.services.webhooks.addresses import GuardedResolver, RefusedAddress, check_url, why_refused
 from spotreel.services.webhooks.backoff import RetryPolicy, retryable
 from spotreel.services.webhooks.offsets import OffsetTracker

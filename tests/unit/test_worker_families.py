@@ -15,14 +15,14 @@ from spotreel.worker.checkpoints import decode, encode
 from spotreel.worker.families import scheduler_state
 from spotreel.worker.hf_logging import quietly
 from spotreel.model_registry import parse
-from spotreel.worker.pipeline import Renderer, RenderRequest
+from spotreel.worker.render_loop import Renderer, RenderRequest
 
 pytestmark = pytest.mark.unit
 
 # family -> (width, height, frames) its tiny build takes, and the samplers it offers
 SHAPES = {"wan": (16, 16, 5), "ltx": (32, 32, 9), "cogvideox": (16, 16, 9), "unet3d": (32, 32, 4)}
 SAMPLERS = {"wan": ["unipc", "dpmpp"], "ltx": ["flow_euler"], "cogvideox": ["ddim", "dpmpp"],
-            "unet3d": ["unipc", "dpmpp"]}  # unet3d's ddim/euler_a: tests/unit/test_worker_pipeline.py
+            "unet3d": ["unipc", "dpmpp"]}  # unet3d's ddim/euler_a: tests/unit/test_worker_render_loop.py
 CASES = [(f, s) for f, ss in SAMPLERS.items() for s in ss]
 
 

@@ -14,7 +14,7 @@ import torch
 
 from spotreel.worker.checkpoints import decode, encode
 from spotreel.worker.hf_logging import quietly
-from spotreel.worker.pipeline import Renderer, RenderRequest, decode_image
+from spotreel.worker.render_loop import Renderer, RenderRequest, decode_image
 
 pytestmark = pytest.mark.unit
 
@@ -50,7 +50,7 @@ def renderer(model_dir) -> Renderer:
 @pytest.fixture(scope="module")
 def t2v() -> Renderer:
     from spotreel.worker.model_tiny import ensure_tiny_model
-    from spotreel.settings import Settings
+    from spotreel.config.settings import Settings
 
     return quietly(lambda: Renderer(ensure_tiny_model(Settings().cache_dir, family="ltx")))
 

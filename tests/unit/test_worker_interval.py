@@ -7,7 +7,7 @@ import math
 import pytest
 from hypothesis import assume, given, strategies as st
 
-from spotreel.checkpoint_interval import (MTBF_CEILING_S, MTBF_FLOOR_S, IntervalPolicy, estimated_mtbf_s,
+from spotreel.domain.checkpoint_interval import (MTBF_CEILING_S, MTBF_FLOOR_S, IntervalPolicy, estimated_mtbf_s,
                                       optimal_interval_s)
 
 pytestmark = pytest.mark.unit

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from spotreel.domain import events as ev
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 from spotreel.worker.transport import WorkerProfile
 from spotreel.worker.transport_kafka import KafkaTransport
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from spotreel.codec import Codec
 from spotreel.domain.events import WorkerLeaseHeld
 from spotreel.services.scheduler.workerleases import WorkerLeaseIndex
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 pytestmark = pytest.mark.unit
 SETTINGS, CODEC = Settings(), Codec.default()  # built once: most of an example's time otherwise

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from spotreel.checkpoint_interval import IntervalPolicy
+from spotreel.domain.checkpoint_interval import IntervalPolicy
 from spotreel.worker.job import JobRun
 from spotreel.worker.signals import PreemptionNotice
 from spotreel.domain.spec import RenderSpec

@@ -10,7 +10,7 @@ import torch
 
 from spotreel.worker.checkpoints import decode, encode
 from spotreel.worker.hf_logging import quietly
-from spotreel.worker.pipeline import Renderer, RenderRequest
+from spotreel.worker.render_loop import Renderer, RenderRequest
 
 pytestmark = pytest.mark.unit
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from spotreel.worker.pulse import Position, Pulse
-from spotreel.worker.pipeline import _test_hang_spec
+from spotreel.worker.render_loop import _test_hang_spec
 from spotreel.worker.stuck import StepWatch
 from spotreel.worker.transport import WorkerLease, Verdict
 from tests.unit.test_worker_pulse import CountingTransport, _lease

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from spotreel.worker import vae_memory
-from spotreel.worker.pipeline import DEFAULT_TILE_ABOVE_VOXELS, Renderer, RenderRequest
+from spotreel.worker.render_loop import DEFAULT_TILE_ABOVE_VOXELS, Renderer, RenderRequest
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results" / "worker-h100-vae-2026-11-26.json"
 GIB = 2**30

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spotreel.video import available_codec, decode_frames, encode_mp4, frames_checksum, probe
+from spotreel.media.video import available_codec, decode_frames, encode_mp4, frames_checksum, probe
 
 pytestmark = pytest.mark.unit
 

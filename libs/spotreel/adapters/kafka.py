@@ -1,5 +1,6 @@
 """Small confluent-kafka helpers shared by the services and tests: producing a command to its owner's
-partition and reading a partition range. Topic names and their declaration live in platform/topics.py; three
+partition and reading a partition range (consumers come from platform/consumers.py; `batched_fetch` is
+re-exported from there). Topic names and their declaration live in platform/topics.py; three
 of them are re-exported here for the callers that import them from this module."""
 
 from __future__ import annotations
@@ -7,10 +8,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from spotreel.platform.consumers import batched_fetch, consumer
 from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
 from spotreel.platform.topics import assignments_topic, delete_topics, ensure_scheduler_topics
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 __all__ = ["BATCH_REPLY_KEY_PREFIX", "CMD_ENTRY_HEADER", "CMD_OFFSET_HEADER", "assignments_topic", "batched_fetch", "delete_topics", "ensure_scheduler_topics",
            "producer", "produce_command", "read_partition"]
@@ -24,15 +26,6 @@ CMD_ENTRY_HEADER = "cmd-entry"
 BATCH_REPLY_KEY_PREFIX = b"~batch:"
 
 
-def batched_fetch(wait_ms: int) -> dict[str, Any]:
-    """Consumer settings that fetch at most once per `wait_ms` while records trickle in (a fetch answers when
-    64 KiB are there or `wait_ms` passed). librdkafka's defaults (fetch.min.bytes 1) answer a fetch as soon
-    as one record is there and send the next at once: a consumer of a topic with a steady trickle of records
-    sends a fetch per record or two, and the broker pays for each (bench/fetch_cost.py; bench/README.md, "Kafka:
-    what an eager consumer costs the broker"). `wait_ms` is what the reader may lag."""
-    return {"fetch.min.bytes": 65536, "fetch.wait.max.ms": wait_ms}
-
-
 def producer(settings: Settings, **extra: Any):
     from confluent_kafka import Producer
 
@@ -44,7 +37,7 @@ def producer(settings: Settings, **extra: Any):
 def produce_command(prod: Any, settings: Settings, codec: Codec, command: Any, partition: int | None = None,
                     topic: str | None = None, headers: list | None = None) -> int:
     """Produce `command` keyed by its job_id (or schedule_id / worker_id / a pulse's gateway_id) to the owner's
-    partition (a pulse: give `partition`), with `headers` (a traceparent, spotreel/tracing.py) if given."""
+    partition (a pulse: give `partition`), with `headers` (a traceparent, spotreel/runtime/tracing.py) if given."""
     from spotreel.platform.topics import commands_topic
 
     key = (getattr(command, "job_id", None) or getattr(command, "schedule_id", None)
@@ -59,10 +52,9 @@ def produce_command(prod: Any, settings: Settings, codec: Codec, command: Any, p
 def read_partition(bootstrap: str, topic: str, partition: int, start: int = 0, end: int | None = None,
                    timeout: float = 10.0) -> Iterator[Any]:
     """Yield the messages of one partition from `start` up to `end` (default: the high watermark now)."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "spotreel-reader", "enable.auto.commit": False,
-                  "enable.partition.eof": True, "isolation.level": "read_committed"})
+    c = consumer(bootstrap, "spotreel-reader", read_committed=True, extra={"enable.partition.eof": True})
     try:
         low, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout)
         stop = high if end is None else min(end, high)

@@ -162,7 +162,7 @@ def from_env(env: Mapping[str, str] | None = None) -> GatewayConfig:
     """The defaults above, each replaced by `SPOTREEL_GATEWAY_<NAME>` when that is set: every knob but
     `models`, which comes from SPOTREEL_MODEL_REGISTRY (Settings). A value that is not of the knob's type is
     refused with the variable's name, so a typo stops the gateway at start instead of serving other limits."""
-    from spotreel import knobs
+    from spotreel.config import knobs
 
     changes = knobs.dataclass_overrides(GatewayConfig, ENV_PREFIX, os.environ if env is None else env, NOT_FROM_ENV)
     cfg = replace(GatewayConfig(), **changes)

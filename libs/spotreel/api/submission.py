@@ -19,9 +19,9 @@ from spotreel.domain.spec import RenderSpec
 from spotreel.model_registry import SAMPLERS
 from spotreel.api.config import GatewayConfig
 from spotreel.api.errors import ApiError, ModelRefusal, invalid
-from spotreel.webhook_filters import DEFAULT_FILTER as DEFAULT_WEBHOOK_FILTER
-from spotreel.webhook_filters import FILTERS as WEBHOOK_FILTERS
-from spotreel.webhook_targets import url_refusal
+from spotreel.webhooks.filters import DEFAULT_FILTER as DEFAULT_WEBHOOK_FILTER
+from spotreel.webhooks.filters import FILTERS as WEBHOOK_FILTERS
+from spotreel.webhooks.targets import url_refusal
 
 # The job's retry and time policy (domain/limits.py), with the domain's limits and SubmitJob's defaults.
 POLICY_DEFAULTS = {"timeout_seconds": None, "max_attempts": SubmitJob.max_attempts,
@@ -83,7 +83,7 @@ def _resolution(body: dict[str, Any], cfg: GatewayConfig) -> str | None:
 
 
 def _callback(body: dict[str, Any], allow_private: bool) -> str | None:
-    """The webhook sender's own rule (spotreel.webhook_targets): a URL it would refuse is refused at
+    """The webhook sender's own rule (spotreel.webhooks.targets): a URL it would refuse is refused at
     submit, where the client sees why, instead of a webhook silently never sent."""
     v = _str(body, "callback_url")
     if v is None:

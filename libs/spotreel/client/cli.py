@@ -23,7 +23,7 @@ from spotreel.client.flags import (JOB_STATUSES, PRIORITY_HELP, add_limit_flag, 
                                    add_webhook_events_flag)
 from spotreel.client.http import Client, ClientError
 from spotreel.client.output import TERMINAL, progress_line
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 # The demo and tests import these from here, where they lived before the commands were split up.
 __all__ = ["TERMINAL", "progress_line", "register"]

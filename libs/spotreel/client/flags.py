@@ -9,7 +9,7 @@ import argparse
 
 from spotreel.api.config import GatewayConfig
 from spotreel.api.submission import MAX_SEED, POLICY_DEFAULTS, POLICY_LIMITS, PRIORITY_RANGE
-from spotreel.webhook_filters import DEFAULT_FILTER, FILTERS
+from spotreel.webhooks.filters import DEFAULT_FILTER, FILTERS
 
 # argparse dest → the API's field, for the flags below.
 VIDEO_FIELDS = {"model": "model", "gpu_type": "gpu_type", "duration": "duration", "resolution": "resolution",

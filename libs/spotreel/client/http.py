@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from spotreel import sse
+from spotreel.api import sse
 
 
 class ClientError(Exception):
@@ -177,7 +177,7 @@ class Client:
     def messages(self, job_id: str, last_event_id: str | None = None,
                  timeout: float = 120.0) -> Iterator[sse.Message]:
         """One connection to the SSE stream, with ids; `last_event_id` resumes after that event
-        (spotreel/sse.py). A drop shows as OSError or ValueError from the iteration; watch.py reconnects."""
+        (spotreel/api/sse.py). A drop shows as OSError or ValueError from the iteration; watch.py reconnects."""
         headers = {"Accept": "text/event-stream"} | ({"Last-Event-ID": last_event_id} if last_event_id else {})
         resp = self._request("GET", self._path(job_id, "/stream"), headers=headers, timeout=timeout)
         with resp:

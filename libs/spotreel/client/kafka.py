@@ -29,12 +29,13 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import Any
 
+from spotreel.platform.consumers import consumer
 from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec, CodecError
 from spotreel.domain import commands as cmd
 from spotreel.domain import events as ev
 from spotreel.platform.topics import commands_topic, events_topic
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 class InvalidRequest(ValueError):
@@ -77,7 +78,7 @@ class KafkaJobClient:
         `vault`: a spotreel.personal Vault; a submission's personal fields are sealed with it as the gateway
         seals them (None: sent as given, for a deployment with encryption off)."""
         self.vault = vault
-        from confluent_kafka import Consumer, Producer
+        from confluent_kafka import Producer
 
         from spotreel.api.config import GatewayConfig
 
@@ -93,9 +94,8 @@ class KafkaJobClient:
         self.commands, self.events = commands_topic(self.settings), events_topic(self.settings)
         self.producer = Producer({"bootstrap.servers": self.settings.kafka_bootstrap, "enable.idempotence": True,
                                   "acks": "all", "linger.ms": 1, "message.timeout.ms": int(ack_timeout_s * 1000)})
-        self.consumer = Consumer({"bootstrap.servers": self.settings.kafka_bootstrap,
-                                  "group.id": f"spotreel-client-{uuid.uuid4().hex}", "enable.auto.commit": False,
-                                  "isolation.level": "read_committed", "enable.partition.eof": False})
+        self.consumer = consumer(self.settings.kafka_bootstrap, f"spotreel-client-{uuid.uuid4().hex}",
+                                 read_committed=True, extra={"enable.partition.eof": False})
 
     # -- commands ---------------------------------------------------------------------------------------
 

@@ -2,7 +2,7 @@
 
 A connection can end before the job does: the network drops, the gateway restarts, or the gateway ends a
 stream at its maximum length. Each reconnect sends the id of the last event seen as `Last-Event-ID`, and
-the gateway answers only with states past it (spotreel/sse.py), so the person watching sees every state change
+the gateway answers only with states past it (spotreel/api/sse.py), so the person watching sees every state change
 once and the bar never jumps back.
 """
 

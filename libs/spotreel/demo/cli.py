@@ -11,7 +11,7 @@ from pathlib import Path
 
 from spotreel.demo import request as r
 from spotreel.demo.errors import DemoError
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 DEFAULT_TIMEOUT_S = 300.0
 

@@ -17,7 +17,7 @@ from spotreel.demo.timeline import Report, summary_lines
 from spotreel.demo.worker import BackgroundWorker
 from spotreel.client.http import Client, ClientError
 from spotreel.client.cli import TERMINAL, progress_line
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 Say = Callable[[str], None]
 
@@ -163,7 +163,7 @@ class Demo:
         self.say(f"demo: downloaded {out} ({size} bytes), sha256 matches the API's")
 
     def _decode(self) -> None:
-        from spotreel.video import probe
+        from spotreel.media.video import probe
 
         try:
             info = probe(Path(self.report.video_path).read_bytes())

@@ -14,7 +14,7 @@ from typing import Any
 
 from spotreel.demo.errors import DemoError
 from spotreel.devstack.services import settings_env
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 # One torch thread: on 2 cores shared with Kafka, Cassandra and the services, two threads wait on each other
 # whenever a core is taken, so their step time swings (up to several times one thread's); one is steady.

@@ -5,7 +5,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from pathlib import Path
 
-from spotreel.devstack import ports as portlib
+from spotreel.platform import ports as portlib
 from spotreel.platform.cql import cql_session
 from spotreel.platform.errors import InfraError, ProbeFailed
 from spotreel.devstack.java import common_jvm_options, java_bin

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 
-from spotreel.devstack import ports as portlib
+from spotreel.platform import ports as portlib
 from spotreel.devstack.cassandra import Cassandra
 from spotreel.devstack.render import render, write_if_changed
 from spotreel.devstack.server import Say

@@ -15,7 +15,7 @@ from typing import Callable, NoReturn
 
 from spotreel.platform.errors import InfraError
 from spotreel.devstack.settings import launcher_settings
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 ACTIONS = ("fetch", "up", "down", "status")
 

@@ -19,7 +19,7 @@ from spotreel.devstack.kafka_cluster import KafkaNode
 from spotreel.devstack.layout import Layout
 from spotreel.devstack.server import Server
 from spotreel.platform.errors import InfraError
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 # Loopback addresses 127.0.0.1..n, and a controller quorum that keeps a majority with one node down.
 MAX_NODES = 9

@@ -30,7 +30,7 @@ from spotreel.devstack.render import render as render_template
 from spotreel.devstack.render import write_if_changed
 from spotreel.devstack.server import Say, Server
 from spotreel.platform.errors import InfraError, ProbeFailed
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 CHECK_INTER_MS = 1000
 # Long polls last up to the gateway's lease_poll_max_seconds (60 s); the server timeout must outlast them.

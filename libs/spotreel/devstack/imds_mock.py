@@ -27,7 +27,7 @@ from typing import Callable
 
 from spotreel.devstack.settings import launcher_settings
 from spotreel.platform.errors import InfraError
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 VERSION = "v1.13.0"
 PACKAGE = "github.com/aws/amazon-ec2-metadata-mock/cmd/ec2-metadata-mock"

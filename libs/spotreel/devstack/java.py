@@ -8,7 +8,7 @@ from pathlib import Path
 
 from spotreel.platform.errors import InfraError
 from spotreel.devstack.settings import launcher_settings
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 def java_bin(settings: Settings, component: str) -> str:

@@ -8,7 +8,7 @@ import subprocess
 import uuid
 from pathlib import Path
 
-from spotreel.devstack import ports as portlib
+from spotreel.platform import ports as portlib
 from spotreel.platform.errors import InfraError, ProbeFailed
 from spotreel.devstack.java import common_jvm_options, java_bin
 from spotreel.devstack.loggist import gist

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spotreel.platform.errors import InfraError
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 @dataclass(frozen=True)

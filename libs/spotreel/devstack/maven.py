@@ -14,7 +14,7 @@ from typing import Callable
 from spotreel.platform.errors import InfraError
 from spotreel.devstack.render import render, write_if_changed
 from spotreel.devstack.settings import launcher_settings
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 # An explicit plugin version: Maven 3.8.7 would otherwise resolve an old one without includeScope fixes.
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"

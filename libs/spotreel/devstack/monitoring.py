@@ -15,9 +15,10 @@ import urllib.request
 from pathlib import Path
 
 from spotreel.platform.errors import InfraError, ProbeFailed
+from spotreel.platform.scrape_targets import targets_dir
 from spotreel.devstack.render import write_if_changed
 from spotreel.devstack.server import Say, SinglePortServer
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 MONITORING = Path(__file__).resolve().parents[3] / "monitoring"
 RULES = MONITORING / "alerts.yml"
@@ -58,7 +59,7 @@ class Prometheus(SinglePortServer):
 
     @property
     def targets_dir(self) -> Path:
-        return self.conf_dir / "targets"
+        return targets_dir(self.settings)
 
     @property
     def consoles_dir(self) -> Path:

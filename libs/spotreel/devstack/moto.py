@@ -13,7 +13,7 @@ from typing import Any
 from spotreel.devstack import ports as portlib
 from spotreel.devstack.server import SinglePortServer, environment_binary
 from spotreel.platform.errors import InfraError, ProbeFailed
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 # moto needs credentials to sign with, and accepts any.
 FAKE_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}

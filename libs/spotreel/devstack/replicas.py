@@ -25,10 +25,10 @@ import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from spotreel.devstack import ports as portlib
+from spotreel.platform import ports as portlib
 from spotreel.devstack.layout import Layout
 from spotreel.platform.errors import InfraError
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 SERVICES = ("gateway", "scheduler", "projector", "webhooks")
 MAX_REPLICAS = 16

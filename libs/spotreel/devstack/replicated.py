@@ -14,7 +14,7 @@ from spotreel.devstack.server import Say, Server
 from spotreel.devstack.services import (GatewayService, ProjectorService, SchedulerService, WebhooksService,
                                         gateway_metrics_port, http_get, services)
 from spotreel.platform.errors import ProbeFailed
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 class _Replica:

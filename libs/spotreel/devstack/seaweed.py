@@ -7,12 +7,12 @@ from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 
-from spotreel.devstack import ports as portlib
+from spotreel.platform import ports as portlib
 from spotreel.platform.errors import InfraError, ProbeFailed
 from spotreel.devstack.render import write_if_changed
 from spotreel.platform.s3 import s3_client
 from spotreel.devstack.server import Say, Server, environment_binary
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 # weed derives each gRPC port as http port + 10000; we pass them explicitly so all are known and checked.
 GRPC_OFFSET = 10000

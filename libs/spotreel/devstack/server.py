@@ -15,13 +15,13 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from spotreel.devstack import ports as portlib
+from spotreel.platform import ports as portlib
 from spotreel.platform.errors import InfraError, ProbeFailed
 from spotreel.devstack.layout import Layout
 from spotreel.devstack.loggist import LogMark, gist
-from spotreel.devstack.processes import Running, read_pidfile, spawn, stop_group
+from spotreel.platform.processes import Running, read_pidfile, spawn, stop_group
 from spotreel.devstack.settings import launcher_settings
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 Say = Callable[[str], None]
 

@@ -28,7 +28,7 @@ from spotreel.devstack.server import Server
 from spotreel.platform.errors import ProbeFailed
 from spotreel.platform.seed import LOCAL_REGISTRY_FILE, local_registry_text
 from spotreel.devstack.settings import launcher_settings
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 def scheduler_metrics_port(settings: Settings) -> int:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Any
 
 from spotreel.devstack.layout import Layout
 from spotreel.platform.topics import changelog_topic
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 def _dir_bytes(path: Path) -> int:
@@ -24,7 +24,9 @@ def _dir_bytes(path: Path) -> int:
 
 
 def topic_sizes(settings: Settings, timeout: float = 3.0) -> list[dict[str, Any]]:
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
+
+    from spotreel.platform.consumers import consumer as kafka_consumer
 
     from spotreel.platform.topics import admin_client
 
@@ -32,8 +34,7 @@ def topic_sizes(settings: Settings, timeout: float = 3.0) -> list[dict[str, Any]
     # The cluster profile: broker 1's replica (each of three brokers holds every partition at RF 3).
     kraft = Layout.of(settings).data("kafka" if settings.cluster_nodes <= 1 else "kafka-1") / "kraft"
     names = sorted(t for t in meta.topics if t.startswith(settings.topic_prefix + "."))
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "spotreel-infra-status",
-                         "enable.auto.commit": False})
+    consumer = kafka_consumer(settings.kafka_bootstrap, "spotreel-infra-status")
     out = []
     try:
         for name in names:

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from spotreel.devstack import maven
-from spotreel.devstack import ports as portlib
+from spotreel.platform import ports as portlib
 from spotreel.devstack.cassandra import Cassandra
 from spotreel.devstack.cluster import cassandra_nodes, kafka_nodes, record_nodes
 from spotreel.platform.errors import InfraError, ProbeFailed
@@ -20,7 +20,7 @@ from spotreel.devstack.layout import Layout
 from spotreel.devstack.seaweed import Seaweed
 from spotreel.devstack.server import Say, Server
 from spotreel.devstack.services import services
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 LOCK_WAIT_S = 600
 

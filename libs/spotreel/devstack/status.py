@@ -9,7 +9,7 @@ from spotreel.devstack import sizes
 from spotreel.devstack.layout import Layout
 from spotreel.platform.seed import DEV_WORKER_KEY
 from spotreel.devstack.stack import components
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 def collect(settings: Settings, timeout: float = 3.0) -> dict[str, object]:

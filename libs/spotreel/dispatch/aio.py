@@ -11,7 +11,7 @@ from typing import Any, Callable
 from spotreel.codec import Codec
 from spotreel.dispatch.listener import DispatchListener
 from spotreel.dispatch.order import WorkView
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 class Handoff:

@@ -23,17 +23,17 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
 from collections import defaultdict
 from typing import Any, Callable, Iterable
 
-from spotreel import tracing
-from spotreel.adapters.kafka import BATCH_REPLY_KEY_PREFIX, batched_fetch
+from spotreel.runtime import tracing
+from spotreel.platform.consumers import consumer, private_group
+from spotreel.adapters.kafka import BATCH_REPLY_KEY_PREFIX
 from spotreel.codec import Codec
 from spotreel.dispatch.order import PoolQueues
 from spotreel.domain import events as ev
 from spotreel.platform.topics import assignments_topic, events_topic, pool_stats_topic, replies_topic
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 log = logging.getLogger("spotreel.dispatch")
 
@@ -66,7 +66,7 @@ class DispatchListener:
         self._verdicts: dict[str, Handler] = {}
         self._interest: dict[bytes, int] = defaultdict(int)  # job id -> verdicts waited on
         self._observers: dict[bytes, Handler] = {}  # job id -> sees every event of that job
-        # (job id, epoch) -> the traceparent its grant carried (spotreel/tracing.py): traced grants only.
+        # (job id, epoch) -> the traceparent its grant carried (spotreel/runtime/tracing.py): traced grants only.
         self._lease_traces: dict[tuple[str, int], str] = {}
         self._followed: set[int] = set()  # events partitions assigned on demand (consumer thread only)
         self._ops: list[tuple[Callable[[Any], None], threading.Event]] = []
@@ -83,15 +83,12 @@ class DispatchListener:
     def start(self, timeout: float = 15.0) -> None:
         if self._thread is not None:
             return
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+        from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
-        c = Consumer({"bootstrap.servers": self.settings.kafka_bootstrap,
-                      # Never used to join a group (assign only, nothing committed); librdkafka wants one.
-                      "group.id": f"{self.settings.topic_prefix}.{self.name}.{uuid.uuid4().hex[:8]}",
-                      "enable.auto.commit": False, "fetch.error.backoff.ms": 50,
-                      # Verdicts and answers wait at most 10 ms more for a fetch; the broker gets at most about
-                      # 100 fetches a second from this reader instead of one per record or two.
-                      **batched_fetch(10)})
+        # Verdicts and answers wait at most 10 ms more for a fetch; the broker gets at most about 100 fetches a
+        # second from this reader instead of one per record or two.
+        c = consumer(self.settings.kafka_bootstrap, private_group(self.settings, self.name), fetch_wait_ms=10,
+                     extra={"fetch.error.backoff.ms": 50})
         ends = [(self.assignments, p) for p in self._answer_parts]
         if self._all_events:
             ends += [(t, p) for t in (self.events, self.replies) for p in range(self.settings.partitions)]

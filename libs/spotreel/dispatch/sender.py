@@ -6,7 +6,7 @@ event loop through a `Handoff` (aio.py): one wake-up of the loop for the reports
 not a self-pipe write and read per report (a visible share of the gateway's CPU under load). A command
 goes to the partition the shared partitioner (spotreel.adapters.partitioning) gives its key, the one whose
 scheduler owns the job, unless the caller names one (a RequestWork). A command sent inside a sampled span (a
-traced HTTP request) carries its `traceparent` header (spotreel/tracing.py), and one sent for a worker's
+traced HTTP request) carries its `traceparent` header (spotreel/runtime/tracing.py), and one sent for a worker's
 request the gateway's worker API handles carries its intake headers (intake.py).
 
 The renewal window (`renewal_window_ms` > 0, the gateway's worker API): a heartbeat or progress report taken
@@ -29,7 +29,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from spotreel import tracing
+from spotreel.runtime import tracing
 from spotreel.adapters.partitioning import partition_for
 from spotreel.codec import Codec
 from spotreel.dispatch import intake
@@ -37,7 +37,7 @@ from spotreel.dispatch.aio import Handoff
 from spotreel.dispatch.listener import DispatchUnavailable
 from spotreel.domain.commands import BATCHED_COMMANDS, DISPATCH_COMMANDS, RenewalBatch, batched
 from spotreel.platform.topics import commands_topic
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 # What the renewal window holds: renewals, and lease requests (RequestWork).

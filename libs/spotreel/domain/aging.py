@@ -7,7 +7,7 @@ waited would turn a backlog of minutes into first-come-first-served across tenan
 Strict tiers alone can starve a low tier behind a flood of high-tier work, and a tenant that keeps losing
 on share, so ``max_wait_ms`` is the backstop: a job that has waited at least that long is *overdue*, and
 overdue work beats everything except pool membership, draining and the in-flight quota (see
-``dispatch.choose`` for the exact guarantee).
+``job_choice.choose`` for the exact guarantee).
 """
 
 from __future__ import annotations

@@ -400,7 +400,7 @@ ALL_COMMANDS = (*JOB_COMMANDS, *SCHEDULE_COMMANDS)
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Dispatch (not a job command: it names no job; the scheduler picks one with dispatch.choose)
+# Dispatch (not a job command: it names no job; the scheduler picks one with job_choice.choose)
 # ---------------------------------------------------------------------------------------------------------
 
 

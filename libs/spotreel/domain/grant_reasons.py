@@ -1,4 +1,4 @@
-"""Why a grant went to this job: the facts dispatch's rule (dispatch.py) weighed, recorded on the JobLeased.
+"""Why a grant went to this job: the facts dispatch's rule (job_choice.py) weighed, recorded on the JobLeased.
 
 During an incident ("why did tenant B's job run before mine?") the rule can only be explained with the
 inputs it saw at that moment: the tenants' usage over all partitions, their weights, the aging clock, the
@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from spotreel.domain.aging import effective_priority, is_overdue, waited_ms
-from spotreel.domain.dispatch import DispatchConfig, QueuedJob
+from spotreel.domain.job_choice import DispatchConfig, QueuedJob
 from spotreel.domain.fairness import TenantPolicy, TenantUsage, share
 from spotreel.domain.pools import WorkerOffer
 from spotreel.domain.quotas import has_in_flight_room

@@ -1,13 +1,13 @@
 """Where a queued job stands: the order in which dispatch would hand out a pool's queued jobs.
 
 A queue position (the 202 answer, `GET /v1/videos/{id}`, the SSE stream) and the ETA built on it are only
-honest if they follow the rule dispatch applies (``dispatch.py``: overdue first, then strict tiers across
+honest if they follow the rule dispatch applies (``job_choice.py``: overdue first, then strict tiers across
 the pool, then the tenant furthest below its fair share, then age). That rule picks one job per request and
 charges the tenant for it (``TenantAccount.on_dispatch``: in flight + 1, usage + the job's estimate), so the
 order of a whole queue is what repeated requests would take, each charging as it goes:
 
 - ``dispatch_order``: that sequence, exact, from the jobs themselves (what a partition's owner holds). The
-  first job is the one ``dispatch.choose`` picks for a worker of the pool that declares no warm model.
+  first job is the one ``job_choice.choose`` picks for a worker of the pool that declares no warm model.
   Jobs of a tenant that reaches its in-flight ceiling come last: no grant takes them until a lease ends.
 - ``jobs_ahead``: the same walk from counts, for a reader that holds no jobs (the gateway, from the
   pool-stats records of every partition): per tier and tenant how many are queued, the tenant's share,
@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from dataclasses import dataclass, replace
 
-from spotreel.domain.dispatch import DispatchConfig, DispatchIndex, QueuedJob, _select
+from spotreel.domain.job_choice import DispatchConfig, DispatchIndex, QueuedJob, _select
 from spotreel.domain.fairness import TenantPolicy, TenantUsage
 from spotreel.domain.pools import WorkerOffer
 

@@ -2,7 +2,7 @@
 
 A resume is exact only on the numerical environment that wrote the checkpoint: the same model family and
 weights, loop version, torch and diffusers builds, device kind (and GPU model or CPU thread count), dtype and
-VAE tiling rule (worker/pipeline.py `Renderer.environment`). A worker states that environment as its
+VAE tiling rule (worker/render_loop.py `Renderer.environment`). A worker states that environment as its
 *fingerprint* when it asks for work (`RequestWork.fingerprint`); the lease keeps it, and every checkpoint
 recorded under the lease carries its writer's (`CheckpointRecorded.fingerprint`).
 

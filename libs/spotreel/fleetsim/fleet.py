@@ -30,7 +30,7 @@ from spotreel.dispatch.listener import DispatchUnavailable
 from spotreel.fleetsim.config import SimConfig
 from spotreel.fleetsim.figures import Accepted, Attempt, WorkerLife
 from spotreel.fleetsim.waste import adaptive_interval_s
-from spotreel.checkpoint_interval import estimated_mtbf_s
+from spotreel.domain.checkpoint_interval import estimated_mtbf_s
 from spotreel.domain.leases import quiet_s
 
 

@@ -94,7 +94,7 @@ def young_daly_interval_s(checkpoint_cost_s: float, mtbf_s: float, lo: float, hi
 def adaptive_interval_s(checkpoint_cost_s: float, mtbf_s: float, lo: float, hi: float) -> float:
     """The worker's own function when it exists, else the private copy above (same contract)."""
     try:
-        from spotreel.checkpoint_interval import optimal_interval_s
+        from spotreel.domain.checkpoint_interval import optimal_interval_s
     except ImportError:
         return young_daly_interval_s(checkpoint_cost_s, mtbf_s, lo, hi)
     return float(optimal_interval_s(checkpoint_cost_s, mtbf_s, lo, hi))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Iterator
 
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 
 # Seconds between the driver's attempts to reach a host it marked down. Its default schedule grows to ten

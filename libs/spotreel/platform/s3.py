@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from spotreel.settings import S3_RETRY_MODES, Settings
+from spotreel.config.settings import S3_RETRY_MODES, Settings
 
 
 def client_config(settings: Settings, read_timeout_s: float | None = None, attempts: int | None = None) -> Any:

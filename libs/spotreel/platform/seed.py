@@ -7,7 +7,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 DEV_TENANT = "dev"
 # The local stack's worker credential (worker API, /internal/…): like the dev API key, not a secret; real

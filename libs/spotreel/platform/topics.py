@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from spotreel.platform.errors import InfraError
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 WEEK_MS = str(7 * 24 * 3600 * 1000)
 

@@ -237,7 +237,7 @@ async def download_content(request: web.Request) -> web.StreamResponse:
     url = gw.deps.presign(found.result_key)
     if variant == "video":
         raise web.HTTPFound(url)
-    from spotreel.previews import preview
+    from spotreel.media.previews import preview
 
     async with aiohttp.ClientSession() as http, http.get(url) as got:
         if got.status != 200:

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
 from typing import Any, Iterable
 
-from spotreel.adapters.kafka import batched_fetch
+from spotreel.adapters.compacted import CompactedReader
+from spotreel.platform.consumers import private_group
 from spotreel.services.gateway.deps import PoolLoad
 
 log = logging.getLogger("spotreel.gateway.pools")
@@ -74,37 +74,15 @@ class KafkaPoolStats:
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._latest: dict[str, dict[int, Any]] = {}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="gateway-pool-stats", daemon=True)
-        self._thread.start()
+        # Started at once, connecting on its thread: estimates stay null until the broker answers.
+        self._reader = CompactedReader(settings, "gateway-pool-stats", [self.topic], self.apply, codec=self.codec,
+                                       group_id=private_group(settings, "gateway-pools"), fetch_wait_ms=500,
+                                       poll_s=0.5, quiet=True, retry_s=5.0, track_end=False)
+        self._reader.start()
 
-    def _run(self) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
-
-        consumer = None
-        while not self._stop.is_set() and consumer is None:
-            try:
-                c = Consumer({"bootstrap.servers": self.settings.kafka_bootstrap,
-                              "group.id": f"{self.settings.topic_prefix}.gateway-pools.{uuid.uuid4().hex[:8]}",
-                              "enable.auto.commit": False, "log_level": 3, **batched_fetch(500)})
-                c.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in range(self.settings.partitions)])
-                consumer = c
-            except KafkaException as exc:  # broker not up yet: estimates stay null until it is
-                log.warning("pool stats: %s; retrying", exc)
-                self._stop.wait(5)
-        while not self._stop.is_set():
-            for msg in consumer.consume(500, 0.5):
-                if msg.error() is not None or msg.value() is None:
-                    continue
-                try:
-                    rec = self.codec.decode_message(msg.value())
-                except Exception:  # noqa: BLE001 - one bad record must not stop the estimates
-                    log.exception("pool stats: undecodable record")
-                    continue
-                with self._lock:
-                    self._latest.setdefault(rec.pool, {})[rec.partition] = rec
-        if consumer is not None:
-            consumer.close()
+    def apply(self, rec: Any) -> None:
+        with self._lock:
+            self._latest.setdefault(rec.pool, {})[rec.partition] = rec
 
     def records(self, pool: str) -> list[Any]:
         """The latest record of each partition for `pool` (stale ones included: the reader judges them)."""
@@ -117,5 +95,4 @@ class KafkaPoolStats:
         return aggregate(records, self.clock_ms(), self.stale_ms)
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
+        self._reader.close()

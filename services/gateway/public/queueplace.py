@@ -1,6 +1,6 @@
 """A job's queue position in the order dispatch hands out work, from the pool-stats records of every partition.
 
-Dispatch (domain/dispatch.py) serves a pool highest tier first, then the tenant furthest below its fair
+Dispatch (domain/job_choice.py) serves a pool highest tier first, then the tenant furthest below its fair
 share (usage / weight over all partitions), then the oldest job, charging each grant to its tenant. The
 gateway holds no jobs, so it walks that order over counts (`domain.queue_order.jobs_ahead`): each
 partition's owner publishes, per pool, its queued jobs per tier and tenant (`queued_by_tier_tenant`) and

@@ -4,7 +4,7 @@ the video expired under the tenant's plan, domain/expiry.py).
 The stream polls the read model rather than tailing Kafka: the read model is what GET shows, so the two
 can never disagree, and a gateway needs no consumer per open stream. Each `status` event is the job's
 state at one event version and carries that version as its SSE id; a client that reconnects with
-`Last-Event-ID` gets only states past it (spotreel/sse.py), so a dropped connection loses nothing and repeats
+`Last-Event-ID` gets only states past it (spotreel/api/sse.py), so a dropped connection loses nothing and repeats
 nothing. States the projector wrote between two polls arrive as the newest of them (the job's history,
 every event, is GET …/events).
 """
@@ -17,7 +17,7 @@ import time
 from aiohttp import web
 
 from spotreel.domain import expiry
-from spotreel import sse
+from spotreel.api import sse
 from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import gateway
 from spotreel.api.errors import ApiError

@@ -18,12 +18,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from typing import Any, Iterable
 
 from aiohttp import web
 
-from spotreel.adapters.kafka import batched_fetch
+from spotreel.adapters.compacted import CompactedReader
+from spotreel.platform.consumers import private_group
 from spotreel.domain.fairness import combined_usage
 from spotreel.services.gateway.auth import TENANT
 from spotreel.services.gateway.context import gateway
@@ -57,9 +57,10 @@ class KafkaTenantUsage:
         self.half_life_ms = hl * 1000 if hl > 0 else None
         self._latest: dict[str, dict[int, Any]] = {}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="gateway-tenant-usage", daemon=True)
-        self._thread.start()
+        self._reader = CompactedReader(settings, "gateway-tenant-usage", [self.topic], self.apply, codec=self.codec,
+                                       group_id=private_group(settings, "gateway-usage"), fetch_wait_ms=500,
+                                       poll_s=0.5, quiet=True, retry_s=5.0, track_end=False)
+        self._reader.start()
 
     def apply(self, rec: Any) -> None:
         with self._lock:
@@ -67,76 +68,33 @@ class KafkaTenantUsage:
             if current is None or current.at_ms <= rec.at_ms:
                 self._latest[rec.tenant][rec.partition] = rec
 
-    def _run(self) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
-
-        consumer = None
-        while not self._stop.is_set() and consumer is None:
-            try:
-                c = Consumer({"bootstrap.servers": self.settings.kafka_bootstrap,
-                              "group.id": f"{self.settings.topic_prefix}.gateway-usage.{uuid.uuid4().hex[:8]}",
-                              "enable.auto.commit": False, "log_level": 3, **batched_fetch(500)})
-                c.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in range(self.settings.partitions)])
-                consumer = c
-            except KafkaException as exc:
-                log.warning("tenant usage: %s; retrying", exc)
-                self._stop.wait(5)
-        while not self._stop.is_set():
-            for msg in consumer.consume(500, 0.5):
-                if msg.error() is not None or msg.value() is None:
-                    continue
-                try:
-                    self.apply(self.codec.decode_message(msg.value()))
-                except Exception:  # noqa: BLE001 - one bad record must not stop the rest
-                    log.exception("tenant usage: undecodable record")
-        if consumer is not None:
-            consumer.close()
-
     async def usage(self, tenant: str) -> dict[str, Any]:
         with self._lock:
             reports = list(self._latest.get(tenant, {}).values())
         return summarize(tenant, reports, self.clock_ms(), self.half_life_ms)
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join(10)
+        self._reader.close()
 
 
 def read_reports(settings, codec=None, timeout: float = 30.0) -> list[Any]:
     """Everything the tenant-usage topic holds now, the latest report per (tenant, partition): for
     `spotreel usage`, which reads once and exits."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    from spotreel.codec import Codec
     from spotreel.platform.topics import tenant_usage_topic
 
-    codec = codec or Codec.default()
-    topic = tenant_usage_topic(settings)
-    c = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "enable.auto.commit": False, "log_level": 3,
-                  "group.id": f"{settings.topic_prefix}.usage-cli.{uuid.uuid4().hex[:8]}"})
     latest: dict[tuple[str, int], Any] = {}
+
+    def keep(rec: Any) -> None:
+        held = latest.get((rec.tenant, rec.partition))
+        if held is None or held.at_ms <= rec.at_ms:
+            latest[(rec.tenant, rec.partition)] = rec
+
+    reader = CompactedReader(settings, "usage-cli", [tenant_usage_topic(settings)], keep, codec=codec, poll_s=1.0,
+                             quiet=True, end_timeout_s=timeout)
     try:
-        for p in range(settings.partitions):
-            low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)
-            if low >= high:
-                continue
-            c.assign([TopicPartition(topic, p, low)])
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                msg = c.poll(1.0)
-                if msg is None or msg.error():
-                    continue
-                if msg.value() is not None:
-                    rec = codec.decode_message(msg.value())
-                    held = latest.get((rec.tenant, rec.partition))
-                    if held is None or held.at_ms <= rec.at_ms:
-                        latest[(rec.tenant, rec.partition)] = rec
-                if msg.offset() + 1 >= high:
-                    break
-            else:
-                raise TimeoutError(f"{topic}[{p}]: not read to offset {high} within {timeout:.0f} s")
+        reader.read_to_end(timeout)
     finally:
-        c.close()
+        reader.close()
     return list(latest.values())
 
 

@@ -163,7 +163,7 @@ async def _deliver(request: web.Request, gw: Gateway, desk: LeaseDesk, answer: e
     # The pool's measured lease losses ride along: the worker's checkpoint interval weighs them against its
     # prior MTBF (worker/interval.py).
     losses, leased_s = work_bus(gw).lease_losses(answer.pool)
-    # A traced job's grant names its trace, so the worker's spans join it (spotreel/tracing.py).
+    # A traced job's grant names its trace, so the worker's spans join it (spotreel/runtime/tracing.py).
     trace = getattr(work_bus(gw), "lease_trace", lambda *_: None)(answer.job_id, answer.epoch)
     response = web.json_response({**flattened(await _opened(gw, answer)), "heartbeat_seconds": gw.cfg.heartbeat_seconds,
                                   "progress_seconds": gw.cfg.progress_seconds,

@@ -41,7 +41,7 @@ from spotreel.services.gateway.worker_api.leasedesk import LeaseDesk
 from spotreel.services.gateway.worker_api.leasepoll import lease
 from spotreel.services.gateway.worker_api.wire import (DESK, IDLE, INTAKE, LATE, PROFILES, WORKER, fingerprint_of, job_id_of, model_list,
                                                        note_age, read_body, take, work_bus, worker_id_of)
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
 log = logging.getLogger("spotreel.gateway")
 AUTH_CACHE_SECONDS = 30.0

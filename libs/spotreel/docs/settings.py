@@ -4,8 +4,8 @@ Each source is already the single home of its knobs: Settings (SPOTREEL_<NAME>, 
 field), the launcher's DevstackSettings (SPOTREEL_<NAME> too, its own fields), GatewayConfig
 (SPOTREEL_GATEWAY_<NAME>, likewise), the projector's, webhook notifier's and janitor's tuning dataclasses
 (SPOTREEL_PROJECTOR_/WEBHOOKS_/JANITOR_<NAME>, likewise) and the service commands' options that
-spotreel.knobs opens to the environment (SPOTREEL_<COMMAND>_<OPTION>, their help). Other variables read
-directly (tracing's) are listed in OTHER below. `python -m spotreel.settings_catalogue` rewrites the file;
+spotreel.config.knobs opens to the environment (SPOTREEL_<COMMAND>_<OPTION>, their help). Other variables read
+directly (tracing's) are listed in OTHER below. `python -m spotreel.docs.settings` rewrites the file;
 `--check` exits 1 when it is out of date; tests/unit/test_settings_catalogue.py runs the check and refuses a
 knob without a description or a variable named twice.
 """
@@ -18,12 +18,13 @@ from dataclasses import MISSING, Field, fields
 from pathlib import Path
 from typing import Any
 
-from spotreel import knobs, tracing
+from spotreel.config import knobs
+from spotreel.runtime import tracing
 from spotreel.devstack.settings import DevstackSettings
 from spotreel.api.config import ENV_PREFIX as GATEWAY_PREFIX, NOT_FROM_ENV, GatewayConfig
-from spotreel.settings import Settings
+from spotreel.config.settings import Settings
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "SETTINGS.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "SETTINGS.md"
 
 # Variables read where they are used rather than through one of the three sources.
 OTHER = {
@@ -79,7 +80,7 @@ def rows() -> dict[str, list[tuple[str, str, str, str]]]:
 def render() -> str:
     out = ["# Settings", "",
            "Every knob of the spotreel processes, the environment variable that sets it, its default and what it",
-           "means. Written by `python -m spotreel.settings_catalogue` from the code (libs/spotreel/settings.py,",
+           "means. Written by `python -m spotreel.docs.settings` from the code (libs/spotreel/config/settings.py,",
            "libs/spotreel/devstack/settings.py, libs/spotreel/api/config.py and the service commands' options);",
            "do not edit by hand.",
            "tests/unit/test_settings_catalogue.py fails when this file is out of date.", "",
@@ -94,13 +95,13 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m spotreel.settings_catalogue", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m spotreel.docs.settings", description=__doc__)
     p.add_argument("--check", action="store_true", help="exit 1 when docs/SETTINGS.md is out of date")
     args = p.parse_args(argv)
     text = render()
     if args.check:
         if not DOC.exists() or DOC.read_text() != text:
-            print(f"{DOC} is out of date: run python -m spotreel.settings_catalogue", file=sys.stderr)
+            print(f"{DOC} is out of date: run python -m spotreel.docs.settings", file=sys.stderr)
             return 1
         return 0
     DOC.write_text(text)

@@ -48,7 +48,7 @@ def spritesheet(frames: np.ndarray, most: int = SPRITES_MAX) -> np.ndarray:
 
 def preview(mp4: bytes, variant: str) -> bytes:
     """`thumbnail` or `spritesheet` of an MP4, as PNG."""
-    from spotreel.video import decode_frames
+    from spotreel.media.video import decode_frames
 
     frames = decode_frames(mp4)
     return png(frames[0] if variant == "thumbnail" else spritesheet(frames))

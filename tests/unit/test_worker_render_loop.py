@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from spotreel.worker.checkpoints import CheckpointMismatch, decode, encode
-from spotreel.worker.pipeline import Renderer, RenderRequest
+from spotreel.worker.render_loop import Renderer, RenderRequest
 
 pytestmark = pytest.mark.unit
 

@@ -31,8 +31,8 @@ from spotreel.domain.state import JobState
 from spotreel.codec import Codec
 from spotreel.platform.topics import (assignments_topic, commands_deadletter_topic, commands_topic, events_topic,
                                       replies_topic)
-from spotreel.settings import Settings
-from spotreel.tracing import TRACEPARENT
+from spotreel.config.settings import Settings
+from spotreel.runtime.tracing import TRACEPARENT
 
 from spotreel.services.scheduler import clock, followups
 from spotreel.services.scheduler.handler import Handler, HandlerResult, dead_letter

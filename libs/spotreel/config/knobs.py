@@ -6,7 +6,7 @@ described by its help. A command's options become variables when its registrar c
 `--metrics-port` of `spotreel projector` is SPOTREEL_PROJECTOR_METRICS_PORT, and the entrypoint applies them
 (`apply`) as the options' defaults, so a flag given on the command line still wins. Options that are
 operations rather than settings (`--rebuild`, `--truncate`) and options that repeat a Settings variable are
-left out by name. spotreel.settings_catalogue writes all of them to docs/SETTINGS.md.
+left out by name. spotreel.docs.settings writes all of them to docs/SETTINGS.md.
 """
 
 from __future__ import annotations

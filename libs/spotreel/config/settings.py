@@ -36,10 +36,10 @@ class Settings:
     # Non-zero: CLIs show tracebacks of unexpected errors instead of one summarising line.
     debug: int = 0
     # The garbage collector's thresholds in the gateway, scheduler, projector, webhooks and fleet simulator
-    # (young, middle, old; spotreel.gctune), with what start-up built frozen out of its sight. Empty: Python's
+    # (young, middle, old; spotreel.runtime.gctune), with what start-up built frozen out of its sight. Empty: Python's
     # defaults (700,10,10), nothing frozen.
     gc_threshold: str = "7000,20,100"
-    # The gateway's event loop (spotreel.eventloop): uvloop, or asyncio for the stock selector loop.
+    # The gateway's event loop (spotreel.runtime.eventloop): uvloop, or asyncio for the stock selector loop.
     event_loop: str = "uvloop"
     # Downloads (the local stack's jars, the tests' tiny models) live outside the repo and outside `home`, so
     # `--fresh` never refetches them.
@@ -187,7 +187,7 @@ class Settings:
     # times that of a tenant waiting in the pool (and larger) is asked back for it, within the same budget.
     # 0 (default): off.
     preempt_fair_share_ratio: int = 0
-    # Dispatch order (domain/dispatch.py, aging.py), in every scheduler partition and in the gateway's queue
+    # Dispatch order (domain/job_choice.py, aging.py), in every scheduler partition and in the gateway's queue
     # position. Graded aging: a queued job gains one priority tier per this many seconds waited, so an old
     # low-priority job overtakes newer higher ones. 0 (default): off (tiers cross tenants; a credit per
     # minute in a backlog of minutes would rank jobs by age across tenants and undo their weights).
@@ -302,14 +302,14 @@ class Settings:
             else:
                 kwargs[f.name] = raw
         if "event_loop" in kwargs:
-            from spotreel.eventloop import check
+            from spotreel.runtime.eventloop import check
 
             check(str(kwargs["event_loop"]))  # refused at start, with the variable's name
         if kwargs.get("s3_retry_mode", "standard") not in S3_RETRY_MODES:
             raise ValueError(f"SPOTREEL_S3_RETRY_MODE must be one of {', '.join(S3_RETRY_MODES)}, "
                              f"got {kwargs['s3_retry_mode']!r}")
         if "gc_threshold" in kwargs:
-            from spotreel.gctune import parse
+            from spotreel.runtime.gctune import parse
 
             parse(str(kwargs["gc_threshold"]))  # refused at start, with the variable's name
         return cls(**kwargs)
