@@ -13,7 +13,7 @@ import os
 import time
 from pathlib import Path
 
-from spotreel.devstack import ports as portlib
+from spotreel.platform import ports as portlib
 from spotreel.devstack.kafka import Kafka
 from spotreel.devstack.render import render
 from spotreel.devstack.server import Say

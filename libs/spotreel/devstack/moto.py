@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from spotreel.devstack import ports as portlib
+from spotreel.platform import ports as portlib
 from spotreel.devstack.server import SinglePortServer, environment_binary
 from spotreel.platform.errors import InfraError, ProbeFailed
 from spotreel.config.settings import Settings
