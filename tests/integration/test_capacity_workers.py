@@ -29,7 +29,8 @@ from tests.integration.prockit import json_lines, terminate_group
 from tests.integration.schedkit import ROOT, Bus
 from tests.integration.workerkit import reference_checksum
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
+# serial: on two xdist workers its four real workers and the capacity manager take it past 60 s.
+pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(420)]
 
 JOBS = 4
 # Small enough for 2 cores, long enough (30 steps) that a notice lands mid-render.

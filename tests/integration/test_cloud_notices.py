@@ -316,7 +316,8 @@ def test_a_rebalance_recommendation_mid_render_checkpoints_finishes_the_job_and_
     assert told["notice"] == "rebalance"
     assert done.epoch == 1 and [o["outcome"] for o in a.outcomes()] == ["succeeded"]
     ckpts = events_of(plane.bus, job.job_id, ev.CheckpointRecorded)
-    assert len(ckpts) == 1 and HANG_STEP <= ckpts[0].step < STEPS
+    # mid-render: the recommendation is sent from step HANG_STEP - 2 on, so it can land before the slowed step
+    assert len(ckpts) == 1 and HANG_STEP - 2 <= ckpts[0].step < STEPS
     assert not events_of(plane.bus, job.job_id, ev.LeaseReleased)
     exit_line = [l for l in a.lines() if l.get("event") == "exit"]
     assert exit_line and exit_line[-1]["advised"] == "aws_rebalance" and exit_line[-1]["preempted"] is False

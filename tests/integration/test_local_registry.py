@@ -18,6 +18,7 @@ import pytest
 
 from spotreel.platform import ports as portlib
 from spotreel.devstack.services import GatewayService
+from spotreel.personal.setup import kek_path
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -43,7 +44,10 @@ def free_gateway_port(host: str) -> int:
 
 
 def test_the_local_stacks_gateway_refuses_an_unknown_model_listing_the_known_ones(settings, stack, tmp_path):
-    s = replace(settings, home=tmp_path / "home", gateway_port=free_gateway_port(settings.host), model_registry="")
+    # The shared stack's keystore holds data keys, so the gateway must be given the stack's KEK (it refuses to
+    # start without it, docs/decisions/0035-crypto-shredding.md).
+    s = replace(settings, home=tmp_path / "home", gateway_port=free_gateway_port(settings.host), model_registry="",
+                kek_file=str(kek_path(settings)))
     gw = GatewayService(s)
     try:
         gw.ensure_up(lambda line: None)

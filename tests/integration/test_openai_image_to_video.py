@@ -30,6 +30,7 @@ from spotreel.domain import images
 from spotreel.platform.topics import commands_topic, events_topic
 from spotreel.tenancy import create_tenant
 from spotreel.media.video import decode_frames, frames_checksum
+from tests.integration.personalkit import plain
 from tests.integration.schedkit import ROOT
 from tests.integration.workerkit import WorkerProc, events_of, start_plane, video_frames_checksum, wait_done
 
@@ -179,7 +180,7 @@ def reference(model_dir, image: bytes, job) -> str:
     return frames_checksum(renderer.finish(state))
 
 
-def test_a_killed_image_job_resumes_exactly_on_another_worker(plane, client, monkeypatch):
+def test_a_killed_image_job_resumes_exactly_on_another_worker(plane, client, stack, monkeypatch):
     """Worker A checkpoints every step and is held at step 8 (the test-only hang hook), where it is killed
     with kill -9; B resumes from A's checkpoint (the image's first frame is in its latents: B reads no image)
     and the video's frames equal the uninterrupted render's."""
@@ -214,5 +215,12 @@ def test_a_killed_image_job_resumes_exactly_on_another_worker(plane, client, mon
     assert leases[1].resume_checkpoint_key and 0 < leases[1].resume_step <= 8
     assert done.epoch == 2
     [submitted] = events_of(plane.bus, video.id, ev.JobSubmitted)
+    # The prompt travels sealed: the reference renders from the opened one, as the workers do.
+    cluster = Cluster([stack.cassandra_host], port=stack.cassandra_port, protocol_version=5)
+    try:
+        submitted = plain(plane.settings, cluster.connect(plane.settings.cassandra_keyspace), submitted)
+    finally:
+        cluster.shutdown()
+    assert submitted.spec.prompt == "a boat on the river"
     assert video_frames_checksum(plane, done.artifact_key) == reference(plane.model_dir, image, submitted)
     assert client.videos.retrieve(video.id).status in ("completed", "in_progress")
