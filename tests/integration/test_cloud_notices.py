@@ -36,7 +36,8 @@ from tests.integration.metadata_servers import AzureMetadata, GcpMetadata
 from tests.integration.workerkit import (STEPS, events_of, finished_by, reference_checksum, start_plane, stop_all,
                                          video_frames_checksum)
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+# serial: real workers rendering on two xdist workers take its first test (with the module plane) past 60 s.
+pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(240)]
 
 # Worker A's step HANG_STEP takes HANG_S longer (the pipeline's test-only hang hook), so the notice, sent
 # once A is rendering, lands mid-render whatever this machine's speed.

@@ -21,7 +21,8 @@ from spotreel.domain import resume_match as rm
 from tests.integration.workerkit import (events_of, finished_by, reference_checksum, start_plane, stop_all,
                                          video_frames_checksum)
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+# serial: two real workers rendering on two xdist workers take it past 60 s.
+pytestmark = [pytest.mark.integration, pytest.mark.serial, pytest.mark.timeout(300)]
 
 OVERRIDE = "device=cuda;dtype=float16"
 
